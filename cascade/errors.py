@@ -1,0 +1,146 @@
+"""The error tree, and the one table that turns each error into an HTTP status.
+
+::
+
+    CascadeError
+    ├── ClientError                     the client's mistake: always 4xx, never retried
+    │   ├── MalformedBody               400 invalid_request_error (not JSON, lone surrogate, ...)
+    │   ├── Unauthorized                401 authentication_error
+    │   ├── UnknownModel                400 api_usage_error (jevcompat's mock answers the same)
+    │   ├── PayloadTooLarge             413 request_too_large (body, state, images, tokens)
+    │   ├── UnsupportedMediaType        415 invalid_request_error
+    │   ├── ValidationFailed            422 FastAPI-style ``detail[]``
+    │   └── UpstreamClientError         the upstream's own 4xx, status passed through
+    ├── Overloaded                      503 (or 429) overloaded_error, with Retry-After
+    └── EngineError                     a tier failed; engines raise these, never HTTP codes
+        ├── EngineUnavailable           503 + Retry-After (connect failure, breaker open, down)
+        ├── EngineTimeout               503 + Retry-After (a tier's deadline passed)
+        └── EngineFailed                502 (an upstream answered garbage or 5xx)
+
+Engines wrap their library's exceptions (httpx, onnxruntime, torch) into ``EngineError``
+subclasses at their edge; only ``cascade.app`` knows HTTP statuses, through ``STATUS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CascadeError(Exception):
+    error_type = "api_error"
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class ClientError(CascadeError):
+    error_type = "invalid_request_error"
+
+
+class MalformedBody(ClientError):
+    pass
+
+
+class Unauthorized(ClientError):
+    error_type = "authentication_error"
+
+
+class UnknownModel(ClientError):
+    error_type = "api_usage_error"
+
+
+class PayloadTooLarge(ClientError):
+    error_type = "request_too_large"
+
+
+class TokensExceeded(PayloadTooLarge):
+    """The state does not fit a tier's context and the tier is set to reject, not truncate."""
+
+    error_type = "tokens_exceeded"
+
+
+class UnsupportedMediaType(ClientError):
+    pass
+
+
+class ValidationFailed(ClientError):
+    """422. ``items`` are FastAPI-style ``{"loc", "msg", "type"}`` dicts."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        super().__init__("; ".join(str(i["msg"]) for i in items))
+        self.items = items
+
+    @classmethod
+    def at(cls, loc: list[str | int], msg: str, type_: str = "value_error") -> ValidationFailed:
+        return cls([{"loc": ["body", *loc], "msg": msg, "type": type_}])
+
+
+class UpstreamClientError(ClientError):
+    """An upstream's 4xx (other than overload), passed through with its status."""
+
+    def __init__(self, status: int, message: str, error_type: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+
+
+class Overloaded(CascadeError):
+    """A bounded queue or admission limit is full. Always carries ``retry_after``."""
+
+    error_type = "overloaded_error"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0, status: int = 503) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.status = status
+
+
+class EngineError(CascadeError):
+    error_type = "engine_error"
+
+
+class EngineUnavailable(EngineError):
+    error_type = "unavailable"
+
+    def __init__(self, message: str, *, retry_after: float = 5.0) -> None:
+        super().__init__(message, retry_after=retry_after)
+
+
+class EngineTimeout(EngineError):
+    error_type = "timeout"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message, retry_after=retry_after)
+
+
+class EngineFailed(EngineError):
+    error_type = "upstream_error"
+
+
+STATUS: dict[type[CascadeError], int] = {
+    MalformedBody: 400,
+    Unauthorized: 401,
+    UnknownModel: 400,
+    PayloadTooLarge: 413,
+    TokensExceeded: 413,
+    UnsupportedMediaType: 415,
+    ValidationFailed: 422,
+    ClientError: 400,
+    Overloaded: 503,
+    EngineUnavailable: 503,
+    EngineTimeout: 503,
+    EngineFailed: 502,
+    EngineError: 502,
+    CascadeError: 500,
+}
+
+
+def status_of(exc: CascadeError) -> int:
+    """The HTTP status for ``exc``: instance overrides first, then the nearest class in STATUS."""
+    if isinstance(exc, UpstreamClientError | Overloaded):
+        return exc.status
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500

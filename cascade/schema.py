@@ -1,0 +1,244 @@
+"""The wire schema of ``POST /v1/systemone`` and friends: every Struct a client sees.
+
+One module, one decoder per body type, built once. Conventions:
+
+- ``Base`` uses ``kw_only=True`` (fields may be added in any order) and ``omit_defaults=True``
+  (optional extras such as ``answer_confidence`` vanish from responses when unset).
+- Requests are tolerant: unknown top-level fields and unknown keys inside a question are ignored,
+  as Jev does (``forbid_unknown_fields`` stays off on the wire). Internal files (policies) are
+  strict instead.
+- Limits live in ``LIMITS`` and in ``Meta`` constraints; README's "Limits" table is generated from
+  the same numbers. They are chosen so that no Laya or Jev client regresses: 1-64 questions,
+  choice up to 255 options, score up to 32 levels (Laya's cap; Jev documents 10).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Request limits. Violations are answered with 413 (size) or 422 (shape)."""
+
+    max_body_bytes: int = 16 * 1024 * 1024  # after decompression; Jev: 32 MiB, Clef: 13 MiB
+    max_questions: int = 64  # Laya, Ollama, Cloudflare
+    max_choice_options: int = 255  # Jev docs, Cloudflare
+    max_score_levels: int = 32  # Laya (Jev documents 10)
+    max_total_options: int = 2048
+    max_state_chars: int = 1_000_000  # the serialized state; tiers apply their own token limits
+    max_json_depth: int = 64
+    max_question_id_chars: int = 256
+    max_images: int = 4  # Cloudflare's cap
+    max_image_bytes: int = 4 * 1024 * 1024
+    max_image_pixels: int = 16_000_000
+    max_batch_states: int = 64  # Laya's /v1/systemone/batch
+    max_token_budget: int = 8192  # Laya's LAYA_MAX_TOKEN_BUDGET for max_len / head_max_len
+
+
+LIMITS = Limits()
+
+
+class Base(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Base of every wire Struct (see the module docstring)."""
+
+
+# ---------------------------------------------------------------- request
+
+Text = str | dict[str, Any] | list[Any] | int | float
+"""Instructions and descriptions: a string, or structured JSON rendered by each engine."""
+
+Label = str | int | float | bool
+
+
+class NoulLabels(Base):
+    """Laya's ``labels``: the option words the model sees for false / true."""
+
+    false: str
+    true: str
+
+
+class _QuestionBase(Base, tag_field="type"):
+    instructions: Text | None = None
+    # Laya: slot s shows option option_order[s]; probabilities come back in caller order.
+    option_order: list[int] | None = None
+
+
+class ChoiceQuestion(_QuestionBase, tag="choice"):
+    # An object label -> description (Jev), or a list of labels (Laya).
+    criteria: dict[str, Text | None] | list[Label]
+
+
+class ScoreQuestion(_QuestionBase, tag="score"):
+    # Ordered levels, lowest first. The pre-0.6 object form is rejected (422).
+    criteria: list[Text]
+
+
+class NoulQuestion(_QuestionBase, tag="noul"):
+    criteria: dict[str, Text | None] | None = None
+    labels: NoulLabels | None = None
+
+
+Question = ChoiceQuestion | ScoreQuestion | NoulQuestion
+QuestionType = Literal["choice", "score", "noul"]
+
+
+class Asset(Base):
+    """A TypeSafe asset: inline base64 data, or a multipart part name (``asset-N``)."""
+
+    type: Literal["image"] = "image"
+    format: str | None = None
+    data_base64: str | None = None
+    part: str | None = None
+
+
+MinConfidence = Annotated[float, Meta(ge=0, le=1)] | dict[str, Annotated[float, Meta(ge=0, le=1)]]
+TokenBudget = Annotated[int, Meta(ge=1)]
+
+
+class Controls(Base):
+    """Laya's body controls, accepted on every request and ignored by tiers that lack them."""
+
+    max_len: TokenBudget | None = None
+    head_max_len: TokenBudget | None = None
+    task: str | None = None
+    lang: str | None = None
+    lang_guess: str | None = None
+    min_confidence: MinConfidence | None = None
+
+
+class SystemOneRequest(Controls):
+    model: str = "jev-latest"
+    state: str | dict[str, Any] | list[Any]
+    questions: dict[str, Question]
+    # Ollama / Cloudflare: base64 strings or data: URLs; Cloudflare's {content_type, base64} too.
+    images: list[str | dict[str, str]] | None = None
+    assets: dict[str, Asset] | None = None
+
+
+class BatchRequest(Controls):
+    """Laya's ``/v1/systemone/batch``: several states, one question set."""
+
+    model: str = "jev-latest"
+    states: list[str | dict[str, Any] | list[Any]]
+    questions: dict[str, Question]
+
+
+# ---------------------------------------------------------------- response
+
+
+class Action(Base):
+    act_probability: float
+
+
+class _AnswerBase(Base, tag_field="type"):
+    # Laya extras (profile "laya"); absent under the "jev" profile.
+    answer_confidence: float | None = None
+    action: Action | None = None
+    abstention: Literal["passed", "abstained", "unevaluated"] | None = None
+    abstention_threshold: float | None = None
+    low_confidence: bool | None = None
+
+
+class ChoiceAnswer(_AnswerBase, tag="choice"):
+    choice: str
+    probabilities: dict[str, float]
+    confidence: float
+    x_jev_confidence: float | None = None
+
+
+class ScoreAnswer(_AnswerBase, tag="score"):
+    score: float
+    legend: dict[str, str]
+    probabilities: dict[str, float]
+    confidence: float
+    x_jev_confidence: float | None = None
+
+
+class NoulAnswer(_AnswerBase, tag="noul"):
+    noul: float
+    confidence: float | None = None  # Laya extra: max(p, 1 - p)
+
+
+Answer = ChoiceAnswer | ScoreAnswer | NoulAnswer
+
+
+class OptionSpans(Base):
+    """Reported when option spans collapsed to identical tokens (Laya's ``usage.options``)."""
+
+    total: int
+    distinct: int
+    tokens_per_option: int
+
+
+class Usage(Base):
+    input_tokens: int
+    output_tokens: int = 0
+    # Laya extras (profile "laya").
+    state_tokens: int | None = None
+    state_tokens_dropped: int | None = None
+    truncated: bool | None = None
+    truncated_questions: list[str] | None = None
+    options: dict[str, OptionSpans] | None = None
+
+
+class SystemOneResponse(Base):
+    model: str
+    answers: dict[str, Answer]
+    usage: Usage
+    x_cascade: dict[str, Any] | None = None
+
+
+class TotalUsage(Base):
+    input_tokens: int
+    output_tokens: int = 0
+
+
+class BatchResponse(Base):
+    results: list[SystemOneResponse]
+    total_usage: TotalUsage
+
+
+class ModelCard(Base):
+    name: str
+    description: str
+    release_date: str
+
+
+class ModelList(Base):
+    models: list[ModelCard]
+
+
+# ---------------------------------------------------------------- errors
+
+
+class ValidationItem(Base):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorBody(Base):
+    """422, FastAPI's shape, which the official SDKs parse."""
+
+    detail: list[ValidationItem]
+
+
+class ErrorDetail(Base):
+    error_type: str
+    message: str
+
+
+class ErrorBody(Base):
+    """Every other client or server error."""
+
+    detail: ErrorDetail
+
+
+# ---------------------------------------------------------------- codecs
+
+request_decoder = msgspec.json.Decoder(SystemOneRequest)
+batch_decoder = msgspec.json.Decoder(BatchRequest)
+encoder = msgspec.json.Encoder()
