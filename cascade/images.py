@@ -48,7 +48,9 @@ def load_image(data: bytes, *, max_bytes: int, max_pixels: int, loc: Loc = ()) -
     """
     where = f" ({'.'.join(map(str, loc))})" if loc else ""
     if len(data) > max_bytes:
-        raise PayloadTooLarge(f"image{where} of {len(data)} bytes exceeds the {max_bytes}-byte limit")
+        raise PayloadTooLarge(
+            f"image{where} of {len(data)} bytes exceeds the {max_bytes}-byte limit"
+        )
     try:
         with warnings.catch_warnings():
             # Our own pixel limit below is the one that applies; Pillow's is a warning only.
@@ -141,9 +143,12 @@ def collect_images(
         found.append((parts[part].data, loc))
     unclaimed = sorted(set(parts) - claimed)
     if unclaimed:
-        raise _invalid(["assets"], f"the multipart part {unclaimed[0]!r} is not claimed by an asset")
+        raise _invalid(
+            ["assets"], f"the multipart part {unclaimed[0]!r} is not claimed by an asset"
+        )
     return [
-        load_image(data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels,
-                   loc=loc)
+        load_image(
+            data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, loc=loc
+        )
         for data, loc in found
     ]

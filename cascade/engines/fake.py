@@ -65,8 +65,9 @@ def deterministic_answer(call: EngineCall) -> EngineAnswer:
     return EngineAnswer(
         model=FAKE_MODEL,
         results={qid: _result(call.state, q) for qid, q in call.questions.items()},
-        usage=EngineUsage(input_tokens=(state_bytes + question_bytes) // 4,
-                          state_tokens=state_bytes // 4),
+        usage=EngineUsage(
+            input_tokens=(state_bytes + question_bytes) // 4, state_tokens=state_bytes // 4
+        ),
     )
 
 
