@@ -28,7 +28,7 @@ from PIL import Image as PILImage
 from cascade.bodies import Part
 from cascade.engines.base import Image
 from cascade.errors import PayloadTooLarge, ValidationFailed
-from cascade.schema import Limits, SystemOneRequest
+from cascade.schema import Limits, RequestEnvelope, SystemOneRequest
 
 _MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 _FORMATS = tuple(_MIME)
@@ -106,7 +106,7 @@ def image_bytes(ref: str | Mapping[str, str], *, loc: Loc = ()) -> bytes:
 
 
 def collect_images(
-    request: SystemOneRequest, parts: Mapping[str, Part], limits: Limits
+    request: SystemOneRequest | RequestEnvelope, parts: Mapping[str, Part], limits: Limits
 ) -> list[Image]:
     """Every image of ``request``, checked: ``images`` first, then ``assets`` in order.
 
