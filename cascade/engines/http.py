@@ -1,0 +1,470 @@
+"""``HttpEngine``: a tier that is another ``/v1/systemone`` server, over one pooled httpx client.
+
+Any server of the three dialects works: cascade itself, laya-serve, jevcompat's mock, Ollama, or a
+proxy answering in Cloudflare's ``{"result", "success"}`` envelope. Each URL is a base URL
+(``/v1/systemone`` is appended unless it already ends with it).
+
+Routing and retries. Requests go round robin over the URLs not marked down. A connect failure
+marks a URL down for ``health_interval_s`` and the same request moves on to the next URL, which is
+safe because nothing reached the server. A 503 with ``Retry-After`` is retried once, and only if
+the wait fits the call's deadline (connect + read timeout). Nothing else is retried: a read
+timeout may have been a request the upstream is still computing, and a 4xx will not change. The
+background probe (``GET health_path`` every ``health_interval_s``; any status below 500 counts as
+up) brings URLs back and marks dead ones down before a request finds them.
+
+Error translation (httpx and HTTP statuses to ``cascade.errors``, here and nowhere else):
+
+=====================================  ================================================
+connect failure or timeout, every URL  ``EngineUnavailable`` (each URL is tried first)
+every URL marked down                  ``EngineUnavailable``
+read or write timeout                  ``EngineTimeout``
+connection pool full                   ``Overloaded``
+429, 503, 529                          ``Overloaded`` with their ``Retry-After`` and status
+422                                    ``ValidationFailed`` with their ``detail[]`` items
+413                                    ``PayloadTooLarge``
+401, 403, 407                          ``EngineFailed``: our credentials, not the client's
+408                                    ``EngineTimeout``: our request was too slow
+other 4xx                              ``UpstreamClientError`` (status and error_type kept)
+5xx, any other status, bad 200 body    ``EngineFailed``
+=====================================  ================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import email.utils
+import itertools
+import math
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+import msgspec
+
+from cascade.engines.base import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.errors import (
+    EngineFailed,
+    EngineTimeout,
+    EngineUnavailable,
+    Overloaded,
+    PayloadTooLarge,
+    UpstreamClientError,
+    ValidationFailed,
+)
+from cascade.schema import ChoiceQuestion, NoulQuestion, OptionSpans, Question
+
+ENDPOINT = "/v1/systemone"
+_SUM_SLACK = 0.05  # rounded probabilities (Laya: 4 decimals, jevcompat: ±0.05) may miss 1 a bit
+_ROUNDING_SLACK = 0.005  # ... by up to half a unit of the 2nd decimal per option, at worst
+_MESSAGE_CHARS = 500  # how much of an unparseable error body a message quotes
+
+# ---------------------------------------------------------------- request
+
+
+def request_body(call: EngineCall, model: str | None) -> bytes:
+    """The JSON body sent upstream: the call, Laya's controls when set, images the Ollama way."""
+    body: dict[str, Any] = msgspec.to_builtins(call.controls)  # omit_defaults: only set ones
+    body |= {"model": model or call.model, "state": call.state, "questions": call.questions}
+    if call.images:
+        body["images"] = [base64.b64encode(image.data).decode("ascii") for image in call.images]
+    return msgspec.json.encode(body)
+
+
+# ---------------------------------------------------------------- success bodies
+
+
+class _Action(msgspec.Struct):
+    act_probability: float | None = None
+
+
+class _Answer(msgspec.Struct):
+    type: str
+    probabilities: dict[str, float] | None = None
+    noul: float | None = None
+    action: _Action | None = None
+
+
+class _Spans(msgspec.Struct):
+    total: int
+    distinct: int
+    tokens_per_option: int | None = None  # Laya: None when no cap applied
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int | float = 0  # tolerated as a float; we report integers
+    state_tokens: int | None = None
+    state_tokens_dropped: int = 0
+    truncated_questions: list[str] = msgspec.field(default_factory=list)
+    options: dict[str, _Spans] = msgspec.field(default_factory=dict)
+
+
+class _Response(msgspec.Struct):
+    answers: dict[str, _Answer]
+    model: str | None = None
+    usage: _Usage = msgspec.field(default_factory=_Usage)
+
+
+def _option_keys(question: Question) -> list[str]:
+    """The keys a server answers with, in the caller's order."""
+    if isinstance(question, ChoiceQuestion):
+        criteria = question.criteria
+        return list(criteria) if isinstance(criteria, dict) else [str(c) for c in criteria]
+    return [str(i) for i in range(len(question.criteria or ()))]
+
+
+def _probability(value: float, where: str) -> float:
+    if not (math.isfinite(value) and -_ROUNDING_SLACK <= value <= 1 + _ROUNDING_SLACK):
+        raise EngineFailed(f"{where}: probability {value!r} is not in [0, 1]")
+    return min(1.0, max(0.0, value))
+
+
+def _result(qid: str, question: Question, answer: _Answer | None) -> QuestionResult:
+    where = f"answer {qid!r}"
+    qtype = question.__struct_config__.tag  # the msgspec tag: "choice", "score" or "noul"
+    if answer is None or answer.type != qtype:
+        raise EngineFailed(f"{where}: missing, or not of type {qtype!r}")
+    act = answer.action.act_probability if answer.action else None
+    if isinstance(question, NoulQuestion):
+        if answer.noul is None:
+            raise EngineFailed(f"{where}: a noul answer without 'noul'")
+        p = _probability(answer.noul, where)
+        return QuestionResult(type="noul", probabilities=[1 - p, p], act_probability=act)
+    keys = _option_keys(question)
+    given = answer.probabilities or {}
+    if len(set(keys)) != len(keys) or set(given) != set(keys):
+        raise EngineFailed(f"{where}: probabilities are not keyed by the question's options")
+    values = [_probability(given[k], where) for k in keys]
+    total = sum(values)
+    if abs(total - 1) > max(_SUM_SLACK, len(values) * _ROUNDING_SLACK) or total <= 0:
+        raise EngineFailed(f"{where}: probabilities sum to {total:.4f}, not 1")
+    return QuestionResult(
+        type=qtype, probabilities=[v / total for v in values], act_probability=act
+    )
+
+
+def _usage(usage: _Usage) -> EngineUsage:
+    return EngineUsage(
+        input_tokens=round(usage.input_tokens),
+        state_tokens=usage.state_tokens,
+        state_tokens_dropped=usage.state_tokens_dropped,
+        truncated_questions=usage.truncated_questions,
+        # OptionSpans needs a cap; spans that collapsed without one have nothing to report.
+        options={
+            qid: OptionSpans(
+                total=s.total, distinct=s.distinct, tokens_per_option=s.tokens_per_option
+            )
+            for qid, s in usage.options.items()
+            if s.tokens_per_option is not None
+        },
+    )
+
+
+def parse_answer(content: bytes, call: EngineCall, fallback_model: str) -> EngineAnswer:
+    """A 200 body (plain, or in Cloudflare's ``result`` envelope) checked against ``call``.
+
+    Probabilities come back in the caller's order, renormalised after the upstream's rounding.
+    Anything unparseable or inconsistent (a missing answer, a wrong type, foreign option keys,
+    probabilities outside [0, 1] or far from summing to 1) raises ``EngineFailed``.
+    """
+    try:
+        raw = msgspec.json.decode(content)
+        if isinstance(raw, dict) and "answers" not in raw and "result" in raw:
+            if raw.get("success") is False:
+                raise EngineFailed(f"the upstream reported failure: {_message_of(raw)}")
+            raw = raw["result"]
+        reply = msgspec.convert(raw, _Response)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise EngineFailed(f"the upstream's 200 body is not a System One answer: {exc}") from exc
+    results = {qid: _result(qid, q, reply.answers.get(qid)) for qid, q in call.questions.items()}
+    return EngineAnswer(
+        model=reply.model or fallback_model, results=results, usage=_usage(reply.usage)
+    )
+
+
+# ---------------------------------------------------------------- error bodies
+
+
+class ErrorInfo(msgspec.Struct, frozen=True):
+    message: str
+    error_type: str | None = None
+    items: list[dict[str, Any]] | None = None  # FastAPI detail[] items, when valid
+
+
+def _items(detail: list[Any]) -> list[dict[str, Any]] | None:
+    items = []
+    for item in detail:
+        if not (isinstance(item, dict) and isinstance(item.get("loc"), list)):
+            return None
+        loc = [p if isinstance(p, str | int) else str(p) for p in item["loc"]]
+        items.append(
+            {
+                "loc": loc,
+                "msg": str(item.get("msg", "")),
+                "type": str(item.get("type", "value_error")),
+            }
+        )
+    return items or None
+
+
+def _message_of(body: Any) -> str:
+    """The human message of an error body of any dialect, or the body itself, shortened."""
+    if isinstance(body, dict):
+        for key in ("detail", "error"):
+            value = body.get(key)
+            if isinstance(value, str):
+                return value
+            if isinstance(value, dict) and isinstance(value.get("message"), str):
+                return value["message"]
+            if isinstance(value, list) and value:
+                return "; ".join(
+                    str(v.get("msg", v)) if isinstance(v, dict) else str(v) for v in value
+                )
+        errors = body.get("errors")
+        if isinstance(errors, list) and errors:  # Cloudflare: [{"code", "message"}]
+            return "; ".join(
+                f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else str(e)
+                for e in errors
+            )
+    return str(body)[:_MESSAGE_CHARS]
+
+
+def error_info(content: bytes) -> ErrorInfo:
+    """Message, ``error_type`` and validation items of an error body of any dialect.
+
+    ``{"detail": str | [items] | {"error_type", "message"}}`` (Jev, FastAPI, Laya),
+    ``{"error": str | {"message"}}`` (Ollama, old laya-serve) and Cloudflare's
+    ``{"success": false, "errors": [{"code", "message"}]}``; anything else is quoted.
+    """
+    try:
+        body = msgspec.json.decode(content)
+    except msgspec.DecodeError:
+        return ErrorInfo(content[:_MESSAGE_CHARS].decode("utf-8", "replace").strip())
+    detail = body.get("detail") if isinstance(body, dict) else None
+    error_type = detail.get("error_type") if isinstance(detail, dict) else None
+    items = _items(detail) if isinstance(detail, list) else None
+    return ErrorInfo(_message_of(body), error_type if isinstance(error_type, str) else None, items)
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    with contextlib.suppress(ValueError):
+        if "retry-after-ms" in headers:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    with contextlib.suppress(ValueError):
+        return max(0.0, float(value))
+    with contextlib.suppress(TypeError, ValueError):
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    return None
+
+
+def raise_for_status(response: httpx.Response, name: str) -> None:
+    """Raise the ``cascade.errors`` exception for a non-200 ``response`` (see the module table)."""
+    status = response.status_code
+    if status == 200:
+        return
+    info = error_info(response.content)
+    what = f"{name}: upstream answered {status}: {info.message}"
+    if status in (429, 503, 529):
+        wait = retry_after(response.headers)
+        raise Overloaded(
+            what, retry_after=1.0 if wait is None else wait, status=429 if status == 429 else 503
+        )
+    if status == 422:
+        raise ValidationFailed(
+            info.items or [{"loc": ["body"], "msg": info.message, "type": "value_error"}]
+        )
+    if status == 413:
+        raise PayloadTooLarge(info.message)
+    if status in (401, 403, 407):
+        raise EngineFailed(
+            f"{name}: the upstream refused our credentials ({status}): {info.message}"
+        )
+    if status == 408:
+        raise EngineTimeout(what)
+    if 400 <= status < 500:
+        raise UpstreamClientError(status, info.message, info.error_type or "invalid_request_error")
+    raise EngineFailed(what)
+
+
+# ---------------------------------------------------------------- the engine
+
+
+class _Upstream:
+    """One URL and its health: down until ``down_until`` (``time.monotonic()``), else up."""
+
+    def __init__(self, url: str, health_path: str) -> None:
+        url = url.rstrip("/")
+        self.base = url.removesuffix(ENDPOINT)
+        self.endpoint = self.base + ENDPOINT
+        self.health_url = self.base + health_path
+        self.down_until = 0.0
+
+    def up(self, now: float) -> bool:
+        return self.down_until <= now
+
+
+class _ConnectFailed(Exception):
+    """Nothing reached the server: the request may go to the next URL."""
+
+
+@contextlib.contextmanager
+def _map_errors(name: str, url: str) -> Iterator[None]:
+    # Order matters: ConnectTimeout and PoolTimeout are TimeoutExceptions too.
+    try:
+        yield
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise _ConnectFailed(f"{url}: {exc!r}") from exc
+    except httpx.PoolTimeout as exc:
+        raise Overloaded(f"{name}: every upstream connection is busy", retry_after=1.0) from exc
+    except httpx.TimeoutException as exc:
+        raise EngineTimeout(f"{name}: {url} did not answer in time ({type(exc).__name__})") from exc
+    except httpx.HTTPError as exc:
+        raise EngineFailed(f"{name}: {url} failed: {exc!r}") from exc
+
+
+class HttpEngine:
+    """An ``Engine`` that forwards each call to one of ``urls`` (see the module docstring).
+
+    ``model``: the model name sent upstream; ``None`` forwards the client's. ``api_key``: the
+    bearer token sent to this upstream. ``transport``: for tests (``httpx.MockTransport``).
+    Timeouts are in seconds; a call's deadline is ``connect_timeout_s + read_timeout_s``.
+    Safe for concurrent calls on one event loop; ``start()`` and ``aclose()`` run once each.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        urls: Sequence[str],
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        connect_timeout_s: float = 2.0,
+        read_timeout_s: float = 30.0,
+        max_connections: int = 64,
+        health_path: str = "/health",
+        health_interval_s: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not urls:
+            raise ValueError(f"{name}: an upstream engine needs at least one URL")
+        self.name = name
+        self._model = model
+        self._upstreams = [_Upstream(url, health_path) for url in urls]
+        self._turn = itertools.count()
+        self._connect_timeout_s = connect_timeout_s
+        self._read_timeout_s = read_timeout_s
+        self._health_interval_s = health_interval_s
+        self._client = httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+            timeout=httpx.Timeout(
+                read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s
+            ),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+            transport=transport,
+        )
+        self._probe_task: asyncio.Task[None] | None = None
+        self._started = False
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        """Probe every URL once, then keep probing in the background until ``aclose()``."""
+        await self._probe_all()
+        self._probe_task = asyncio.create_task(self._probe_loop(), name=f"{self.name}-health")
+        self._started = True
+
+    async def aclose(self) -> None:
+        self._started = False
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe_task
+            self._probe_task = None
+        await self._client.aclose()
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        return self._started and any(u.up(now) for u in self._upstreams)
+
+    def health(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "engine": "upstream",
+            "model": self._model,
+            "urls": [{"url": u.base, "up": u.up(now)} for u in self._upstreams],
+        }
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._health_interval_s)
+            await self._probe_all()
+
+    async def _probe_all(self) -> None:
+        await asyncio.gather(*(self._probe(u) for u in self._upstreams))
+
+    async def _probe(self, upstream: _Upstream) -> None:
+        try:
+            response = await self._client.get(upstream.health_url, timeout=self._connect_timeout_s)
+            healthy = response.status_code < 500
+        except httpx.HTTPError:
+            healthy = False
+        if healthy:
+            upstream.down_until = 0.0
+        else:
+            self._mark_down(upstream)
+
+    def _mark_down(self, upstream: _Upstream) -> None:
+        upstream.down_until = time.monotonic() + self._health_interval_s
+
+    # -- calls
+
+    async def answer(self, call: EngineCall) -> EngineAnswer:
+        deadline = time.monotonic() + self._connect_timeout_s + self._read_timeout_s
+        content = request_body(call, self._model)
+        headers = {"Content-Type": "application/json"}
+        if call.request_id:
+            headers["x-request-id"] = call.request_id
+        response = await self._post(content, headers, self._read_timeout_s)
+        if response.status_code == 503:
+            wait = retry_after(response.headers)
+            left = deadline - time.monotonic() - (wait or 0.0)
+            if wait is not None and left > 0:
+                await asyncio.sleep(wait)
+                response = await self._post(content, headers, min(self._read_timeout_s, left))
+        raise_for_status(response, self.name)
+        return parse_answer(response.content, call, self._model or call.model)
+
+    async def _post(
+        self, content: bytes, headers: dict[str, str], read_timeout_s: float
+    ) -> httpx.Response:
+        """One POST to the next healthy URL, moving on to the others after connect failures."""
+        now = time.monotonic()
+        healthy = [u for u in self._upstreams if u.up(now)]
+        if not healthy:
+            back = min(u.down_until for u in self._upstreams) - now
+            raise EngineUnavailable(
+                f"{self.name}: every upstream is down", retry_after=max(1.0, back)
+            )
+        first = next(self._turn) % len(healthy)
+        timeout = httpx.Timeout(
+            read_timeout_s, connect=self._connect_timeout_s, pool=self._connect_timeout_s
+        )
+        failures = []
+        for upstream in healthy[first:] + healthy[:first]:
+            try:
+                with _map_errors(self.name, upstream.endpoint):
+                    return await self._client.post(
+                        upstream.endpoint, content=content, headers=headers, timeout=timeout
+                    )
+            except _ConnectFailed as exc:
+                self._mark_down(upstream)
+                failures.append(str(exc))
+        raise EngineUnavailable(f"{self.name}: could not connect: {'; '.join(failures)}")
