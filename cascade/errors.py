@@ -9,6 +9,7 @@
     │   ├── UnknownModel                400 api_usage_error (jevcompat's mock answers the same)
     │   ├── PayloadTooLarge             413 request_too_large (body, state, images, tokens)
     │   ├── UnsupportedMediaType        415 invalid_request_error
+    │   ├── BodyTimeout                 408 timeout (the body did not arrive in time)
     │   ├── ValidationFailed            422 FastAPI-style ``detail[]``
     │   └── UpstreamClientError         the upstream's own 4xx, status passed through
     ├── Overloaded                      503 (or 429) overloaded_error, with Retry-After
@@ -63,6 +64,10 @@ class TokensExceeded(PayloadTooLarge):
 
 class UnsupportedMediaType(ClientError):
     pass
+
+
+class BodyTimeout(ClientError):
+    error_type = "timeout"
 
 
 class ValidationFailed(ClientError):
@@ -125,6 +130,7 @@ STATUS: dict[type[CascadeError], int] = {
     PayloadTooLarge: 413,
     TokensExceeded: 413,
     UnsupportedMediaType: 415,
+    BodyTimeout: 408,
     ValidationFailed: 422,
     ClientError: 400,
     Overloaded: 503,

@@ -7,9 +7,11 @@ One module, one decoder per body type, built once. Conventions:
 - Requests are tolerant: unknown top-level fields and unknown keys inside a question are ignored,
   as Jev does (``forbid_unknown_fields`` stays off on the wire). Internal files (policies) are
   strict instead.
-- Limits live in ``LIMITS`` and in ``Meta`` constraints; README's "Limits" table is generated from
-  the same numbers. They are chosen so that no Laya or Jev client regresses: 1-64 questions,
-  choice up to 255 options, score up to 32 levels (Laya's cap; Jev documents 10).
+- Limits live in ``LIMITS`` (checked by ``cascade.validation``) and README's "Limits" table. They
+  are chosen so that no Laya or Jev client regresses: 1-64 questions, choice up to 255 options,
+  score up to 32 levels (Laya's cap; Jev documents 10).
+- Requests are decoded in two steps (``RequestEnvelope`` with raw questions, then one question at a
+  time) so that a validation error names the question id in its ``loc``.
 """
 
 from __future__ import annotations
@@ -51,41 +53,46 @@ Text = str | dict[str, Any] | list[Any] | int | float
 """Instructions and descriptions: a string, or structured JSON rendered by each engine."""
 
 Label = str | int | float | bool
+QuestionType = Literal["choice", "score", "noul"]
 
 
-class NoulLabels(Base):
+class NoulLabels(Base, kw_only=True):
     """Laya's ``labels``: the option words the model sees for false / true."""
 
     false: str
     true: str
 
 
-class _QuestionBase(Base, tag_field="type"):
+class _QuestionBase(Base, tag_field="type", kw_only=True):
     instructions: Text | None = None
     # Laya: slot s shows option option_order[s]; probabilities come back in caller order.
     option_order: list[int] | None = None
 
+    @property
+    def type(self) -> QuestionType:
+        """The wire ``type`` tag (``choice``, ``score`` or ``noul``)."""
+        return self.__struct_config__.tag  # type: ignore[return-value]
 
-class ChoiceQuestion(_QuestionBase, tag="choice"):
+
+class ChoiceQuestion(_QuestionBase, tag="choice", kw_only=True):
     # An object label -> description (Jev), or a list of labels (Laya).
     criteria: dict[str, Text | None] | list[Label]
 
 
-class ScoreQuestion(_QuestionBase, tag="score"):
+class ScoreQuestion(_QuestionBase, tag="score", kw_only=True):
     # Ordered levels, lowest first. The pre-0.6 object form is rejected (422).
     criteria: list[Text]
 
 
-class NoulQuestion(_QuestionBase, tag="noul"):
+class NoulQuestion(_QuestionBase, tag="noul", kw_only=True):
     criteria: dict[str, Text | None] | None = None
     labels: NoulLabels | None = None
 
 
 Question = ChoiceQuestion | ScoreQuestion | NoulQuestion
-QuestionType = Literal["choice", "score", "noul"]
 
 
-class Asset(Base):
+class Asset(Base, kw_only=True):
     """A TypeSafe asset: inline base64 data, or a multipart part name (``asset-N``)."""
 
     type: Literal["image"] = "image"
@@ -95,10 +102,10 @@ class Asset(Base):
 
 
 MinConfidence = Annotated[float, Meta(ge=0, le=1)] | dict[str, Annotated[float, Meta(ge=0, le=1)]]
-TokenBudget = Annotated[int, Meta(ge=1)]
+TokenBudget = Annotated[int, Meta(ge=1, le=LIMITS.max_token_budget)]
 
 
-class Controls(Base):
+class Controls(Base, kw_only=True):
     """Laya's body controls, accepted on every request and ignored by tiers that lack them."""
 
     max_len: TokenBudget | None = None
@@ -109,7 +116,7 @@ class Controls(Base):
     min_confidence: MinConfidence | None = None
 
 
-class SystemOneRequest(Controls):
+class SystemOneRequest(Controls, kw_only=True):
     model: str = "jev-latest"
     state: str | dict[str, Any] | list[Any]
     questions: dict[str, Question]
@@ -118,7 +125,18 @@ class SystemOneRequest(Controls):
     assets: dict[str, Asset] | None = None
 
 
-class BatchRequest(Controls):
+class RequestEnvelope(Controls, kw_only=True):
+    """``SystemOneRequest`` with its questions still undecoded (first decoding step)."""
+
+    model: str = "jev-latest"
+    state: str | dict[str, Any] | list[Any] | None = None
+    states: list[str | dict[str, Any] | list[Any]] | None = None
+    questions: dict[str, msgspec.Raw]
+    images: list[str | dict[str, str]] | None = None
+    assets: dict[str, Asset] | None = None
+
+
+class BatchRequest(Controls, kw_only=True):
     """Laya's ``/v1/systemone/batch``: several states, one question set."""
 
     model: str = "jev-latest"
@@ -129,11 +147,11 @@ class BatchRequest(Controls):
 # ---------------------------------------------------------------- response
 
 
-class Action(Base):
+class Action(Base, kw_only=True):
     act_probability: float
 
 
-class _AnswerBase(Base, tag_field="type"):
+class _AnswerBase(Base, tag_field="type", kw_only=True):
     # Laya extras (profile "laya"); absent under the "jev" profile.
     answer_confidence: float | None = None
     action: Action | None = None
@@ -142,14 +160,14 @@ class _AnswerBase(Base, tag_field="type"):
     low_confidence: bool | None = None
 
 
-class ChoiceAnswer(_AnswerBase, tag="choice"):
+class ChoiceAnswer(_AnswerBase, tag="choice", kw_only=True):
     choice: str
     probabilities: dict[str, float]
     confidence: float
     x_jev_confidence: float | None = None
 
 
-class ScoreAnswer(_AnswerBase, tag="score"):
+class ScoreAnswer(_AnswerBase, tag="score", kw_only=True):
     score: float
     legend: dict[str, str]
     probabilities: dict[str, float]
@@ -157,7 +175,7 @@ class ScoreAnswer(_AnswerBase, tag="score"):
     x_jev_confidence: float | None = None
 
 
-class NoulAnswer(_AnswerBase, tag="noul"):
+class NoulAnswer(_AnswerBase, tag="noul", kw_only=True):
     noul: float
     confidence: float | None = None  # Laya extra: max(p, 1 - p)
 
@@ -165,7 +183,7 @@ class NoulAnswer(_AnswerBase, tag="noul"):
 Answer = ChoiceAnswer | ScoreAnswer | NoulAnswer
 
 
-class OptionSpans(Base):
+class OptionSpans(Base, kw_only=True):
     """Reported when option spans collapsed to identical tokens (Laya's ``usage.options``)."""
 
     total: int
@@ -173,7 +191,7 @@ class OptionSpans(Base):
     tokens_per_option: int
 
 
-class Usage(Base):
+class Usage(Base, kw_only=True):
     input_tokens: int
     output_tokens: int = 0
     # Laya extras (profile "laya").
@@ -184,54 +202,54 @@ class Usage(Base):
     options: dict[str, OptionSpans] | None = None
 
 
-class SystemOneResponse(Base):
+class SystemOneResponse(Base, kw_only=True):
     model: str
     answers: dict[str, Answer]
     usage: Usage
     x_cascade: dict[str, Any] | None = None
 
 
-class TotalUsage(Base):
+class TotalUsage(Base, kw_only=True):
     input_tokens: int
     output_tokens: int = 0
 
 
-class BatchResponse(Base):
+class BatchResponse(Base, kw_only=True):
     results: list[SystemOneResponse]
     total_usage: TotalUsage
 
 
-class ModelCard(Base):
+class ModelCard(Base, kw_only=True):
     name: str
     description: str
     release_date: str
 
 
-class ModelList(Base):
+class ModelList(Base, kw_only=True):
     models: list[ModelCard]
 
 
 # ---------------------------------------------------------------- errors
 
 
-class ValidationItem(Base):
+class ValidationItem(Base, kw_only=True):
     loc: list[str | int]
     msg: str
     type: str
 
 
-class ValidationErrorBody(Base):
+class ValidationErrorBody(Base, kw_only=True):
     """422, FastAPI's shape, which the official SDKs parse."""
 
     detail: list[ValidationItem]
 
 
-class ErrorDetail(Base):
+class ErrorDetail(Base, kw_only=True):
     error_type: str
     message: str
 
 
-class ErrorBody(Base):
+class ErrorBody(Base, kw_only=True):
     """Every other client or server error."""
 
     detail: ErrorDetail
@@ -239,6 +257,6 @@ class ErrorBody(Base):
 
 # ---------------------------------------------------------------- codecs
 
-request_decoder = msgspec.json.Decoder(SystemOneRequest)
-batch_decoder = msgspec.json.Decoder(BatchRequest)
+envelope_decoder = msgspec.json.Decoder(RequestEnvelope)
+question_decoder = msgspec.json.Decoder(Question)
 encoder = msgspec.json.Encoder()

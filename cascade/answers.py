@@ -1,0 +1,173 @@
+"""Wire answers from raw probabilities, the same way whichever tier answered.
+
+Two confidence profiles (``Settings.profile``):
+
+- ``laya`` (default): choice/score ``confidence = 1 - H(p)/ln k`` (1.0 when k < 2); noul
+  ``confidence = max(p, 1 - p)``; every answer also carries ``answer_confidence = max p`` (what
+  ``min_confidence`` gates on) and ``action`` when the tier has an act head; choice/score carry
+  ``x_jev_confidence``. Usage carries Laya's extra counts.
+- ``jev``: the exact Jev shape: choice ``confidence = (n p_max - 1)/(n - 1)``, score
+  ``max(0, 1 - sum p_i |i - mode| / D)``, noul without confidence, no extras.
+
+Numbers are rounded to 4 decimals as both references do; the argmax is taken on unrounded
+probabilities, first maximum in the caller's order winning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from cascade.engines.base import EngineUsage, QuestionResult
+from cascade.errors import ValidationFailed
+from cascade.schema import (
+    Action,
+    Answer,
+    ChoiceAnswer,
+    ChoiceQuestion,
+    NoulAnswer,
+    Question,
+    ScoreAnswer,
+    ScoreQuestion,
+    Usage,
+)
+
+Profile = Literal["laya", "jev"]
+BUCKET_SIZES = ("2", "3-5", "6-10", "11+")
+
+
+def r4(x: float) -> float:
+    return round(float(x), 4)
+
+
+def bucket(qtype: str, n_options: int) -> str:
+    """Laya's option-count bucket, e.g. ``choice:3-5`` (noul is always ``noul:2``)."""
+    size = "2" if n_options <= 2 else "3-5" if n_options <= 5 else "6-10" if n_options <= 10 else "11+"
+    return f"{qtype}:{size}"
+
+
+def entropy_confidence(p: Sequence[float]) -> float:
+    """``1 - H(p)/ln k`` clipped to [0, 1]; 1.0 for fewer than two options."""
+    k = len(p)
+    if k < 2:
+        return 1.0
+    h = -sum(x * math.log(min(max(x, 1e-12), 1.0)) for x in p)
+    return min(1.0, max(0.0, 1.0 - h / math.log(k)))
+
+
+def jev_choice_confidence(p: Sequence[float]) -> float:
+    n = len(p)
+    return 1.0 if n < 2 else min(1.0, max(0.0, (n * max(p) - 1.0) / (n - 1.0)))
+
+
+def jev_score_confidence(p: Sequence[float]) -> float:
+    n = len(p)
+    if n < 2:
+        return 1.0
+    mode = max(range(n), key=lambda i: (p[i], -i))
+    spread = sum(abs(i - (n - 1) / 2) for i in range(n)) / n
+    return max(0.0, 1.0 - sum(p[i] * abs(i - mode) for i in range(n)) / spread)
+
+
+def render_text(value: Any) -> str:
+    """Laya's rendering of a structured level or description."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def option_names(question: Question) -> list[str]:
+    """The keys a client sees in ``probabilities``, in the caller's order."""
+    if isinstance(question, ChoiceQuestion):
+        if isinstance(question.criteria, dict):
+            return list(question.criteria)
+        return [json.dumps(c) if not isinstance(c, str) else c for c in question.criteria]
+    if isinstance(question, ScoreQuestion):
+        return [str(i) for i in range(len(question.criteria))]
+    return ["false", "true"]
+
+
+def _argmax(p: Sequence[float]) -> int:
+    best = 0
+    for i, x in enumerate(p):
+        if x > p[best]:
+            best = i
+    return best
+
+
+def build_answer(question: Question, result: QuestionResult, profile: Profile) -> Answer:
+    p = result.probabilities
+    laya = profile == "laya"
+    extras: dict[str, Any] = {}
+    if laya:
+        extras["answer_confidence"] = r4(max(p))
+        if result.act_probability is not None:
+            extras["action"] = Action(act_probability=r4(result.act_probability))
+    if isinstance(question, ChoiceQuestion):
+        names = option_names(question)
+        return ChoiceAnswer(
+            choice=names[_argmax(p)],
+            probabilities={n: r4(x) for n, x in zip(names, p, strict=True)},
+            confidence=r4(entropy_confidence(p) if laya else jev_choice_confidence(p)),
+            x_jev_confidence=r4(jev_choice_confidence(p)) if laya else None,
+            **extras,
+        )
+    if isinstance(question, ScoreQuestion):
+        return ScoreAnswer(
+            score=r4(sum(i * x for i, x in enumerate(p))),
+            legend={str(i): render_text(level) for i, level in enumerate(question.criteria)},
+            probabilities={str(i): r4(x) for i, x in enumerate(p)},
+            confidence=r4(entropy_confidence(p) if laya else jev_score_confidence(p)),
+            x_jev_confidence=r4(jev_score_confidence(p)) if laya else None,
+            **extras,
+        )
+    p_true = p[1]
+    return NoulAnswer(
+        noul=r4(p_true), confidence=r4(max(p_true, 1.0 - p_true)) if laya else None, **extras
+    )
+
+
+def check_min_confidence(value: float | dict[str, float] | None) -> None:
+    """Laya's rule: a map may name only buckets (``choice:3-5`` ...) and ``default``."""
+    if isinstance(value, dict):
+        allowed = {f"{t}:{s}" for t in ("choice", "score", "noul") for s in BUCKET_SIZES}
+        unknown = set(value) - allowed - {"default"}
+        if unknown or not value:
+            raise ValidationFailed.at(
+                ["min_confidence"],
+                f"min_confidence keys must be option buckets or 'default'; got {sorted(unknown)}",
+            )
+
+
+def apply_gate(
+    answer: Answer, qtype: str, n_options: int, min_confidence: float | dict[str, float]
+) -> None:
+    """Laya's abstention gate on ``answer_confidence`` (laya profile only)."""
+    if isinstance(min_confidence, dict):
+        key = bucket(qtype, n_options)
+        threshold = min_confidence.get(key, min_confidence.get("default", 0.0))
+    else:
+        threshold = min_confidence
+    conf = answer.answer_confidence
+    answer.abstention_threshold = float(threshold)
+    if conf is None:
+        answer.abstention = "unevaluated"
+    elif conf < threshold:
+        answer.abstention, answer.low_confidence = "abstained", True
+    else:
+        answer.abstention = "passed"
+
+
+def build_usage(usage: EngineUsage, profile: Profile) -> Usage:
+    if profile == "jev":
+        return Usage(input_tokens=usage.input_tokens)
+    return Usage(
+        input_tokens=usage.input_tokens,
+        state_tokens=usage.state_tokens,
+        state_tokens_dropped=usage.state_tokens_dropped,
+        truncated=usage.state_tokens_dropped > 0,
+        truncated_questions=list(usage.truncated_questions),
+        options=dict(usage.options) or None,
+    )

@@ -1,0 +1,108 @@
+"""Every Prometheus metric cascade exports: names, units, buckets and label sets, in one place.
+
+Conventions: one ``cascade_`` prefix, seconds, ``_total`` counters, and bounded labels only:
+``route`` (the URL template), ``outcome``, ``status`` (HTTP code), ``hop``, ``tier`` (a configured
+tier name), ``type`` (choice/score/noul), ``band`` (2, 3-5, 6-10, 11+), ``reason`` (a fixed code
+from ``cascade.routing``), ``state``. Never question ids, model names from clients, or free text.
+
+The registry is the process default. cascade runs as one worker process per container: the
+engines live in process (one ONNX session and one GPU model per process), so more workers would
+mean more model copies; scale out with more containers, each scraped on its own ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, Info
+
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+FAST_BUCKETS = (0.0001, 0.00025, 0.0005, *LATENCY_BUCKETS)
+CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DELTA_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+
+REQUESTS = Counter(
+    "cascade_requests_total",
+    "HTTP requests by route, outcome (ok, degraded, client_error, overloaded, error) and status.",
+    ["route", "outcome", "status"],
+)
+REQUEST_DURATION = Histogram(
+    "cascade_request_duration_seconds",
+    "Whole request time in the gateway, by route.",
+    ["route"],
+    buckets=LATENCY_BUCKETS,
+)
+HOP_DURATION = Histogram(
+    "cascade_hop_duration_seconds",
+    "Time per gateway hop: decode, validate, pre_route, merge, encode.",
+    ["hop"],
+    buckets=FAST_BUCKETS,
+)
+TIER_DURATION = Histogram(
+    "cascade_tier_duration_seconds",
+    "Time of one call to a tier (queue wait included), by tier and outcome.",
+    ["tier", "outcome"],
+    buckets=LATENCY_BUCKETS,
+)
+QUESTIONS = Counter(
+    "cascade_questions_total",
+    "Questions answered, by the tier whose answer was returned, and type.",
+    ["tier", "type"],
+)
+ESCALATIONS = Counter(
+    "cascade_escalations_total",
+    "Questions sent to the strong tier, by reason (pre-routing and post-rules) and type.",
+    ["reason", "type"],
+)
+DEGRADED = Counter(
+    "cascade_degraded_answers_total",
+    "Cheap-tier answers returned marked degraded because the strong tier failed, by reason.",
+    ["reason", "type"],
+)
+CONFIDENCE = Histogram(
+    "cascade_answer_confidence",
+    "answer_confidence (max probability) of returned answers, by tier and type.",
+    ["tier", "type"],
+    buckets=CONFIDENCE_BUCKETS,
+)
+TOKENS = Counter("cascade_tokens_total", "Input tokens processed, by tier.", ["tier"])
+BATCH_SIZE = Histogram(
+    "cascade_batch_size", "Rows per batch a tier ran.", ["tier"], buckets=BATCH_BUCKETS
+)
+BATCH_DURATION = Histogram(
+    "cascade_batch_duration_seconds",
+    "Compute time per batch, by tier.",
+    ["tier"],
+    buckets=LATENCY_BUCKETS,
+)
+QUEUE_DEPTH = Gauge("cascade_queue_depth", "Items waiting in a tier's queue.", ["tier"])
+QUEUE_WAIT = Histogram(
+    "cascade_queue_wait_seconds",
+    "Time items waited in a tier's queue before their batch started.",
+    ["tier"],
+    buckets=FAST_BUCKETS,
+)
+BREAKER_STATE = Gauge(
+    "cascade_breaker_state", "Circuit breaker per tier: 0 closed, 1 half-open, 2 open.", ["tier"]
+)
+TIER_READY = Gauge("cascade_tier_ready", "1 when a tier is loaded and warmed up.", ["tier"])
+SHADOW = Counter(
+    "cascade_shadow_requests_total",
+    "Shadow calls to the strong tier: sent, skipped_busy, failed.",
+    ["outcome"],
+)
+SHADOW_AGREEMENT = Counter(
+    "cascade_shadow_choice_agreement_total",
+    "Shadowed choice questions by type/band and whether the top-1 answers agreed.",
+    ["type", "band", "agree"],
+)
+SHADOW_DELTA = Histogram(
+    "cascade_shadow_delta",
+    "Shadowed |Δ| between tiers: noul |Δp|, score |Δ expected level|, by type and band.",
+    ["type", "band"],
+    buckets=DELTA_BUCKETS,
+)
+BUILD = Info(
+    "cascade_build", "Version, tiers, checkpoints, revisions and whether this is a demo."
+)

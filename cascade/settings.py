@@ -1,0 +1,104 @@
+"""Settings: one frozen Struct, built once from ``CASCADE_*`` environment variables and flags.
+
+Nothing reads the environment at import time; ``create_app(settings)`` receives it explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+
+class Secret(str):
+    """A string that never prints (repr and str of containers show ``'***'``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    host: str = "127.0.0.1"
+    port: int = 8000  # Laya's default, so Laya clients switch by base URL only
+    # A policy file (policies/*.toml). Without one: --upstream, --laya or --demo build a policy.
+    policy: str | None = None
+    # One-tier policy forwarding to any /v1/systemone server.
+    upstream: str | None = None
+    upstream_model: str | None = None
+    upstream_api_key: str | None = None
+    # In-process Laya checkpoint directories (name -> dir); "english" when given a bare path.
+    laya: dict[str, str] = {}
+    # In-process Clef release directory.
+    clef: str | None = None
+    clef_overlong: Literal["reject", "truncate"] = "reject"
+    clef_max_length: int = 16384
+    # Tiny random checkpoints of both tiers; labelled as a demo everywhere.
+    demo: bool = False
+    demo_dir: str = ".cache/demo"
+    # Confidence profile of responses: "laya" (default, Laya extras) or "jev" (exact Jev shape).
+    profile: Literal["laya", "jev"] = "laya"
+    # Bearer keys; empty means auth off (any Authorization header is then accepted).
+    api_keys: tuple[str, ...] = ()
+    api_keys_file: str | None = None
+    # Admission: requests in flight before new ones get 503 + Retry-After.
+    max_inflight: int = 256
+    max_body_bytes: int = 16 * 1024 * 1024
+    body_read_timeout_s: float = 10.0
+    log_level: str = "info"
+
+    def __repr__(self) -> str:
+        fields = msgspec.structs.asdict(self)
+        fields["api_keys"] = tuple(Secret(k) for k in self.api_keys)
+        fields["upstream_api_key"] = Secret(self.upstream_api_key or "")
+        return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+
+    def keys(self) -> frozenset[Secret]:
+        """All configured API keys (inline and from ``api_keys_file``, one per line)."""
+        keys = [k for k in self.api_keys if k]
+        if self.api_keys_file:
+            text = Path(self.api_keys_file).read_text()
+            keys += [line.strip() for line in text.splitlines() if line.strip()]
+        return frozenset(Secret(k) for k in keys)
+
+
+_LISTS = {"api_keys"}
+_MAPS = {"laya"}
+
+
+def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Settings from ``CASCADE_<FIELD>`` variables, then ``overrides`` (flags) on top.
+
+    Lists are comma-separated (``CASCADE_API_KEYS=a,b``); maps are ``name=dir`` pairs, comma
+    separated (``CASCADE_LAYA=english=/ckpt/en,multilingual=/ckpt/ml``).
+    """
+    environ = os.environ if environ is None else environ
+    raw: dict[str, object] = {}
+    for field in msgspec.structs.fields(Settings):
+        value = environ.get(f"CASCADE_{field.name.upper()}")
+        if value is None:
+            continue
+        if field.name in _LISTS:
+            raw[field.name] = [v.strip() for v in value.split(",") if v.strip()]
+        elif field.name in _MAPS:
+            raw[field.name] = parse_map(value)
+        else:
+            raw[field.name] = value
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    return msgspec.convert(raw, Settings, strict=False)
+
+
+def parse_map(value: str) -> dict[str, str]:
+    """``name=dir,name=dir`` (a bare ``dir`` means ``english=dir``)."""
+    out: dict[str, str] = {}
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        name, sep, path = item.partition("=")
+        if sep:
+            out[name.strip()] = path.strip()
+        else:
+            out["english"] = name
+    return out
