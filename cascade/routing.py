@@ -15,6 +15,7 @@ Running the cheap tier first and then one strong call for everything the strong 
 answer (pre-routed and escalated together) pays for the state's tokens on the strong tier once.
 When the strong tier is down, ``fallback`` says which questions the cheap tier answers
 (marked degraded) or raises ``EngineUnavailable`` when only the strong tier can serve one.
+Feed the breaker with ``breaker.record(ok, now)`` around every strong call.
 
 Reason codes (bounded, usable as metric labels): pre-routing ``images``, ``state_too_long``,
 ``too_many_options``, ``script``, ``type_rule``, ``model_alias``; post-rules ``low_confidence``,
@@ -60,13 +61,14 @@ class PreRoute(msgspec.Struct, frozen=True):
 class Fallback(msgspec.Struct, frozen=True):
     """What to do when the strong tier cannot answer.
 
-    ``cheap_questions``: questions the cheap tier has not run yet and must now answer.
-    ``degraded``: every question whose answer now comes from the cheap tier although the policy
-    wanted the strong one, with the reason it wanted it. Its answer keeps the cheap tier's own
-    probabilities; the gateway marks it degraded (never raises its confidence).
+    ``cheap_questions``: questions the cheap tier has not run yet and must now answer, on
+    ``cheap_checkpoint``. ``degraded``: every question whose answer now comes from the cheap tier
+    although the policy wanted the strong one, with the reason it wanted it. Its answer keeps the
+    cheap tier's own probabilities; the gateway marks it degraded (never raises its confidence).
     """
 
     cheap_questions: list[str]
+    cheap_checkpoint: str | None
     degraded: dict[str, str]
 
 
@@ -313,18 +315,25 @@ def fallback(policy: Policy, pre: PreRoute, routes: Mapping[str, QuestionRoute],
     """The plan when the strong tier is down, open or too slow for this request.
 
     Raises ``EngineUnavailable`` (503 + Retry-After, ``retry_after_s`` or the policy's) when the
-    policy refuses to degrade, or when a question needs what only the strong tier can do
-    (images, an over-long state, an unreadable script, a strong-only model).
+    policy refuses to degrade, or when a question needs what only the strong tier can do:
+    images, an over-long state, a strong-only model, or a script no configured checkpoint reads
+    (with a multilingual checkpoint, ``script`` questions degrade onto it instead).
     """
     strong = policy.route.strong
     wanted = {q: r.reason for q, r in routes.items() if r.tier == strong}
     retry = policy.degrade.retry_after_s if retry_after_s is None else retry_after_s
+    tier = policy.cheap_tier()
+    checkpoint = pre.cheap_checkpoint or _checkpoint(policy, None)
+    if "script" in wanted.values() and isinstance(tier, LayaTier):
+        if "multilingual" in tier.checkpoints.named():
+            checkpoint = "multilingual"
     if not wanted:
-        return Fallback(cheap_questions=[], degraded={})
-    if policy.route.cheap is None:
+        return Fallback(cheap_questions=[], cheap_checkpoint=checkpoint, degraded={})
+    if tier is None:
         raise EngineUnavailable(f"the only tier `{strong}` is unavailable; retry later",
                                 retry_after=retry)
-    blocking = sorted({r for r in wanted.values() if r in STRONG_ONLY})
+    blocking = sorted({r for r in wanted.values() if r in STRONG_ONLY
+                       and not (r == "script" and checkpoint == "multilingual")})
     if blocking or not policy.degrade.cheap_answers:
         why = f" ({', '.join(blocking)})" if blocking else ""
         raise EngineUnavailable(
@@ -333,5 +342,6 @@ def fallback(policy: Policy, pre: PreRoute, routes: Mapping[str, QuestionRoute],
     # With a cheap tier every strong route carries a reason (pre_route sets one).
     return Fallback(
         cheap_questions=[q for q in wanted if pre.questions[q].tier == strong],
+        cheap_checkpoint=checkpoint,
         degraded={q: r for q, r in wanted.items() if r is not None},
     )
