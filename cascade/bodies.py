@@ -73,7 +73,7 @@ def _unzstd(data: bytes, limit: int) -> bytes:
     window = 1 << min(31, max(10, (limit - 1).bit_length()))
     decompressor = zstandard.ZstdDecompressor(max_window_size=window)
     out = bytearray()
-    while data:  # one decompressobj per frame: frames may be concatenated
+    while True:  # one decompressobj per frame: frames may be concatenated
         frame = decompressor.decompressobj()
         pos = 0
         while not frame.eof:
@@ -87,7 +87,8 @@ def _unzstd(data: bytes, limit: int) -> bytes:
                 raise _too_large(limit)
         # unused_data is what the frame did not need of the last slice only.
         data = frame.unused_data + data[pos:]
-    return bytes(out)
+        if not data:
+            return bytes(out)
 
 
 def _identity(data: bytes, limit: int) -> bytes:
