@@ -283,11 +283,12 @@ def _shape_struct(value: Any, cls: type[msgspec.Struct], path: KeyPath) -> Itera
         return
     fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
     tag_field = cls.__struct_config__.tag_field
+    known = ", ".join(sorted([*fields, *([tag_field] if tag_field else [])]))
     for key, item in value.items():
         if key == tag_field:
             continue
         if key not in fields:
-            yield _err((*path, key), f"unknown key `{key}` (known: {', '.join(sorted(fields))})")
+            yield _err((*path, key), f"unknown key `{key}` (known: {known})")
             continue
         yield from _shape(item, fields[key].type, (*path, key))
     for name, info in fields.items():
@@ -519,7 +520,7 @@ def key_lines(text: str) -> dict[KeyPath, int]:
         if not line:
             continue
         if line.startswith("["):
-            inner = line[2:line.rindex("]]")] if line.startswith("[[") else line[1:line.rindex("]")]
+            inner = line.strip("[]")
             table = _split_key(inner)
             out.setdefault(table, lineno)
             continue
