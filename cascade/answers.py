@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from cascade.engines.base import EngineUsage, QuestionResult
 from cascade.errors import ValidationFailed
+from cascade.policy import BANDS
+from cascade.routing import option_band
 from cascade.schema import (
     Action,
     Answer,
@@ -35,7 +37,6 @@ from cascade.schema import (
 )
 
 Profile = Literal["laya", "jev"]
-BUCKET_SIZES = ("2", "3-5", "6-10", "11+")
 
 
 def r4(x: float) -> float:
@@ -44,8 +45,7 @@ def r4(x: float) -> float:
 
 def bucket(qtype: str, n_options: int) -> str:
     """Laya's option-count bucket, e.g. ``choice:3-5`` (noul is always ``noul:2``)."""
-    size = "2" if n_options <= 2 else "3-5" if n_options <= 5 else "6-10" if n_options <= 10 else "11+"
-    return f"{qtype}:{size}"
+    return f"{qtype}:{option_band(n_options)}"
 
 
 def entropy_confidence(p: Sequence[float]) -> float:
@@ -132,7 +132,7 @@ def build_answer(question: Question, result: QuestionResult, profile: Profile) -
 def check_min_confidence(value: float | dict[str, float] | None) -> None:
     """Laya's rule: a map may name only buckets (``choice:3-5`` ...) and ``default``."""
     if isinstance(value, dict):
-        allowed = {f"{t}:{s}" for t in ("choice", "score", "noul") for s in BUCKET_SIZES}
+        allowed = {f"{t}:{s}" for t in ("choice", "score", "noul") for s in BANDS}
         unknown = set(value) - allowed - {"default"}
         if unknown or not value:
             raise ValidationFailed.at(
@@ -162,9 +162,10 @@ def apply_gate(
 
 def build_usage(usage: EngineUsage, profile: Profile) -> Usage:
     if profile == "jev":
-        return Usage(input_tokens=usage.input_tokens)
+        return Usage(input_tokens=usage.input_tokens, output_tokens=0)
     return Usage(
         input_tokens=usage.input_tokens,
+        output_tokens=0,
         state_tokens=usage.state_tokens,
         state_tokens_dropped=usage.state_tokens_dropped,
         truncated=usage.state_tokens_dropped > 0,

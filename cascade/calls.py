@@ -15,8 +15,8 @@ from cascade.validation import check_state, controls_of, parse_envelope, parse_q
 def build_call(body: bytes, parts: dict[str, Any], *, request_id: str = "") -> EngineCall:
     env = parse_envelope(body)
     if env.state is None:
-        raise ValidationFailed.at(["state"], "state is required (a string, object or array)", "missing")
-    check_state(env.state, ["body", "state"])
+        raise ValidationFailed.at(["state"], "state is required (text, object or array)", "missing")
+    check_state(env.state, ["state"])
     questions = parse_questions(env)
     check_min_confidence(env.min_confidence)
     return EngineCall(
@@ -38,7 +38,7 @@ def build_batch_calls(body: bytes, *, request_id: str = "") -> list[EngineCall]:
             f"{len(env.states)} states in a batch; at most {LIMITS.max_batch_states} allowed"
         )
     for i, state in enumerate(env.states):
-        check_state(state, ["body", "states", i])
+        check_state(state, ["states", i])
     questions = parse_questions(env)
     check_min_confidence(env.min_confidence)
     controls = controls_of(env)

@@ -193,7 +193,7 @@ class OptionSpans(Base, kw_only=True):
 
 class Usage(Base, kw_only=True):
     input_tokens: int
-    output_tokens: int = 0
+    output_tokens: int  # always present (the official SDK requires integer counts); 0 here
     # Laya extras (profile "laya").
     state_tokens: int | None = None
     state_tokens_dropped: int | None = None
@@ -211,7 +211,7 @@ class SystemOneResponse(Base, kw_only=True):
 
 class TotalUsage(Base, kw_only=True):
     input_tokens: int
-    output_tokens: int = 0
+    output_tokens: int
 
 
 class BatchResponse(Base, kw_only=True):

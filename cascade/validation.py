@@ -53,7 +53,8 @@ def _decode(decoder: msgspec.json.Decoder, data: bytes | msgspec.Raw, prefix: li
         missing = re.match(r"Object missing required field `(\w+)`", msg)
         if missing:
             loc.append(missing.group(1))
-        raise ValidationFailed.at([*prefix, *loc], msg, "missing" if missing else "value_error")
+        kind = "missing" if missing else "value_error"
+        raise ValidationFailed.at([*prefix, *loc], msg, kind) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise MalformedBody(f"request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
@@ -129,7 +130,7 @@ def _questions(raw: dict[str, msgspec.Raw], limits: Limits) -> dict[str, Questio
     if len(raw) > limits.max_questions:
         raise PayloadTooLarge(f"{len(raw)} questions; at most {limits.max_questions} allowed")
     questions = {
-        qid: _decode(question_decoder, body, ["body", "questions", qid])
+        qid: _decode(question_decoder, body, ["questions", qid])
         for qid, body in raw.items()
     }
     for qid, q in questions.items():
@@ -153,7 +154,7 @@ def check_state(state: Any, loc: list[str | int], limits: Limits = LIMITS) -> No
 def parse_envelope(body: bytes) -> RequestEnvelope:
     if not body.strip():
         raise MalformedBody("request body is empty")
-    return _decode(envelope_decoder, body, ["body"])
+    return _decode(envelope_decoder, body, [])
 
 
 def parse_questions(env: RequestEnvelope, limits: Limits = LIMITS) -> dict[str, Question]:

@@ -1,0 +1,143 @@
+"""Settings → policy → engines → ``Gateway``. The only place that knows engine classes.
+
+Policy sources, first match wins: ``--policy FILE``; ``--upstream URL`` (a one-tier policy that
+forwards to any ``/v1/systemone`` server); ``--demo`` (tiny random checkpoints of both tiers,
+labelled as a demo everywhere); ``--laya DIR`` and/or ``--clef DIR`` (in-process tiers).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from cascade.engines.base import Engine
+from cascade.gateway import Gateway
+from cascade.policy import (
+    Checkpoints,
+    ClefTier,
+    LayaTier,
+    Models,
+    Policy,
+    Route,
+    Thresholds,
+    Tier,
+    UpstreamTier,
+    load_policy,
+)
+from cascade.settings import Settings
+
+log = logging.getLogger("cascade")
+DEMO_BANNER = (
+    "DEMO MODE: serving TINY RANDOM checkpoints. Answers are meaningless; this is not a model. "
+    "Pass --laya/--clef/--policy with real weights (convaiinnovations/laya, Cloudflare/clef-flash)."
+)
+
+
+class NoTiers(SystemExit):
+    """No tier is configured: say how to configure one."""
+
+
+def policy_from_settings(settings: Settings) -> Policy:
+    if settings.policy:
+        return load_policy(Path(settings.policy))
+    if settings.upstream:
+        tier = UpstreamTier(urls=[settings.upstream], model=settings.upstream_model)
+        return Policy.single_tier("upstream", tier)
+    if settings.demo:
+        return demo_policy(Path(settings.demo_dir), settings)
+    tiers: dict[str, Tier] = {}
+    if settings.laya:
+        tiers["laya"] = LayaTier(checkpoints=Checkpoints(**_checkpoint_fields(settings.laya)))
+    if settings.clef:
+        tiers["clef"] = ClefTier(
+            release=settings.clef, max_length=settings.clef_max_length,
+            overlong=settings.clef_overlong, device="auto",
+        )
+    if not tiers:
+        raise NoTiers(
+            "no tier configured: pass --policy FILE, --upstream URL, --laya DIR, --clef DIR, or "
+            "--demo (tiny random weights). No model weights were found or given."
+        )
+    if len(tiers) == 1:
+        name, tier = next(iter(tiers.items()))
+        return Policy.single_tier(name, tier)
+    return Policy(tiers=tiers, route=Route(cheap="laya", strong="clef"))
+
+
+def _checkpoint_fields(named: dict[str, str]) -> dict[str, str]:
+    return {name.replace("-", "_"): path for name, path in named.items()}
+
+
+def demo_policy(root: Path, settings: Settings) -> Policy:
+    """Both tiers on tiny random checkpoints written under ``root`` (once)."""
+    from cascade.clef.tiny import make_tiny as make_tiny_clef
+    from cascade.laya.tiny import make_tiny as make_tiny_laya
+
+    laya_dir, clef_dir = root / "laya-english", root / "clef-flash"
+    if not (laya_dir / "rl_agent_config.json").exists():
+        make_tiny_laya(laya_dir)
+    if not (clef_dir / "joint_head.safetensors").exists():
+        make_tiny_clef(clef_dir)
+    tiers: dict[str, Tier] = {
+        "laya": LayaTier(checkpoints=Checkpoints(english=str(laya_dir))),
+        "clef": ClefTier(release=str(clef_dir), device="cpu", timeout_s=30.0),
+    }
+    return Policy(
+        description="demo: tiny random checkpoints of both tiers",
+        tiers=tiers,
+        route=Route(cheap="laya", strong="clef"),
+        models=Models(cheap_only=["laya"], strong_only=["clef-flash"], unknown="cascade"),
+        thresholds=Thresholds(),
+    )
+
+
+def resolve_laya(ref: str) -> Path:
+    from cascade.laya.hub import resolve_checkpoint
+
+    return resolve_checkpoint(ref)
+
+
+def resolve_clef(ref: str) -> Path:
+    from cascade.clef.release import resolve_release
+
+    return resolve_release(ref)
+
+
+def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
+    if isinstance(tier, LayaTier):
+        from cascade.engines.laya import LayaEngine
+
+        checkpoints = {n: resolve_laya(ref) for n, ref in tier.checkpoints.named().items()}
+        return LayaEngine(
+            name, checkpoints, demo=settings.demo, intra_op_threads=tier.intra_op_threads,
+            max_batch_rows=tier.max_batch_size, max_wait_s=tier.max_wait_s,
+            default_checkpoint=tier.default_checkpoint if tier.default_checkpoint in checkpoints
+            else None,
+        )
+    if isinstance(tier, ClefTier):
+        from cascade.engines.clef import ClefEngine
+
+        return ClefEngine(
+            name, resolve_clef(tier.release), device=tier.device, demo=settings.demo,
+            max_length=tier.max_length, overlong=tier.overlong,
+            max_batch_requests=tier.max_batch_size, max_queue=tier.max_queue,
+        )
+    from cascade.engines.http import HttpEngine
+
+    api_key = os.environ.get(tier.api_key_env) if tier.api_key_env else None
+    if settings.upstream and name == "upstream":
+        api_key = settings.upstream_api_key or api_key
+    return HttpEngine(
+        name, tier.urls, model=tier.model, api_key=api_key,
+        connect_timeout_s=tier.connect_timeout_s, read_timeout_s=tier.read_timeout_s,
+        health_path=tier.health_path, health_interval_s=tier.health_interval_s,
+    )
+
+
+def build_gateway(settings: Settings) -> Gateway:
+    policy = policy_from_settings(settings)
+    if settings.demo:
+        log.warning(DEMO_BANNER)
+    engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
+    return Gateway(policy, engines, profile=settings.profile, demo=settings.demo)

@@ -1,0 +1,81 @@
+"""Start real servers on loopback for tests: our app under uvicorn, or any command."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve_app(app: Any, *, timeout_s: float = 60.0) -> Iterator[str]:
+    """Run an ASGI app under uvicorn in a thread on 127.0.0.1; yield its base URL."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def wait_http(url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll ``url`` until it answers (any status), the process dies, or the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout_s} s")
+
+
+@contextlib.contextmanager
+def run_process(cmd: Sequence[str], *, ready_url: str, env: dict[str, str] | None = None,
+                timeout_s: float = 120.0) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``cmd``, wait until ``ready_url`` answers, and always stop it afterwards."""
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(list(cmd), env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        try:
+            wait_http(ready_url, timeout_s=timeout_s, proc=proc)
+        except (RuntimeError, TimeoutError) as exc:
+            proc.kill()
+            log.seek(0)
+            out = log.read().decode(errors="replace")
+            raise RuntimeError(f"{cmd[0]} failed to start: {exc}\n{out[-4000:]}") from exc
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
