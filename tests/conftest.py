@@ -17,5 +17,5 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     """No CASCADE_* variable from the developer's shell leaks into a test."""
     for key in list(os.environ):
-        if key.startswith("CASCADE_") or key.startswith("TYPESAFE_"):
+        if key.startswith(("CASCADE_", "TYPESAFE_")):
             monkeypatch.delenv(key)
