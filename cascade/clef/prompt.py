@@ -108,25 +108,7 @@ class PromptEncoder:
     def encode(self, state: Any, questions: Mapping[str, Question],
                media_ids: Sequence[int] = ()) -> Encoded:
         """Encode one request; raises ``TokensExceeded`` per the over-long policy."""
-        pieces: list[str] = [render(state)]
-        layouts = []
-        for i, (qid, question) in enumerate(questions.items()):
-            options, caller = question_options(question)
-            qtype = question_type(question)
-            instructions = question.instructions
-            if instructions is None or instructions == "":
-                instructions = qid
-            pieces.append(f"\nFIELD {i + 1}\nID: {qid}\nTYPE: {qtype}\nINSTRUCTION: ")
-            pieces.append(render(instructions))
-            for j, (oid, description) in enumerate(options):
-                payload = {"option_id": oid}
-                if description is not None:
-                    payload["description"] = description
-                pieces.extend((f"OPTION {j + 1}: ", render(payload)))
-            layouts.append((qid, qtype, options, caller))
-        tokens = iter(self.tokenize_batch(pieces))
-        state_ids = next(tokens)
-        schema, spans = self._schema(tokens, layouts)
+        state_ids, schema, spans = self._tokenize(state, questions)
         prefix = self._fixed[PREFIX] + list(media_ids)
         fixed = len(prefix) + len(schema) + len(self._fixed[SUFFIX])
         if fixed > self.max_length:
@@ -149,6 +131,35 @@ class PromptEncoder:
             state_dropped=len(state_ids) - len(kept),
             media_offset=len(self._fixed[PREFIX]),
         )
+
+    def count(self, state: Any, questions: Mapping[str, Question], media_tokens: int = 0) -> int:
+        """The full prompt length before any truncation (never raises for length)."""
+        state_ids, schema, _ = self._tokenize(state, questions)
+        return (len(self._fixed[PREFIX]) + media_tokens + len(state_ids) + len(schema)
+                + len(self._fixed[SUFFIX]))
+
+    def _tokenize(self, state: Any, questions: Mapping[str, Question]
+                  ) -> tuple[list[int], list[int], list[_Spans]]:
+        pieces: list[str] = [render(state)]
+        layouts = []
+        for i, (qid, question) in enumerate(questions.items()):
+            options, caller = question_options(question)
+            qtype = question_type(question)
+            instructions = question.instructions
+            if instructions is None or instructions == "":
+                instructions = qid
+            pieces.append(f"\nFIELD {i + 1}\nID: {qid}\nTYPE: {qtype}\nINSTRUCTION: ")
+            pieces.append(render(instructions))
+            for j, (oid, description) in enumerate(options):
+                payload = {"option_id": oid}
+                if description is not None:
+                    payload["description"] = description
+                pieces.extend((f"OPTION {j + 1}: ", render(payload)))
+            layouts.append((qid, qtype, options, caller))
+        tokens = iter(self.tokenize_batch(pieces))
+        state_ids = next(tokens)
+        schema, spans = self._schema(tokens, layouts)
+        return state_ids, schema, spans
 
     def _schema(self, tokens, layouts) -> tuple[list[int], list[_Spans]]:  # noqa: ANN001
         ids = list(self._fixed[SCHEMA_HEAD])

@@ -1,0 +1,169 @@
+"""``ClefEngine``: the Clef-flash tier, in process, batching concurrent requests on one device.
+
+Request path: the event loop hands the call to a helper thread that tokenizes it and runs the
+image processor (``PromptEncoder``, ``ImageEncoder``), checks the over-long policy and the
+memory budget, then submits one ``Job`` to the ``MicroBatcher``, whose single worker thread
+owns the model (``ClefRunner.run_batch``). torch and transformers are imported only when the
+engine starts, so the gateway imports this module without them.
+
+Errors: ``TokensExceeded`` (over-long in reject mode, or a schema that cannot fit),
+``MemoryBudgetExceeded`` (a ``PayloadTooLarge``), ``Overloaded`` (queue full),
+``EngineUnavailable`` (not started / release missing), ``EngineFailed`` (a forward failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Literal
+
+from cascade.clef.prompt import question_type
+from cascade.engines.base import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.errors import EngineUnavailable
+
+WARMUP_STATE = "warm-up"
+
+
+class ClefEngine:
+    """Implements ``cascade.engines.base.Engine`` for a Clef release directory or hub id."""
+
+    def __init__(
+        self, name: str, release: Path, *, device: str = "auto", demo: bool = False,
+        max_length: int = 16384, overlong: Literal["reject", "truncate"] = "reject",
+        max_batch_tokens: int = 32768, max_batch_requests: int = 8, max_wait_s: float = 0.005,
+        max_queue: int = 64, memory_budget_bytes: int | None = None,
+    ) -> None:
+        if overlong not in ("reject", "truncate"):
+            raise ValueError(f"overlong must be 'reject' or 'truncate', not {overlong!r}")
+        self.name = name
+        self.release = release
+        self.device = device
+        self.demo = demo
+        self.max_length = max_length
+        self.overlong = overlong
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_requests = max_batch_requests
+        self.max_wait_s = max_wait_s
+        self.max_queue = max_queue
+        self.memory_budget_bytes = memory_budget_bytes
+        self._ready = False
+        self._parts: Any = None  # _Loaded, once started
+        self._batcher: Any = None
+
+    async def start(self) -> None:
+        """Load (bf16 on CUDA, fp32 on CPU), warm up with one forward; ``ready()`` after."""
+        from cascade.engines.batcher import MicroBatcher
+
+        self._parts = await asyncio.to_thread(self._load)
+        runner = self._parts.runner
+        self._batcher = MicroBatcher(
+            runner.run_batch, name=self.name, max_batch_items=self.max_batch_requests,
+            max_batch_cost=self.max_batch_tokens, cost=lambda job: job.length,
+            max_wait_s=self.max_wait_s, max_queue=self.max_queue,
+            sort_key=lambda job: job.length,
+        )
+        self._ready = True
+
+    def _load(self) -> _Loaded:
+        from cascade.clef import release as rel
+        from cascade.clef.media import ImageEncoder
+        from cascade.clef.prompt import PromptEncoder
+        from cascade.clef.runner import ClefRunner, Job
+        from cascade.clef.tiny import make_tiny
+        from cascade.schema import NoulQuestion
+
+        path = Path(self.release)
+        if self.demo and not (path / "config.json").exists():
+            make_tiny(path)
+        loaded = rel.load(rel.locate(self.release), self.device)
+        tokenizer = loaded.tokenizer
+
+        def tokenize_batch(texts: list[str]) -> list[list[int]]:
+            return tokenizer(texts, add_special_tokens=False).input_ids
+
+        encoder = PromptEncoder(tokenize_batch, max_length=self.max_length,
+                                overlong=self.overlong)
+        images = ImageEncoder(loaded.path, lambda text: tokenize_batch([text])[0],
+                              tokenizer.convert_tokens_to_ids("<|image_pad|>"))
+        budget = self.memory_budget_bytes
+        if budget is None and loaded.device.type == "cuda":
+            import torch
+
+            budget = int(torch.cuda.mem_get_info(loaded.device)[0] * 0.85)
+        runner = ClefRunner(loaded, max_batch_tokens=self.max_batch_tokens,
+                            memory_budget_bytes=budget)
+        warm = encoder.encode(WARMUP_STATE, {"warm": NoulQuestion()})
+        runner.forward([Job(warm)])
+        return _Loaded(loaded, encoder, images, runner)
+
+    def _require(self) -> _Loaded:
+        if not self._ready:
+            raise EngineUnavailable(f"engine {self.name!r} is not started")
+        return self._parts
+
+    def count_tokens(self, call: EngineCall) -> int:
+        """Exact prompt tokens (media included) before any truncation; no inference."""
+        parts = self._require()
+        return parts.encoder.count(call.state, call.questions, parts.images.count(call.images))
+
+    async def answer(self, call: EngineCall) -> EngineAnswer:
+        parts = self._require()
+        job = await asyncio.to_thread(parts.prepare, call)
+        (outcome,) = await self._batcher.submit([job])
+        if isinstance(outcome, Exception):
+            raise outcome
+        encoded = job.encoded
+        results = {
+            q.question_id: QuestionResult(type=question_type(call.questions[q.question_id]),
+                                          probabilities=probs)
+            for q, probs in zip(encoded.questions, outcome, strict=True)
+        }
+        usage = EngineUsage(input_tokens=len(encoded.input_ids),
+                            state_tokens=encoded.state_tokens,
+                            state_tokens_dropped=encoded.state_dropped)
+        return EngineAnswer(model=parts.model_name, results=results, usage=usage)
+
+    def ready(self) -> bool:
+        return self._ready
+
+    def health(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "engine": "clef", "name": self.name, "release": str(self.release),
+            "ready": self._ready, "demo": self.demo, "max_length": self.max_length,
+            "overlong": self.overlong, "max_batch_tokens": self.max_batch_tokens,
+            "max_batch_requests": self.max_batch_requests,
+        }
+        if self._ready:
+            parts = self._parts
+            info.update(model=parts.model_name, revision=parts.revision,
+                        device=str(parts.release.device), dtype=str(parts.release.dtype),
+                        memory_budget_bytes=parts.runner.memory_budget_bytes,
+                        queue_depth=self._batcher.queue_depth())
+        return info
+
+    async def aclose(self) -> None:
+        self._ready = False
+        if self._batcher is not None:
+            await self._batcher.aclose()
+        self._batcher = self._parts = None
+
+
+class _Loaded:
+    """Everything ``start`` builds; ``prepare`` runs in helper threads, never on the loop."""
+
+    def __init__(self, release: Any, encoder: Any, images: Any, runner: Any) -> None:
+        self.release, self.encoder, self.images, self.runner = release, encoder, images, runner
+        path = release.path
+        hub = path.parent.parent.name if path.parent.name == "snapshots" else ""
+        # Hub cache layout: models--Cloudflare--clef-flash/snapshots/<revision>
+        self.model_name = hub.split("--")[-1] if hub.startswith("models--") else path.name
+        self.revision = path.name if hub else None
+
+    def prepare(self, call: EngineCall) -> Any:
+        from cascade.clef.runner import Job
+
+        media = self.images.encode(call.images)
+        encoded = self.encoder.encode(call.state, call.questions,
+                                      media.input_ids if media is not None else ())
+        self.runner.check_fits(len(encoded.input_ids))
+        return Job(encoded, media)
