@@ -1,0 +1,187 @@
+"""``LayaEngine``: Laya checkpoints on onnxruntime behind the ``Engine`` protocol.
+
+Per configured checkpoint: one fp32 ONNX export (made on first start in a child process when not
+cached, so the serving process never imports torch), one ``OnnxSession`` and one
+``MicroBatcher`` whose single worker thread runs the session. ``answer`` validates and assembles
+rows off the event loop (``Previewer.plan``), submits them to the checkpoint's batcher, and
+decodes unrounded probabilities in the caller's option order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cascade.engines.base import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.engines.batcher import MicroBatcher
+from cascade.engines.onnx import OnnxSession
+from cascade.errors import EngineUnavailable
+from cascade.laya.checkpoint import content_hash
+from cascade.laya.decode import act_probability, probabilities
+from cascade.laya.export import MODEL_FILE, cache_root, cached_export
+from cascade.laya.preview import LayaPreview, Plan, Previewer
+from cascade.laya.rows import Row, collate
+from cascade.schema import OptionSpans
+
+log = logging.getLogger(__name__)
+RowOut = tuple[np.ndarray, np.ndarray]  # (logits of the row's real options, act logits)
+
+
+def export_in_child(ckpt: Path, cache: Path) -> Path:
+    """Export ``ckpt`` with ``cascade export laya`` in a child process; progress goes to the log."""
+    target = cache / content_hash(ckpt)[:16]
+    log.info("laya: no ONNX export of %s in %s; exporting (needs cascade[export])", ckpt, cache)
+    cmd = [sys.executable, "-m", "cascade", "export", "laya", str(ckpt), "--out", str(target)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip())
+        log.info("%s", line.rstrip())
+    if proc.wait() != 0:
+        tail = "\n".join(lines[-5:])
+        raise EngineUnavailable(
+            f"ONNX export of {ckpt} failed (install cascade[export] or run "
+            f"`cascade export laya {ckpt} --out {target}` where torch is available):\n{tail}"
+        )
+    return target
+
+
+def run_rows(session: OnnxSession, pad_id: int, rows: list[Row]) -> list[RowOut]:
+    """One forward pass over ``rows``; each output trimmed to that row's own options."""
+    logits, act = session.run(collate(rows, pad_id))
+    return [(logits[i, : len(r.markers)].copy(), act[i].copy()) for i, r in enumerate(rows)]
+
+
+class LayaEngine:
+    """Implements ``cascade.engines.base.Engine`` for one or more Laya checkpoints."""
+
+    def __init__(
+        self,
+        name: str,
+        checkpoints: Mapping[str, Path],
+        *,
+        demo: bool = False,
+        onnx_cache: Path | None = None,
+        intra_op_threads: int | None = None,
+        max_batch_rows: int = 32,
+        max_batch_tokens: int = 16384,
+        max_wait_s: float = 0.002,
+        max_queue_rows: int = 1024,
+        default_checkpoint: str | None = None,
+    ) -> None:
+        self.name = name
+        self.demo = demo
+        self._previewer = Previewer(checkpoints, default=default_checkpoint)
+        self._cache = onnx_cache or cache_root()
+        self._threads = intra_op_threads
+        self._limits = dict(
+            max_batch_items=max_batch_rows,
+            max_batch_cost=max_batch_tokens,
+            max_wait_s=max_wait_s,
+            max_queue=max_queue_rows,
+        )
+        self._batchers: dict[str, MicroBatcher[Row, RowOut]] = {}
+        self._exports: dict[str, Path] = {}
+
+    async def start(self) -> None:
+        """Export (first start only), load a session per checkpoint and warm each one up."""
+        if self.demo:
+            log.warning("laya: DEMO mode, tiny RANDOM checkpoints: answers mean nothing")
+        for name, ckpt in self._previewer.checkpoints.items():
+            export = await asyncio.to_thread(cached_export, ckpt.path, self._cache)
+            if export is None:
+                export = await asyncio.to_thread(export_in_child, ckpt.path, self._cache)
+            session = await asyncio.to_thread(
+                OnnxSession, export / MODEL_FILE, intra_op_threads=self._threads
+            )
+            row = Row(
+                ids=[ckpt.tok.cls_id, ckpt.tok.mask_id, ckpt.tok.sep_id],
+                markers=[1],
+                qtype=2,
+                distinct=1,
+                tokens_per_option=None,
+                state_used=0,
+            )
+            await asyncio.to_thread(run_rows, session, ckpt.tok.pad_id, [row])
+            self._exports[name] = export
+            self._batchers[name] = MicroBatcher(
+                lambda rows, s=session, pad=ckpt.tok.pad_id: run_rows(s, pad, rows),
+                name=f"{self.name}/{name}",
+                cost=lambda r: len(r.ids),
+                sort_key=lambda r: len(r.ids),
+                **self._limits,
+            )
+            log.info("laya: %s ready (%s, %d threads)", name, export, session.threads)
+
+    def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> LayaPreview:
+        return self._previewer.preview(call, checkpoint=checkpoint)
+
+    def _model_name(self, checkpoint: str) -> str:
+        return f"{checkpoint}-demo-random" if self.demo else checkpoint
+
+    async def answer(self, call: EngineCall) -> EngineAnswer:
+        if not self.ready():
+            raise EngineUnavailable(f"{self.name}: not started")
+        plan: Plan = await asyncio.to_thread(self._previewer.plan, call)
+        outputs = await self._batchers[plan.checkpoint].submit(plan.rows)
+        cfg = self._previewer.checkpoints[plan.checkpoint].cfg
+        results = {}
+        for q, row, (logits, act) in zip(plan.questions, plan.rows, outputs, strict=True):
+            p = probabilities(logits, cfg.temperature_for(row.qtype, len(row.markers)), q.order)
+            results[q.qid] = QuestionResult(
+                type=q.type, probabilities=p.tolist(), act_probability=act_probability(act)
+            )
+        dropped = {
+            q.qid: plan.state_tokens - r.state_used
+            for q, r in zip(plan.questions, plan.rows, strict=True)
+        }
+        usage = EngineUsage(
+            input_tokens=sum(len(r.ids) for r in plan.rows),
+            state_tokens=plan.state_tokens,
+            state_tokens_dropped=max(dropped.values(), default=0),
+            truncated_questions=[qid for qid, d in dropped.items() if d > 0],
+            options={
+                q.qid: OptionSpans(
+                    total=len(r.markers),
+                    distinct=r.distinct,
+                    tokens_per_option=r.tokens_per_option or 0,
+                )
+                for q, r in zip(plan.questions, plan.rows, strict=True)
+                if r.collapsed
+            },
+        )
+        return EngineAnswer(model=self._model_name(plan.checkpoint), results=results, usage=usage)
+
+    def ready(self) -> bool:
+        return len(self._batchers) == len(self._previewer.checkpoints)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "engine": "laya-onnx",
+            "demo": self.demo,
+            "ready": self.ready(),
+            "default_checkpoint": self._previewer.default,
+            "checkpoints": {
+                name: {
+                    "path": str(ckpt.path),
+                    "onnx": str(self._exports.get(name, "")),
+                    "queue_depth": b.queue_depth() if (b := self._batchers.get(name)) else 0,
+                    "dropped_rows": b.dropped_rows if b else 0,
+                    "batches": b.batches if b else 0,
+                }
+                for name, ckpt in self._previewer.checkpoints.items()
+            },
+        }
+
+    async def aclose(self) -> None:
+        for batcher in self._batchers.values():
+            await batcher.aclose()
+        self._batchers.clear()

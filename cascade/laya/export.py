@@ -1,0 +1,144 @@
+"""Export a Laya checkpoint to fp32 ONNX, cached by content hash, checked against torch.
+
+``export(ckpt)`` writes ``model.onnx`` + ``model.onnx.data`` (weights as external data) and
+``export.json`` into ``<cache>/<hash[:16]>/`` (or ``out``). Before the directory is published
+(an atomic rename), the ONNX session is compared with the torch reference over a sweep of
+shapes: ``|Δlogits| <= 1e-3`` and ``|Δact_logits| <= 1e-2`` (act logits run to ~1e3), as
+upstream's exporter gates. Needs the ``export`` extra (onnx; torch + transformers for the check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from cascade.laya.checkpoint import content_hash, load_weights
+from cascade.laya.config import LayaConfig, load_config
+
+LOGITS_TOL = 1e-3
+ACT_TOL = 1e-2
+MODEL_FILE = "model.onnx"
+META_FILE = "export.json"
+
+
+class ExportCheckFailed(RuntimeError):
+    """The exported graph disagrees with the torch reference."""
+
+
+def cache_root() -> Path:
+    """``$CASCADE_CACHE/laya-onnx``, else ``~/.cache/cascade/laya-onnx``."""
+    base = os.environ.get("CASCADE_CACHE") or Path.home() / ".cache" / "cascade"
+    return Path(base) / "laya-onnx"
+
+
+def cached_export(ckpt: Path, cache: Path | None = None) -> Path | None:
+    """The directory of a finished export of ``ckpt`` in ``cache``, if there is one."""
+    target = (cache or cache_root()) / content_hash(ckpt)[:16]
+    return target if (target / META_FILE).exists() else None
+
+
+def sample_feeds(cfg: LayaConfig, batch: int, seq: int, markers: int, seed: int) -> dict:
+    """Random but well-formed model inputs: padded rows, markers inside each row."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(max(markers + 1, seq // 2), seq + 1, batch)
+    lengths[0] = seq
+    ids = rng.integers(0, cfg.encoder.vocab, (batch, seq))
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64)
+    counts = rng.integers(1, markers + 1, batch)
+    counts[0] = markers
+    pos = np.zeros((batch, max(2, markers)), np.int64)
+    mmask = np.zeros_like(pos, dtype=bool)
+    for i, (n, length) in enumerate(zip(counts, lengths, strict=True)):
+        pos[i, :n] = np.sort(rng.choice(np.arange(1, length), n, replace=False))
+        mmask[i, :n] = True
+    qtype = rng.integers(0, 3, batch)
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "marker_pos": pos,
+        "marker_mask": mmask,
+        "qtype": qtype,
+    }
+
+
+def self_check(cfg: LayaConfig, weights: dict, model_path: Path) -> dict[str, float]:
+    """Max |Δ| between ONNX Runtime and the torch reference; raises ``ExportCheckFailed``."""
+    import onnxruntime as ort
+
+    from cascade.laya.torch_ref import TorchLaya
+
+    reference = TorchLaya(cfg, weights)
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    worst = {"logits": 0.0, "act_logits": 0.0}
+    seqs = sorted({16, 64, min(cfg.max_len, 256)})
+    for n, (seq, batch, markers) in enumerate(
+        [(s, b, k) for s in seqs for b in (1, 3) for k in (2, 5)]
+    ):
+        feeds = sample_feeds(cfg, batch, seq, min(markers, seq - 1), seed=n)
+        ours = session.run(["logits", "act_logits"], feeds)
+        ref = reference.forward(feeds)
+        for name, a, b in zip(worst, ours, ref, strict=True):
+            worst[name] = max(worst[name], float(np.abs(a - b).max()))
+    if worst["logits"] > LOGITS_TOL or worst["act_logits"] > ACT_TOL:
+        raise ExportCheckFailed(f"ONNX disagrees with torch: {worst}")
+    return worst
+
+
+def export(
+    ckpt: Path,
+    out: Path | None = None,
+    *,
+    cache: Path | None = None,
+    progress: Callable[[str], None] = print,
+) -> Path:
+    """Export ``ckpt`` (self-checked) and return the export directory; reuses a cached one."""
+    import onnx
+
+    from cascade.laya.graph import build_graph
+
+    digest = content_hash(ckpt)
+    target = out or (cache or cache_root()) / digest[:16]
+    if (target / META_FILE).exists() and json.loads((target / META_FILE).read_text())[
+        "content_hash"
+    ] == digest:
+        progress(f"laya export: cached at {target}")
+        return target
+    cfg = load_config(ckpt)
+    progress(f"laya export: loading weights of {ckpt}")
+    weights = load_weights(ckpt, cfg)
+    progress(f"laya export: building the graph ({cfg.encoder.layers} encoder layers)")
+    model = build_graph(cfg, weights)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
+    work.chmod(0o755)
+    try:
+        onnx.save_model(
+            model,
+            str(work / MODEL_FILE),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=MODEL_FILE + ".data",
+            size_threshold=1024,
+        )
+        del model
+        progress("laya export: checking ONNX Runtime against the torch reference")
+        diffs = self_check(cfg, weights, work / MODEL_FILE)
+        progress(
+            f"laya export: max |Δlogits| {diffs['logits']:.2e}, "
+            f"|Δact_logits| {diffs['act_logits']:.2e}"
+        )
+        meta = {"content_hash": digest, "checkpoint": str(ckpt), "self_check": diffs}
+        (work / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        work.rename(target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    progress(f"laya export: wrote {target}")
+    return target
