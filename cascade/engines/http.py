@@ -94,11 +94,13 @@ class _Spans(msgspec.Struct):
 
 
 class _Usage(msgspec.Struct):
+    """Jev's counts plus Laya's extras; a ``null`` extra reads as absent."""
+
     input_tokens: int | float = 0  # tolerated as a float; we report integers
     state_tokens: int | None = None
-    state_tokens_dropped: int = 0
-    truncated_questions: list[str] = msgspec.field(default_factory=list)
-    options: dict[str, _Spans] = msgspec.field(default_factory=dict)
+    state_tokens_dropped: int | None = None
+    truncated_questions: list[str] | None = None
+    options: dict[str, _Spans] | None = None
 
 
 class _Response(msgspec.Struct):
@@ -149,14 +151,14 @@ def _usage(usage: _Usage) -> EngineUsage:
     return EngineUsage(
         input_tokens=round(usage.input_tokens),
         state_tokens=usage.state_tokens,
-        state_tokens_dropped=usage.state_tokens_dropped,
-        truncated_questions=usage.truncated_questions,
+        state_tokens_dropped=usage.state_tokens_dropped or 0,
+        truncated_questions=usage.truncated_questions or [],
         # OptionSpans needs a cap; spans that collapsed without one have nothing to report.
         options={
             qid: OptionSpans(
                 total=s.total, distinct=s.distinct, tokens_per_option=s.tokens_per_option
             )
-            for qid, s in usage.options.items()
+            for qid, s in (usage.options or {}).items()
             if s.tokens_per_option is not None
         },
     )

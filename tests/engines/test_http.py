@@ -179,6 +179,16 @@ def test_list_criteria_are_keyed_by_their_string_labels() -> None:
     assert result.usage.input_tokens == 0
 
 
+def test_null_usage_extras_read_as_absent() -> None:
+    nulls = dict.fromkeys(
+        ["state_tokens", "state_tokens_dropped", "truncated_questions", "options"]
+    )
+    result = run(answer(Recorder(reply(body={**REPLY, "usage": {"input_tokens": 5, **nulls}}))))
+    usage = result.usage
+    assert (usage.input_tokens, usage.state_tokens, usage.state_tokens_dropped) == (5, None, 0)
+    assert (usage.truncated_questions, usage.options) == ([], {})
+
+
 def _with(qid: str, **fields: Any) -> dict[str, Any]:
     return {**REPLY, "answers": {**ANSWERS, qid: {**ANSWERS[qid], **fields}}}
 
