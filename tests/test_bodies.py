@@ -9,6 +9,7 @@ import zlib
 
 import pytest
 import zstandard
+from typesafe_sdk._core.compression import COMPRESSORS
 from typesafe_sdk._core.multipart import Part as SdkPart
 from typesafe_sdk._core.multipart import encode_multipart
 
@@ -41,6 +42,10 @@ def test_each_coding_round_trips(coding: str) -> None:
 @pytest.mark.parametrize("header", [None, "", "identity", " Identity "])
 def test_no_coding_passes_the_body_through(header: str | None) -> None:
     assert decode_content(DATA, header, limit=LIMIT) == DATA
+
+
+def test_what_typesafe_sdk_sends_decodes() -> None:
+    assert decode_content(COMPRESSORS["zstd"](DATA), "zstd", limit=LIMIT) == DATA
 
 
 def test_raw_deflate_is_accepted_as_deflate() -> None:
