@@ -12,7 +12,11 @@ Two wire forms carry images:
   images (Clef-flash) gets them in the order the client declared them.
 
 Every image is opened header-first: format and pixel count are checked before any pixel is
-decoded, so a decompression bomb costs a header read.
+decoded, so a decompression bomb costs a header read. The format is detected from the bytes; an
+asset's ``format`` and a part's content type are not trusted (the SDK labels unknown images
+``application/octet-stream``). Decoding a full 16 MP image to prove it intact takes about 0.1 s,
+so callers on an event loop should run ``collect_images`` in a worker thread when images are
+present.
 """
 
 from __future__ import annotations
