@@ -18,7 +18,8 @@ from cascade.errors import MalformedBody, PayloadTooLarge, UnsupportedMediaType
 
 # A zstd block of 4 compressed bytes (an RLE block) can expand to 128 KiB, the format's worst
 # ratio. zstandard's decompressobj has no output cap of its own, so input goes in slices of
-# ``room // _ZSTD_SLICE_DIVISOR`` bytes: each call then yields about 1/16 of the room left at most.
+# ``room // _ZSTD_SLICE_DIVISOR`` bytes (at least 16): each call then yields at most about
+# room / 16 + 512 KiB, and output stops within that of the limit.
 _ZSTD_SLICE_DIVISOR = 16 * 32 * 1024
 _ZSTD_MIN_SLICE = 16
 _ZSTD_MAX_SLICE = 64 * 1024
