@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -182,7 +183,9 @@ class Gateway:
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - t_merge)
         if cheap_answer is not None and shadow_questions(policy, pre, escalated, call.request_id):
             self._shadow(call, cheap_answer)
-        headers = {"x-cascade-tiers": ",".join(f"{q}={t}" for q, t in tiers.items())}
+        # Tier names and question counts (ids are client text: they stay in the body only).
+        counts = Counter(tiers.values())
+        headers = {"x-cascade-tiers": ",".join(f"{t}={n}" for t, n in counts.items())}
         if self.demo:
             headers["x-cascade-demo"] = "random weights; answers are meaningless"
         return Outcome(response=response, headers=headers, label="degraded" if degraded else "ok")
