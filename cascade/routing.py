@@ -4,6 +4,7 @@ No I/O, no clock, no metrics: ``cascade.gateway`` drives these functions, awaits
 and records what happened. One request flows like this::
 
     preview = preview_call(policy, call, lambda ck: previewer.preview(call, checkpoint=ck))
+    # with previewer = Previewer(checkpoints, default=tier.default_checkpoint)
     pre = pre_route(policy, call, preview)                  # before any tier runs
     cheap = await cheap_engine.answer(split(call, pre.questions)[cheap])   # if it has questions
     escalated = post_route(policy, call, pre, cheap, preview)
@@ -121,24 +122,34 @@ def resolve_model(policy: Policy, model: str) -> Mode:
 
 
 def preview_call(
-    policy: Policy, call: EngineCall, preview: Callable[[str], LayaPreview]
+    policy: Policy, call: EngineCall, preview: Callable[[str | None], LayaPreview]
 ) -> LayaPreview | None:
-    """Preview ``call`` on the cheap tier's default checkpoint, and once more on the
-    multilingual one when the first cannot read the text and the policy allows the switch.
+    """The cheap tier's preview of ``call``, on the checkpoint the policy lets it run.
 
-    ``preview(checkpoint)`` is the tokenizer-only previewer. None when no Laya tier runs first.
+    ``preview(checkpoint)`` is the tokenizer-only previewer (``None``: its own choice from the
+    model alias, task, lang and script, with the tier's ``default_checkpoint`` as default). Text
+    that choice cannot read is previewed again on the multilingual checkpoint when configured
+    and ``route.unreadable = "multilingual"``. With ``"strong"`` the default checkpoint must read
+    it, else the returned preview is unreadable and ``pre_route`` sends the request strong.
+    None when no Laya tier runs first.
     """
     mode = resolve_model(policy, call.model)
     tier = policy.cheap_tier()
+    route = policy.route
     if mode == "strong_only" or not isinstance(tier, LayaTier):
         return None
-    if mode == "cascade" and policy.route.strong is not None and call.images:
+    to_strong = mode == "cascade" and route.strong is not None
+    if to_strong and call.images:
         return None  # everything goes to the strong tier; no token count changes that
-    first = preview(tier.default_checkpoint)
-    switch = mode == "cheap_only" or policy.route.unreadable == "multilingual"
+    first = preview(None)
+    switch = not to_strong or route.unreadable == "multilingual"
     if (not first.readable and switch and first.checkpoint != "multilingual"
             and "multilingual" in tier.checkpoints.named()):
         return preview("multilingual")
+    if not switch and first.checkpoint != tier.default_checkpoint:
+        default = preview(tier.default_checkpoint)
+        if not default.readable:
+            return default
     return first
 
 
