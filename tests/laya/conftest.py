@@ -1,0 +1,100 @@
+"""Tiny checkpoints (both config formats), their ONNX exports, and laya's own Agent on copies."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from cascade.engines.base import EngineCall
+from cascade.engines.onnx import OnnxSession
+from cascade.laya.decode import act_probability, laya_answer, laya_usage, probabilities
+from cascade.laya.export import MODEL_FILE, export
+from cascade.laya.preview import Previewer
+from cascade.laya.rows import collate
+from cascade.laya.tiny import make_tiny
+from cascade.schema import Controls, Question
+
+FORMATS = ("v5", "v4")
+
+
+def to_questions(raw: dict[str, dict[str, Any]]) -> dict[str, Question]:
+    """Wire Structs from plain dicts, as the gateway's decoder would build them."""
+    return msgspec.convert(raw, dict[str, Question])
+
+
+class Ours:
+    """cascade's full Laya path for one checkpoint, returning Laya's answer dict."""
+
+    def __init__(self, ckpt: Path, export_dir: Path) -> None:
+        self.previewer = Previewer({"english": ckpt})
+        self.ckpt = self.previewer.checkpoints["english"]
+        self.session = OnnxSession(export_dir / MODEL_FILE, intra_op_threads=1)
+        self.last_logits: list = []
+
+    def __call__(self, state: Any, questions: dict, **controls: Any) -> dict[str, Any]:
+        call = EngineCall(
+            state=state,
+            questions=to_questions(questions),
+            model="english",
+            controls=Controls(**controls),
+        )
+        plan = self.previewer.plan(call)
+        logits, act = self.session.run(collate(plan.rows, self.ckpt.tok.pad_id))
+        self.last_logits = [logits[i, : len(r.markers)] for i, r in enumerate(plan.rows)]
+        answers = {}
+        for i, (q, row) in enumerate(zip(plan.questions, plan.rows, strict=True)):
+            t = self.ckpt.cfg.temperature_for(row.qtype, len(row.markers))
+            p = probabilities(self.last_logits[i], t, q.order)
+            answers[q.qid] = laya_answer(q, p, act_probability(act[i]))
+        return {
+            "model": "laya-rl-agent",
+            "answers": answers,
+            "usage": laya_usage(plan.questions, plan.rows, plan.state_tokens),
+        }
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("laya-tiny")
+    return {
+        fmt: make_tiny(root / fmt, config_format=fmt, seed=i)  # type: ignore[arg-type]
+        for i, fmt in enumerate(FORMATS)
+    }
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory, tiny_dirs: dict[str, Path]) -> Path:
+    import torch
+
+    torch.set_num_threads(1)
+    cache = tmp_path_factory.mktemp("laya-onnx")
+    for ckpt in tiny_dirs.values():
+        export(ckpt, cache=cache, progress=lambda _: None)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def ours(tiny_dirs: dict[str, Path], onnx_cache: Path) -> dict[str, Ours]:
+    from cascade.laya.export import cached_export
+
+    return {fmt: Ours(ckpt, cached_export(ckpt, onnx_cache)) for fmt, ckpt in tiny_dirs.items()}
+
+
+@pytest.fixture(scope="session")
+def agents(tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """laya 0.4.15's Agent on a COPY of each tiny dir (it rewrites the tokenizer config)."""
+    import torch
+    from laya import Agent
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("laya-agent")
+    agents = {}
+    for fmt, ckpt in tiny_dirs.items():
+        # laya clamps the tiny checkpoint's choice:11+ = 0.1 to 0.5, as cascade does, and says so
+        with pytest.warns(RuntimeWarning, match=r"choice:11\+=0.1 -> 0.5"):
+            agents[fmt] = Agent(str(shutil.copytree(ckpt, root / fmt)), device="cpu")
+    return agents
