@@ -72,7 +72,9 @@ def load(path: Path, device: str = "auto") -> Release:
     """Load a located release on ``device`` ("auto": CUDA when available)."""
     import torch
     from transformers import AutoTokenizer, Qwen3_5ForConditionalGeneration
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a server's or a test's log is no terminal
     dev = pick_device(device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     backbone = Qwen3_5ForConditionalGeneration.from_pretrained(

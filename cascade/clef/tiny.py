@@ -90,14 +90,15 @@ def make_tiny(out: Path, *, seed: int = 0) -> Path:
     """Write a tiny random release into ``out`` (created if missing) and return ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    ids = _write_tokenizer(out)
+    ids = write_tokenizer(out)
     _write_processor(out)
     _write_backbone(out, ids, seed)
     _write_head(out, seed)
     return out
 
 
-def _write_tokenizer(out: Path) -> dict[str, int]:
+def write_tokenizer(out: Path) -> dict[str, int]:
+    """Byte-level BPE with the Qwen special tokens; returns their ids."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -153,6 +154,7 @@ def _write_processor(out: Path) -> None:
 def _write_backbone(out: Path, ids: dict[str, int], seed: int) -> None:
     import torch
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    from transformers.utils import logging as hf_logging
 
     text = {**TEXT, "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]}
     config = Qwen3_5Config(
@@ -164,6 +166,7 @@ def _write_backbone(out: Path, ids: dict[str, int], seed: int) -> None:
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
     )
+    hf_logging.disable_progress_bar()  # a server's or a test's log is no terminal
     torch.manual_seed(seed)
     model = Qwen3_5ForConditionalGeneration(config).float()
     generator = torch.Generator().manual_seed(seed)
