@@ -3,7 +3,7 @@
 No I/O, no clock, no metrics: ``cascade.gateway`` drives these functions, awaits the engines
 and records what happened. One request flows like this::
 
-    preview = preview_call(policy, call, lambda ck: previewer.preview(call, checkpoint=ck))
+    preview = preview_call(policy, call, lambda c, ck: previewer.preview(c, checkpoint=ck))
     # with previewer = Previewer(checkpoints, default=tier.default_checkpoint)
     pre = pre_route(policy, call, preview)                  # before any tier runs
     cheap = await cheap_engine.answer(split(call, pre.questions)[cheap])   # if it has questions
@@ -122,16 +122,18 @@ def resolve_model(policy: Policy, model: str) -> Mode:
 
 
 def preview_call(
-    policy: Policy, call: EngineCall, preview: Callable[[str | None], LayaPreview]
+    policy: Policy, call: EngineCall, preview: Callable[[EngineCall, str | None], LayaPreview]
 ) -> LayaPreview | None:
     """The cheap tier's preview of ``call``, on the checkpoint the policy lets it run.
 
-    ``preview(checkpoint)`` is the tokenizer-only previewer (``None``: its own choice from the
-    model alias, task, lang and script, with the tier's ``default_checkpoint`` as default). Text
-    that choice cannot read is previewed again on the multilingual checkpoint when configured
-    and ``route.unreadable = "multilingual"``. With ``"strong"`` the default checkpoint must read
-    it, else the returned preview is unreadable and ``pre_route`` sends the request strong.
-    None when no Laya tier runs first.
+    ``preview(call, checkpoint)`` is the tokenizer-only previewer (checkpoint ``None``: its own
+    choice from the model alias, task, lang and script, with the tier's ``default_checkpoint``
+    as default). Questions the policy sends strong whatever their tokens (type rules, too many
+    options) are left out, so Laya's head budget never refuses a question Clef will answer. Text
+    the chosen checkpoint cannot read is previewed again on the multilingual checkpoint when
+    configured and ``route.unreadable = "multilingual"``; with ``"strong"`` the default
+    checkpoint must read it, else the returned preview is unreadable and ``pre_route`` sends the
+    request strong. None when no Laya tier runs first or nothing would run there.
     """
     mode = resolve_model(policy, call.model)
     tier = policy.cheap_tier()
@@ -139,15 +141,20 @@ def preview_call(
     if mode == "strong_only" or not isinstance(tier, LayaTier):
         return None
     to_strong = mode == "cascade" and route.strong is not None
-    if to_strong and call.images:
-        return None  # everything goes to the strong tier; no token count changes that
-    first = preview(None)
+    if to_strong:
+        if call.images:
+            return None  # everything goes to the strong tier; no token count changes that
+        keep = {q: v for q, v in call.questions.items() if _static_reason(policy, v) is None}
+        if not keep or (route.escalate == "request" and len(keep) < len(call.questions)):
+            return None
+        call = msgspec.structs.replace(call, questions=keep)
+    first = preview(call, None)
     switch = not to_strong or route.unreadable == "multilingual"
     if (not first.readable and switch and first.checkpoint != "multilingual"
             and "multilingual" in tier.checkpoints.named()):
-        return preview("multilingual")
+        return preview(call, "multilingual")
     if not switch and first.checkpoint != tier.default_checkpoint:
-        default = preview(tier.default_checkpoint)
+        default = preview(call, tier.default_checkpoint)
         if not default.readable:
             return default
     return first
@@ -188,15 +195,24 @@ def pre_route(policy: Policy, call: EngineCall, preview: LayaPreview | None) -> 
 
 
 def _pre_reason(policy: Policy, question: Question, row: RowPreview | None) -> str | None:
-    route, th = policy.route, policy.thresholds
+    th = policy.thresholds
+    static = _static_reason(policy, question)
+    if static is not None or row is None:
+        return static
+    if th.truncated and row.state_tokens_dropped > 0:
+        return "state_too_long"
+    if th.collapsed and row.collapsed:
+        return "options_collapsed"
+    return None
+
+
+def _static_reason(policy: Policy, question: Question) -> str | None:
+    """Rules on the question alone, before any token is counted."""
+    route = policy.route
     if question.type in route.strong_types:
         return "type_rule"
     if question.type == "choice" and n_options(question) > route.max_choice_options:
         return "too_many_options"
-    if row is not None and th.truncated and row.state_tokens_dropped > 0:
-        return "state_too_long"
-    if row is not None and th.collapsed and row.collapsed:
-        return "options_collapsed"
     return None
 
 

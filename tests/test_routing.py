@@ -206,7 +206,7 @@ def test_one_tier_policies() -> None:
 def fake_previewer(readable: dict[str | None, bool], chosen: str = "english"):
     asked: list[str | None] = []
 
-    def run(checkpoint: str | None) -> LayaPreview:
+    def run(c: EngineCall, checkpoint: str | None) -> LayaPreview:
         asked.append(checkpoint)
         return preview(checkpoint=checkpoint or chosen, readable=readable[checkpoint])
 
@@ -250,9 +250,20 @@ def test_real_previewer_on_a_tiny_checkpoint(tmp_path: Path) -> None:
     khmer = msgspec.structs.replace(call(), state="សួស្តី ខ្ញុំចង់បានប្រាក់វិញ")
     decided = {}
     for name, c in (("short", short), ("long", long), ("khmer", khmer)):
-        pv = preview_call(english_only, c, lambda ck, c=c: previewer.preview(c, checkpoint=ck))
+        pv = preview_call(english_only, c, lambda c, ck: previewer.preview(c, checkpoint=ck))
         decided[name] = {r.reason for r in pre_route(english_only, c, pv).questions.values()}
     assert decided == {"short": {None}, "long": {"state_too_long"}, "khmer": {"script"}}
+    # 77 options overflow the tiny head budget: Laya would refuse the whole call, so questions
+    # the policy sends strong anyway are left out of the preview
+    wide = {**QUESTIONS, "intent": ChoiceQuestion(criteria=[f"label {i}" for i in range(77)])}
+    c = call(questions=wide)
+    with pytest.raises(ValidationFailed, match="option markers fit"):
+        previewer.preview(c)
+    pv = preview_call(english_only, c, lambda c, ck: previewer.preview(c, checkpoint=ck))
+    assert pv is not None and set(pv.rows) == {"urgent", "mood"}
+    assert routes(pre_route(english_only, c, pv))["intent"] == ("clef", "too_many_options")
+    whole = with_(english_only, escalate="request")
+    assert preview_call(whole, c, lambda c, ck: previewer.preview(c, checkpoint=ck)) is None
 
 
 # ---------------------------------------------------------------- post-rules
