@@ -123,7 +123,7 @@ def route_command(args: argparse.Namespace) -> int:
                 policy, call, lambda c, ck: previewer.preview(c, checkpoint=ck))
             pre = pre_route(policy, call, preview)
         except (ClientError, msgspec.ValidationError) as exc:
-            split.refused[getattr(exc, "error_type", "invalid_request")] += 1
+            split.refused[getattr(exc, "error_type", "invalid_request_error")] += 1
             _source(split, source)["refused"] += 1
             print(f"{args.requests}:{lineno}: refused: {exc}", file=sys.stderr)
             continue
