@@ -37,7 +37,15 @@ from cascade.errors import (
     status_of,
 )
 from cascade.gateway import Gateway
-from cascade.schema import BatchResponse, ErrorBody, ErrorDetail, ModelList, TotalUsage, encoder
+from cascade.schema import (
+    LIMITS,
+    BatchResponse,
+    ErrorBody,
+    ErrorDetail,
+    ModelList,
+    TotalUsage,
+    encoder,
+)
 from cascade.settings import Settings
 
 log = logging.getLogger("cascade")
@@ -74,7 +82,7 @@ async def read_request(request: Request, settings: Settings) -> tuple[bytes, dic
     content_type = request.headers.get("content-type", JSON)
     media = content_type.split(";", 1)[0].strip().lower()
     if media.startswith("multipart/form-data"):
-        return split_multipart(body, content_type, limit_parts=16)
+        return split_multipart(body, content_type, limit_parts=LIMITS.max_images)
     if media in ("", JSON, "text/json") or media.endswith("+json"):
         return body, {}
     raise UnsupportedMediaType(
@@ -303,6 +311,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
         },
         openapi_config=OpenAPIConfig(title="cascade", version=__version__, path="/docs"),
         request_max_body_size=None,
+        logging_config=None,  # the process configures logging (cascade.serve_cli)
         debug=False,
     )
     app.state.settings = settings

@@ -188,7 +188,7 @@ class OptionSpans(Base, kw_only=True):
 
     total: int
     distinct: int
-    tokens_per_option: int
+    tokens_per_option: int | None = None
 
 
 class Usage(Base, kw_only=True):

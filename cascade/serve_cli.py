@@ -68,6 +68,7 @@ def _serve(settings_overrides: dict[str, Any], log_level: str | None) -> int:
     settings = from_env(**settings_overrides)
     level = (log_level or settings.log_level).upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=level.lower(),
                 workers=1, lifespan="on")
