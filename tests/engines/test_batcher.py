@@ -1,0 +1,141 @@
+"""MicroBatcher with plain functions: batch formation, max wait, error fan-out, cancel, overload."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from cascade.engines.batcher import MicroBatcher
+from cascade.errors import EngineFailed, Overloaded
+
+pytestmark = pytest.mark.anyio
+
+
+class Recorder:
+    """A run_batch that records each batch and its thread; optionally blocks or fails."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.batches: list[list[int]] = []
+        self.threads: set[int] = set()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = fail
+
+    def __call__(self, items: list[int]) -> list[int]:
+        self.gate.wait(5)
+        self.batches.append(list(items))
+        self.threads.add(threading.get_ident())
+        if self.fail is not None:
+            raise self.fail
+        return [i * 10 for i in items]
+
+
+async def test_concurrent_requests_share_a_batch_off_the_loop() -> None:
+    run = Recorder()
+    b = MicroBatcher(run, name="t", max_batch_items=16, max_batch_cost=10**6, max_wait_s=0.05)
+    out = await asyncio.gather(b.submit([1, 2]), b.submit([3]), b.submit([4, 5, 6]))
+    assert out == [[10, 20], [30], [40, 50, 60]]
+    assert sorted(run.batches[0]) == [1, 2, 3, 4, 5, 6]  # one forward pass for all three
+    assert threading.get_ident() not in run.threads and len(run.threads) == 1
+    await b.aclose()
+
+
+async def test_limits_split_batches_and_sort_groups_by_length() -> None:
+    run = Recorder()
+    seen: list[tuple[int, int]] = []
+    b = MicroBatcher(
+        run,
+        name="t",
+        max_batch_items=3,
+        max_batch_cost=10**6,
+        max_wait_s=0.05,
+        sort_key=lambda i: i,
+        cost=lambda i: i,
+        on_batch=lambda n, cost, _s: seen.append((n, cost)),
+    )
+    out = await b.submit([1, 100, 2, 101, 3, 102])
+    assert out == [10, 1000, 20, 1010, 30, 1020]
+    assert sorted(map(sorted, run.batches)) == [[1, 2, 3], [100, 101, 102]]
+    assert seen == [(3, 9), (3, 306)]  # cost = rows x widest row
+    await b.aclose()
+
+
+async def test_padded_cost_limit() -> None:
+    run = Recorder()
+    b = MicroBatcher(
+        run, name="t", max_batch_items=100, max_batch_cost=20, cost=lambda i: i, max_wait_s=0.01
+    )
+    await b.submit([5, 5, 5, 5, 5, 9])
+    assert all(len(x) * max(x) <= 20 or len(x) == 1 for x in run.batches)
+    assert sum(map(len, run.batches)) == 6
+    await b.aclose()
+
+
+async def test_max_wait_bounds_latency_of_a_lone_request() -> None:
+    b = MicroBatcher(
+        Recorder(), name="t", max_batch_items=64, max_batch_cost=10**6, max_wait_s=0.02
+    )
+    started = time.perf_counter()
+    assert await b.submit([7]) == [70]
+    elapsed = time.perf_counter() - started
+    assert 0.015 <= elapsed < 0.5
+    await b.aclose()
+
+
+async def test_an_exception_reaches_every_caller_in_the_batch() -> None:
+    b = MicroBatcher(
+        Recorder(fail=RuntimeError("boom")),
+        name="t",
+        max_batch_items=8,
+        max_batch_cost=10**6,
+        max_wait_s=0.05,
+    )
+    results = await asyncio.gather(b.submit([1]), b.submit([2, 3]), return_exceptions=True)
+    assert [str(r) for r in results] == ["boom", "boom"]
+    await b.aclose()
+
+
+async def test_wrong_output_count_is_an_engine_failure() -> None:
+    b = MicroBatcher(lambda items: items[:-1], name="t", max_batch_items=8, max_batch_cost=99)
+    with pytest.raises(EngineFailed, match="1 outputs for 2 rows"):
+        await b.submit([1, 2])
+    await b.aclose()
+
+
+async def test_cancelled_callers_rows_are_dropped_before_batching() -> None:
+    run = Recorder()
+    run.gate.clear()  # hold the worker inside the first batch
+    b = MicroBatcher(run, name="t", max_batch_items=1, max_batch_cost=10**6, max_wait_s=0)
+    first = asyncio.create_task(b.submit([1]))
+    await asyncio.sleep(0.05)
+    doomed = asyncio.create_task(b.submit([2, 3]))
+    await asyncio.sleep(0.01)
+    assert b.queue_depth() == 2
+    doomed.cancel()
+    await asyncio.sleep(0.01)
+    assert b.queue_depth() == 0 and b.dropped_rows == 2
+    run.gate.set()
+    assert await first == [10]
+    assert run.batches == [[1]]
+    await b.aclose()
+
+
+async def test_full_queue_answers_overloaded_at_once() -> None:
+    run = Recorder()
+    run.gate.clear()
+    b = MicroBatcher(
+        run, name="t", max_batch_items=1, max_batch_cost=10**6, max_wait_s=0, max_queue=2
+    )
+    busy = asyncio.create_task(b.submit([1]))
+    await asyncio.sleep(0.05)
+    waiting = asyncio.create_task(b.submit([2, 3]))
+    await asyncio.sleep(0.01)
+    with pytest.raises(Overloaded) as info:
+        await b.submit([4])
+    assert info.value.retry_after >= 1.0
+    run.gate.set()
+    assert await busy == [10] and await waiting == [20, 30]
+    await b.aclose()
