@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tomllib
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,7 +41,8 @@ class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 
 class Checkpoints(_Strict):
-    """Laya checkpoints by name: a local path (``/``, ``./``, ``../`` or ``~``) or a hub id."""
+    """Laya checkpoints by name: a local path (``/``, ``./``, ``../`` or ``~``; relative to the
+    policy file) or a hub id such as ``convaiinnovations/laya/multilingual``."""
 
     english: str | None = None
     multilingual: str | None = None
@@ -55,6 +56,11 @@ class Checkpoints(_Strict):
             ("typed-decisions", self.typed_decisions),
         ]
         return {name: ref for name, ref in pairs if ref is not None}
+
+    @classmethod
+    def of(cls, named: Mapping[str, str | Path]) -> Checkpoints:
+        """The inverse of ``named``: checkpoints from policy names to references."""
+        return cls(**{name.replace("-", "_"): str(ref) for name, ref in named.items()})
 
 
 class _Tier(_Strict, kw_only=True, tag_field="kind"):
@@ -75,7 +81,7 @@ class LayaTier(_Tier, kw_only=True, tag="laya"):
 class ClefTier(_Tier, kw_only=True, tag="clef"):
     """Clef-flash in process on torch."""
 
-    release: str = "Cloudflare/clef-flash"  # hub id or local path
+    release: str = "Cloudflare/clef-flash"  # hub id, or a local path as in Checkpoints
     max_length: int = 16384  # tokens, media included
     overlong: Literal["reject", "truncate"] = "reject"
     device: str = "cuda"
@@ -453,7 +459,10 @@ def check_text(text: str) -> tuple[Policy | None, list[Finding]]:
     found = list(_shape(data, Policy, ()))
     if found:
         return None, found
-    policy = msgspec.convert(data, Policy)
+    try:
+        policy = msgspec.convert(data, Policy)
+    except msgspec.ValidationError as exc:  # a constraint _shape does not model
+        return None, [_err((), str(exc))]
     found = validate(policy)
     if any(f.severity == "error" for f in found):
         return None, found
@@ -469,14 +478,38 @@ def format_finding(filename: str, text: str, finding: Finding) -> str:
 
 
 def load_policy(path: str | Path) -> Policy:
-    """Read, decode and validate ``path``. Raises ``PolicyError`` listing every error."""
+    """Read, decode and validate ``path``. Raises ``PolicyError`` listing every error.
+
+    Relative local paths of checkpoints and releases come back absolute, anchored at the
+    policy file's directory, so a policy means the same from any working directory.
+    """
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     policy, found = check_text(text)
     if policy is None:
         raise PolicyError([format_finding(str(path), text, f) for f in found
                            if f.severity == "error"])
-    return policy
+    return _anchored(policy, path.parent.resolve())
+
+
+def _anchored(policy: Policy, base: Path) -> Policy:
+    def local(ref: str) -> str:
+        if ref.startswith("~"):
+            return str(Path(ref).expanduser())
+        if ref.startswith(("./", "../")):
+            return str((base / ref).resolve())
+        return ref
+
+    tiers: dict[str, Tier] = {}
+    for name, tier in policy.tiers.items():
+        if isinstance(tier, LayaTier):
+            named = {ck: local(ref) for ck, ref in tier.checkpoints.named().items()}
+            tiers[name] = msgspec.structs.replace(tier, checkpoints=Checkpoints.of(named))
+        elif isinstance(tier, ClefTier):
+            tiers[name] = msgspec.structs.replace(tier, release=local(tier.release))
+        else:
+            tiers[name] = tier
+    return msgspec.structs.replace(policy, tiers=tiers)
 
 
 def _toml_error_line(message: str) -> int | None:

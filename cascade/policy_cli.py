@@ -107,7 +107,11 @@ def route_command(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         print(exc, file=sys.stderr)
         return 1
-    policy, checkpoints = _checkpoints(policy, args.policy, args.laya)
+    try:
+        policy, checkpoints = _checkpoints(policy, args.laya)
+    except ValueError as exc:  # CheckpointError: not a checkpoint, or not in the local cache
+        print(f"{args.policy}: error: {exc}; pass --laya DIR", file=sys.stderr)
+        return 1
     from cascade.laya.preview import Previewer
 
     tier = policy.cheap_tier()
@@ -152,12 +156,11 @@ def _call(row: dict[str, Any]) -> EngineCall:
                       request_id=str(row.get("id", "")))
 
 
-def _checkpoints(policy: Policy, policy_path: Path, laya: Path | None
-                 ) -> tuple[Policy, dict[str, Path]]:
+def _checkpoints(policy: Policy, laya: Path | None) -> tuple[Policy, dict[str, Path]]:
     """The cheap tier's checkpoints as local paths, and the policy narrowed to those found.
 
-    ``--laya DIR`` replaces the policy's references with a bundle's layout. Otherwise a local
-    reference is taken relative to the policy file and a hub id is resolved from the local cache.
+    ``--laya DIR`` replaces the policy's references with a bundle's layout. Otherwise each
+    reference is resolved locally (``load_policy`` already anchored relative paths).
     """
     name = policy.route.cheap
     tier = policy.tiers[name] if name else None
@@ -167,20 +170,19 @@ def _checkpoints(policy: Policy, policy_path: Path, laya: Path | None
         found: dict[str, Path] = {"english": laya}
         found |= {name: laya / sub for name, sub in SUBDIRS.items() if (laya / sub).is_dir()}
     else:
-        found = {name: _resolve(ref, policy_path.parent)
-                 for name, ref in tier.checkpoints.named().items()}
-    narrowed = Checkpoints(**{ck.replace("-", "_"): str(p) for ck, p in found.items()})
+        found = {name: _resolve(ref) for name, ref in tier.checkpoints.named().items()}
+    narrowed = Checkpoints.of(found)
     default = tier.default_checkpoint if tier.default_checkpoint in found else "english"
     cheap = msgspec.structs.replace(tier, checkpoints=narrowed, default_checkpoint=default)
     return msgspec.structs.replace(policy, tiers={**policy.tiers, name: cheap}), found
 
 
-def _resolve(ref: str, base: Path) -> Path:
-    if ref.startswith(("/", "./", "../", "~")):
-        return (base / Path(ref).expanduser()).resolve()
+def _resolve(ref: str) -> Path:
+    """A checkpoint directory: a local path, or a hub id already in the local cache (a dry run
+    downloads nothing; pass ``--laya DIR`` otherwise)."""
     from cascade.laya.hub import resolve_checkpoint
 
-    return resolve_checkpoint(ref)
+    return resolve_checkpoint(ref, offline=True)
 
 
 def _source(split: Split, source: str) -> dict[str, int]:

@@ -227,3 +227,21 @@ h = 1
     assert lines[("a", "b", "after")] == 10
     assert ("a", "b", "z") not in lines and ("a", "b", "x") not in lines
     assert lines[("tables", "h")] == 15
+
+
+def test_load_policy_anchors_relative_paths_at_the_policy_file(tmp_path: Path) -> None:
+    path = tmp_path / "conf" / "p.toml"
+    path.parent.mkdir()
+    path.write_text(GOOD.replace('{ english = "./en" }',
+                                 '{ english = "../models/en", multilingual = "convaiinnovations/'
+                                 'laya/multilingual", typed-decisions = "~/td" }')
+                    .replace('kind = "clef"', 'kind = "clef"\nrelease = "./clef"'))
+    policy = load_policy(path)
+    laya, clef = policy.tiers["laya"], policy.tiers["clef"]
+    assert isinstance(laya, LayaTier) and isinstance(clef, ClefTier)
+    assert laya.checkpoints.named() == {
+        "english": str(tmp_path.resolve() / "models" / "en"),
+        "multilingual": "convaiinnovations/laya/multilingual",
+        "typed-decisions": str(Path("~/td").expanduser()),
+    }
+    assert clef.release == str(tmp_path.resolve() / "conf" / "clef")

@@ -113,3 +113,15 @@ def test_route_prints_tables_and_honours_an_english_only_bundle(
     assert table.startswith("5 requests, 6 questions (pre-routing only")
     assert "  script                           1    16.7" in table
     assert "  b                         3         4       1       3      75.0        0" in table
+
+
+def test_route_without_local_checkpoints_says_what_to_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    policy = tmp_path / "p.toml"
+    policy.write_text(TWO_TIER.replace('"./tiny"', '"convaiinnovations/laya"'))
+    path = requests(tmp_path / "requests.jsonl")
+    assert main(["route", str(path), "--policy", str(policy)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{policy}: error: ") and err.rstrip().endswith("pass --laya DIR")
