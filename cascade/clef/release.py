@@ -38,23 +38,28 @@ class Release:
     dtype: Any  # the backbone's torch dtype
 
 
-def locate(release: str | Path, *, allow_download: bool = False) -> Path:
-    """A local directory as is, or the hub cache snapshot of a repo id (offline by default)."""
+def locate(release: str | Path, *, allow_download: bool = False,
+           cache_dir: Path | None = None) -> Path:
+    """A local directory as is, or the hub cache snapshot of a repo id (offline by default).
+
+    ``cache_dir`` overrides the hub cache (default: huggingface_hub's, ``HF_HUB_CACHE``).
+    """
     path = Path(release).expanduser()
     if not path.is_dir():
-        path = _from_hub(str(release), allow_download)
+        path = _from_hub(str(release), allow_download, cache_dir)
     missing = [name for name in REQUIRED if not (path / name).is_file()]
     if missing:
         raise ReleaseError(f"{path} is not a Clef release: missing {', '.join(missing)}")
     return path
 
 
-def _from_hub(repo_id: str, allow_download: bool) -> Path:
+def _from_hub(repo_id: str, allow_download: bool, cache_dir: Path | None) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, local_files_only=not allow_download))
+        return Path(snapshot_download(repo_id, local_files_only=not allow_download,
+                                      cache_dir=cache_dir))
     except (LocalEntryNotFoundError, HFValidationError, OSError) as exc:
         where = "on the hub" if allow_download else "in the local hub cache (offline)"
         raise ReleaseError(f"Clef release {repo_id!r} is not a directory nor {where}") from exc
