@@ -2,8 +2,7 @@
 
 A policy fraction of cheap-final requests is mirrored to the strong tier off the response path
 (``shadow_questions`` decides which, deterministically per request key); ``compare`` then
-measures, per question, how far the two tiers agree (``agreement`` adds the labels and the TVD,
-``compare_answers`` does every question of two answers):
+measures, for every question of the two answers (``agreement`` for one), how far the tiers agree:
 
 - choice: top-1 agreement (1.0 when both pick the same option, first maximum wins, else 0.0);
 - noul: |Δp| on P(true);
@@ -56,12 +55,7 @@ def agreement(cheap: QuestionResult, strong: QuestionResult) -> Agreement:
     return Agreement(qtype, option_band(len(p)), METRIC[qtype], value, tvd)
 
 
-def compare(cheap: QuestionResult, strong: QuestionResult) -> float:
-    """The agreement value alone: choice top-1 (1.0 / 0.0), noul |Δp|, score |Δ| in levels."""
-    return agreement(cheap, strong).value
-
-
-def compare_answers(cheap: EngineAnswer, strong: EngineAnswer) -> dict[str, Agreement]:
+def compare(cheap: EngineAnswer, strong: EngineAnswer) -> dict[str, Agreement]:
     """Agreement for every question both answers hold, in the cheap answer's order."""
     return {
         qid: agreement(result, strong.results[qid])

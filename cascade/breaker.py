@@ -3,7 +3,7 @@
 Time is injected (``now``, seconds on any monotonic clock), so the breaker is pure state and
 tests need no sleeping. It is not thread-safe: use one per tier from the event loop.
 
-``allow(now)`` before a call, ``record(ok, now)`` after it. States::
+``allow(now)`` before a call, ``record(now, ok)`` after it. States::
 
     closed ──(>= min_calls in window_s, failures/calls >= failure_ratio)──> open
     open ──(cooldown_s elapsed)──> half_open
@@ -59,7 +59,7 @@ class CircuitBreaker:
         self._probes.append(now)
         return True
 
-    def record(self, ok: bool, now: float) -> None:
+    def record(self, now: float, ok: bool) -> None:
         """The outcome of a call that ``allow`` let through."""
         state = self.state(now)
         if state == "closed":

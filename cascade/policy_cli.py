@@ -123,8 +123,7 @@ def route_command(args: argparse.Namespace) -> int:
         source = str(row.get("source", "-"))
         try:
             call = _call(row)
-            preview = None if previewer is None else preview_call(
-                policy, call, lambda c, ck: previewer.preview(c, checkpoint=ck))
+            preview = None if previewer is None else preview_call(policy, call, previewer)
             pre = pre_route(policy, call, preview)
         except (ClientError, msgspec.ValidationError) as exc:
             split.refused[getattr(exc, "error_type", "invalid_request_error")] += 1

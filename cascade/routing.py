@@ -3,8 +3,7 @@
 No I/O, no clock, no metrics: ``cascade.gateway`` drives these functions, awaits the engines
 and records what happened. One request flows like this::
 
-    preview = preview_call(policy, call, lambda c, ck: previewer.preview(c, checkpoint=ck))
-    # with previewer = Previewer(checkpoints, default=tier.default_checkpoint)
+    preview = preview_call(policy, call, previewer)  # a Previewer, default=default_checkpoint
     pre = pre_route(policy, call, preview)                  # before any tier runs
     cheap = await cheap_engine.answer(split(call, pre.questions)[cheap])   # if it has questions
     escalated = post_route(policy, call, pre, cheap, preview)
@@ -16,7 +15,7 @@ Running the cheap tier first and then one strong call for everything the strong 
 answer (pre-routed and escalated together) pays for the state's tokens on the strong tier once.
 When the strong tier is down, ``fallback`` says which questions the cheap tier answers
 (marked degraded) or raises ``EngineUnavailable`` when only the strong tier can serve one.
-Feed the breaker with ``breaker.record(ok, now)`` around every strong call.
+Feed each tier's breaker with ``breaker.record(now, ok)`` after every call it allowed.
 
 Reason codes (bounded, usable as metric labels): pre-routing ``images``, ``state_too_long``,
 ``too_many_options``, ``script``, ``type_rule``, ``model_alias``; post-rules ``low_confidence``,
@@ -25,8 +24,8 @@ Reason codes (bounded, usable as metric labels): pre-routing ``images``, ``state
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import msgspec
 
@@ -121,14 +120,17 @@ def resolve_model(policy: Policy, model: str) -> Mode:
 # ---------------------------------------------------------------- pre-routing
 
 
-def preview_call(
-    policy: Policy, call: EngineCall, preview: Callable[[EngineCall, str | None], LayaPreview]
-) -> LayaPreview | None:
-    """The cheap tier's preview of ``call``, on the checkpoint the policy lets it run.
+class Previews(Protocol):
+    """What ``preview_call`` needs: ``cascade.laya.preview.Previewer`` (or an engine holding
+    one). ``checkpoint=None`` is its own choice from the model alias, task, lang and script,
+    with the tier's ``default_checkpoint`` as its default."""
 
-    ``preview(call, checkpoint)`` is the tokenizer-only previewer (checkpoint ``None``: its own
-    choice from the model alias, task, lang and script, with the tier's ``default_checkpoint``
-    as default). Questions the policy sends strong whatever their tokens (type rules, too many
+    def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> LayaPreview: ...
+
+
+def preview_call(policy: Policy, call: EngineCall, previewer: Previews) -> LayaPreview | None:
+    """The cheap tier's tokenizer-only preview of ``call``, on the checkpoint the policy lets it
+    run. Questions the policy sends strong whatever their tokens (type rules, too many
     options) are left out, so Laya's head budget never refuses a question Clef will answer. Text
     the chosen checkpoint cannot read is previewed again on the multilingual checkpoint when
     configured and ``route.unreadable = "multilingual"``; with ``"strong"`` the default
@@ -148,13 +150,13 @@ def preview_call(
         if not keep or (route.escalate == "request" and len(keep) < len(call.questions)):
             return None
         call = msgspec.structs.replace(call, questions=keep)
-    first = preview(call, None)
+    first = previewer.preview(call)
     switch = not to_strong or route.unreadable == "multilingual"
     if (not first.readable and switch and first.checkpoint != "multilingual"
             and "multilingual" in tier.checkpoints.named()):
-        return preview(call, "multilingual")
+        return previewer.preview(call, checkpoint="multilingual")
     if not switch and first.checkpoint != tier.default_checkpoint:
-        default = preview(call, tier.default_checkpoint)
+        default = previewer.preview(call, checkpoint=tier.default_checkpoint)
         if not default.readable:
             return default
     return first

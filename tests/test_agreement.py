@@ -5,13 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from cascade.agreement import (
-    agreement,
-    compare,
-    compare_answers,
-    shadow_questions,
-    shadow_sampled,
-)
+from cascade.agreement import agreement, compare, shadow_questions, shadow_sampled
 from cascade.engines.base import EngineAnswer, EngineUsage, QuestionResult
 from cascade.policy import ClefTier, LayaTier, Policy, Route, Shadow
 from cascade.routing import PreRoute, QuestionRoute
@@ -32,7 +26,7 @@ def test_choice_top1_agreement() -> None:
     differ = agreement(result("choice", [0.6, 0.4]), result("choice", [0.3, 0.7]))
     assert (differ.value, differ.band) == (0.0, "2")
     # ties: the first maximum wins, as in Laya's decoding
-    assert compare(result("choice", [0.5, 0.5]), result("choice", [0.6, 0.4])) == 1.0
+    assert agreement(result("choice", [0.5, 0.5]), result("choice", [0.6, 0.4])).value == 1.0
 
 
 def test_noul_abs_delta_p() -> None:
@@ -48,7 +42,7 @@ def test_score_abs_delta_of_expected_level() -> None:
     got = agreement(cheap, strong)
     assert got.metric == "abs_dscore" and got.band == "3-5"
     assert got.value == pytest.approx(1.3)
-    assert compare(strong, strong) == 0.0
+    assert agreement(strong, strong).value == 0.0
 
 
 def test_mismatched_shapes_are_refused() -> None:
@@ -58,13 +52,13 @@ def test_mismatched_shapes_are_refused() -> None:
         agreement(result("noul", [0.5, 0.5]), result("choice", [0.5, 0.5]))
 
 
-def test_compare_answers_covers_shared_questions() -> None:
+def test_compare_covers_the_questions_both_answers_hold() -> None:
     usage = EngineUsage(input_tokens=1)
     cheap = EngineAnswer(model="laya", usage=usage, results={
         "a": result("noul", [0.9, 0.1]), "b": result("choice", [0.1, 0.9]),
     })
     strong = EngineAnswer(model="clef", usage=usage, results={"b": result("choice", [0.2, 0.8])})
-    got = compare_answers(cheap, strong)
+    got = compare(cheap, strong)
     assert list(got) == ["b"] and got["b"].value == 1.0
 
 

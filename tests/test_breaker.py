@@ -16,7 +16,7 @@ def feed(breaker: CircuitBreaker, outcomes: str, start: float = 0.0, step: float
     now = start
     for mark in outcomes:
         assert breaker.allow(now)
-        breaker.record(mark == "o", now)
+        breaker.record(now, mark == "o")
         now += step
     return now - step
 
@@ -60,7 +60,7 @@ def test_half_open_lets_one_probe_through_and_closes_on_success() -> None:
     now = feed(breaker, "xxxx") + 5.0
     assert breaker.allow(now)
     assert not breaker.allow(now)  # the single probe is out
-    breaker.record(True, now + 0.2)
+    breaker.record(now + 0.2, True)
     assert breaker.state(now + 0.2) == "closed"
     assert breaker.failure_ratio(now + 0.2) == 0.0  # the window starts afresh
     assert breaker.allow(now + 0.3)
@@ -70,7 +70,7 @@ def test_a_failed_probe_reopens_with_a_fresh_cooldown() -> None:
     breaker = CircuitBreaker(CONFIG)
     now = feed(breaker, "xxxx") + 6.0
     assert breaker.allow(now)
-    breaker.record(False, now + 1.0)
+    breaker.record(now + 1.0, False)
     assert breaker.state(now + 1.0) == "open"
     assert breaker.retry_after(now + 1.0) == pytest.approx(5.0)
     assert not breaker.allow(now + 5.9)
@@ -83,10 +83,10 @@ def test_several_probes_must_all_succeed() -> None:
     now = feed(breaker, "xx") + 1.0
     assert breaker.allow(now) and breaker.allow(now)
     assert not breaker.allow(now)
-    breaker.record(True, now)
+    breaker.record(now, True)
     assert breaker.state(now) == "half_open"
     assert breaker.allow(now)  # one probe slot freed
-    breaker.record(True, now)
+    breaker.record(now, True)
     assert breaker.state(now) == "closed"
 
 
@@ -101,9 +101,9 @@ def test_a_lost_probe_is_forgotten_after_the_cooldown() -> None:
 def test_outcomes_of_calls_admitted_before_opening_are_ignored() -> None:
     breaker = CircuitBreaker(CONFIG)
     now = feed(breaker, "xxxx")
-    breaker.record(True, now + 0.1)  # a slow call that started while closed
+    breaker.record(now + 0.1, True)  # a slow call that started while closed
     assert breaker.state(now + 0.1) == "open"
     # ... and once half-open, a late report does not count as a probe either
-    breaker.record(True, now + 5.5)
+    breaker.record(now + 5.5, True)
     assert breaker.state(now + 5.5) == "half_open"
     assert breaker.allow(now + 5.5)

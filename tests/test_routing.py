@@ -203,41 +203,45 @@ def test_one_tier_policies() -> None:
 # ---------------------------------------------------------------- previews
 
 
-def fake_previewer(readable: dict[str | None, bool], chosen: str = "english"):
-    asked: list[str | None] = []
+class FakePreviewer:
+    """Answers with ``readable[checkpoint]``; ``None`` stands for its own choice, ``chosen``."""
 
-    def run(c: EngineCall, checkpoint: str | None) -> LayaPreview:
-        asked.append(checkpoint)
-        return preview(checkpoint=checkpoint or chosen, readable=readable[checkpoint])
+    def __init__(self, readable: dict[str | None, bool], chosen: str = "english") -> None:
+        self.readable, self.chosen = readable, chosen
+        self.asked: list[str | None] = []
 
-    return run, asked
+    def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> LayaPreview:
+        self.asked.append(checkpoint)
+        return preview(checkpoint=checkpoint or self.chosen, readable=self.readable[checkpoint])
 
 
 def test_preview_call_switches_to_multilingual_for_unreadable_text() -> None:
-    run, asked = fake_previewer({None: False, "multilingual": True})
-    got = preview_call(POLICY, call(), run)
-    assert got is not None and got.checkpoint == "multilingual" and asked == [None, "multilingual"]
+    fake = FakePreviewer({None: False, "multilingual": True})
+    got = preview_call(POLICY, call(), fake)
+    assert got is not None and got.checkpoint == "multilingual"
+    assert fake.asked == [None, "multilingual"]
 
 
 def test_preview_call_keeps_readable_text_and_skips_when_pointless() -> None:
-    run, asked = fake_previewer({None: True})
-    got = preview_call(POLICY, call(), run)
-    assert got is not None and got.checkpoint == "english" and asked == [None]
-    assert preview_call(POLICY, call("clef-flash"), run) is None
-    assert preview_call(POLICY, call(images=[IMAGE]), run) is None
-    assert preview_call(Policy.single_tier("up", UpstreamTier(urls=["http://x"])), call(),
-                        run) is None
+    fake = FakePreviewer({None: True})
+    got = preview_call(POLICY, call(), fake)
+    assert got is not None and got.checkpoint == "english" and fake.asked == [None]
+    assert preview_call(POLICY, call("clef-flash"), fake) is None
+    assert preview_call(POLICY, call(images=[IMAGE]), fake) is None
+    upstream = Policy.single_tier("up", UpstreamTier(urls=["http://x"]))
+    assert preview_call(upstream, call(), fake) is None
+    assert fake.asked == [None]
 
 
 def test_preview_call_with_unreadable_strong_checks_the_default_checkpoint() -> None:
     policy = with_(unreadable="strong")
-    run, asked = fake_previewer({None: True, "english": False}, chosen="multilingual")
-    got = preview_call(policy, call(), run)
-    assert got is not None and not got.readable and asked == [None, "english"]
+    fake = FakePreviewer({None: True, "english": False}, chosen="multilingual")
+    got = preview_call(policy, call(), fake)
+    assert got is not None and not got.readable and fake.asked == [None, "english"]
     assert routes(pre_route(policy, call(), got)) == {q: ("clef", "script") for q in QUESTIONS}
     # cheap_only still switches: the client asked for the cheap tier
-    run, asked = fake_previewer({None: False, "multilingual": True})
-    assert preview_call(policy, call("laya"), run).checkpoint == "multilingual"  # type: ignore[union-attr]
+    got = preview_call(policy, call("laya"), FakePreviewer({None: False, "multilingual": True}))
+    assert got is not None and got.checkpoint == "multilingual"
 
 
 def test_real_previewer_on_a_tiny_checkpoint(tmp_path: Path) -> None:
@@ -250,7 +254,7 @@ def test_real_previewer_on_a_tiny_checkpoint(tmp_path: Path) -> None:
     khmer = msgspec.structs.replace(call(), state="សួស្តី ខ្ញុំចង់បានប្រាក់វិញ")
     decided = {}
     for name, c in (("short", short), ("long", long), ("khmer", khmer)):
-        pv = preview_call(english_only, c, lambda c, ck: previewer.preview(c, checkpoint=ck))
+        pv = preview_call(english_only, c, previewer)
         decided[name] = {r.reason for r in pre_route(english_only, c, pv).questions.values()}
     assert decided == {"short": {None}, "long": {"state_too_long"}, "khmer": {"script"}}
     # 77 options overflow the tiny head budget: Laya would refuse the whole call, so questions
@@ -259,11 +263,11 @@ def test_real_previewer_on_a_tiny_checkpoint(tmp_path: Path) -> None:
     c = call(questions=wide)
     with pytest.raises(ValidationFailed, match="option markers fit"):
         previewer.preview(c)
-    pv = preview_call(english_only, c, lambda c, ck: previewer.preview(c, checkpoint=ck))
+    pv = preview_call(english_only, c, previewer)
     assert pv is not None and set(pv.rows) == {"urgent", "mood"}
     assert routes(pre_route(english_only, c, pv))["intent"] == ("clef", "too_many_options")
     whole = with_(english_only, escalate="request")
-    assert preview_call(whole, c, lambda c, ck: previewer.preview(c, checkpoint=ck)) is None
+    assert preview_call(whole, c, previewer) is None
 
 
 # ---------------------------------------------------------------- post-rules
