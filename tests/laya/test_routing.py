@@ -69,7 +69,7 @@ def test_previewer_chooses_and_previews(tiny_dirs: dict[str, Path]) -> None:
 
 
 def test_preview_rows(tiny_dirs: dict[str, Path]) -> None:
-    preview = Previewer({"english": tiny_dirs["v5"]}).preview(make_call("late " * 100, max_len=200))
+    preview = Previewer({"english": tiny_dirs["v5"]}).preview(make_call("late " * 300))
     q, c = preview.rows["q"], preview.rows["c"]
     assert q.n_options == 2 and c.n_options == 30
     assert q.state_tokens == c.state_tokens and q.state_tokens_dropped < c.state_tokens_dropped
