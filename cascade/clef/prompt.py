@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cascade.errors import TokensExceeded
+from cascade.errors import TokensExceeded, ValidationFailed
 from cascade.schema import ChoiceQuestion, NoulQuestion, Question
 
 SYSTEM_PROMPT = (
@@ -168,6 +168,8 @@ class PromptEncoder:
             ids += next(tokens)
             start = len(ids)
             ids += next(tokens)
+            if len(ids) == start:  # the head averages this span: it must hold a token
+                raise ValidationFailed.at(["questions", qid], "question id must not be empty")
             question_span = (start, len(ids))
             ids += self._fixed["\nALLOWED OPTIONS:\n"]
             option_spans = []

@@ -114,7 +114,7 @@ class ClefRunner:
                 return [outcome for job in jobs for outcome in self._run_guarded([job])]
             return [MemoryBudgetExceeded(
                 f"a {jobs[0].length}-token Clef request ran out of device memory")]
-        except RuntimeError as exc:
+        except (RuntimeError, ValueError) as exc:
             return [EngineFailed(f"Clef forward failed: {exc}")] * len(jobs)
 
     def forward(self, jobs: Sequence[Job]) -> list[Probabilities]:

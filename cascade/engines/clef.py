@@ -14,6 +14,7 @@ Errors: ``TokensExceeded`` (over-long in reject mode, or a schema that cannot fi
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,9 +78,11 @@ class ClefEngine:
             make_tiny(path)
         loaded = rel.load(rel.locate(self.release), self.device)
         tokenizer = loaded.tokenizer
+        lock = threading.Lock()  # transformers' tokenizer wrapper is not safe across threads
 
         def tokenize_batch(texts: list[str]) -> list[list[int]]:
-            return tokenizer(texts, add_special_tokens=False).input_ids
+            with lock:
+                return tokenizer(texts, add_special_tokens=False).input_ids
 
         encoder = PromptEncoder(tokenize_batch, max_length=self.max_length,
                                 overlong=self.overlong)
