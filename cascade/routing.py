@@ -49,7 +49,7 @@ class QuestionRoute(msgspec.Struct, frozen=True):
     """The tier that answers (or first answers) a question; ``reason`` says why not the cheap."""
 
     tier: str
-    reason: str | None = None
+    reason: Reason | None = None
 
 
 class PreRoute(msgspec.Struct, frozen=True):
@@ -69,7 +69,7 @@ class Fallback(msgspec.Struct, frozen=True):
 
     cheap_questions: list[str]
     cheap_checkpoint: str | None
-    degraded: dict[str, str]
+    degraded: dict[str, Reason]
 
 
 # ---------------------------------------------------------------- small facts
@@ -196,7 +196,7 @@ def pre_route(policy: Policy, call: EngineCall, preview: LayaPreview | None) -> 
     return PreRoute(mode, checkpoint if any_cheap else None, questions)
 
 
-def _pre_reason(policy: Policy, question: Question, row: RowPreview | None) -> str | None:
+def _pre_reason(policy: Policy, question: Question, row: RowPreview | None) -> Reason | None:
     th = policy.thresholds
     static = _static_reason(policy, question)
     if static is not None or row is None:
@@ -208,7 +208,7 @@ def _pre_reason(policy: Policy, question: Question, row: RowPreview | None) -> s
     return None
 
 
-def _static_reason(policy: Policy, question: Question) -> str | None:
+def _static_reason(policy: Policy, question: Question) -> Reason | None:
     """Rules on the question alone, before any token is counted."""
     route = policy.route
     if question.type in route.strong_types:
@@ -226,7 +226,7 @@ def _checkpoint(policy: Policy, preview: LayaPreview | None) -> str | None:
 
 
 def _all(mode: Mode, checkpoint: str | None, qids: list[str], tier: str,
-         reason: str | None) -> PreRoute:
+         reason: Reason | None) -> PreRoute:
     return PreRoute(mode, checkpoint, {q: QuestionRoute(tier, reason) for q in qids})
 
 
@@ -250,7 +250,7 @@ def _text_only(policy: Policy, call: EngineCall) -> None:
 def post_route(
     policy: Policy, call: EngineCall, pre: PreRoute, cheap: EngineAnswer,
     preview: LayaPreview | None,
-) -> dict[str, str]:
+) -> dict[str, Reason]:
     """Which cheap answers escalate, ``{question id: reason}`` (empty: all are final).
 
     Signals, in order: truncation and option collapse (the cheap tier's usage, or the preview
@@ -264,7 +264,7 @@ def post_route(
         return {}
     cheap_qids = [q for q, r in pre.questions.items() if r.tier == route.cheap]
     rows = preview.rows if preview is not None else {}
-    out: dict[str, str] = {}
+    out: dict[str, Reason] = {}
     for qid in cheap_qids:
         result = cheap.results.get(qid)
         if result is None:
@@ -278,7 +278,7 @@ def post_route(
 
 
 def _post_reason(policy: Policy, qid: str, result: QuestionResult, cheap: EngineAnswer,
-                 row: RowPreview | None) -> str | None:
+                 row: RowPreview | None) -> Reason | None:
     th, usage = policy.thresholds, cheap.usage
     truncated = qid in usage.truncated_questions or (row is not None and
                                                      row.state_tokens_dropped > 0)
