@@ -1,0 +1,12 @@
+"""Clef-flash, cascade's GPU tier: Cloudflare's Qwen3.5 backbone with a joint schema head.
+
+- ``release``: locate (local path or hub cache, offline), load and verify a release.
+- ``prompt``: the reference's piecewise prompt, exact spans, the over-long policy.
+- ``media``: images through the release's image processor (no torchvision needed).
+- ``head`` + ``layout``: our joint schema head, batched over right-padded rows.
+- ``runner``: the synchronous batch runner the engine's micro-batcher drives.
+- ``tiny``, ``bench``, ``cli``: test releases, the benchmark, the commands.
+
+The engine itself is ``cascade.engines.clef.ClefEngine``. Nothing here imports torch at
+module level except ``head`` and ``layout``.
+"""

@@ -53,10 +53,12 @@ class ClefRunner:
         width = release.head.memory_projection.out_features
         dtype_bytes = 2 if release.dtype.itemsize == 2 else 4
         # Live activations per token during one layer of the prefill (hidden stream, norms,
-        # MLP gate/up, GDN projections and chunk states) plus the fp32 head's memory rows.
+        # MLP gate/up, GDN projections), the fp32 working copies of the chunked delta rule
+        # (torch fallback), and the fp32 head's normed states and memory rows.
+        values = text.linear_num_value_heads * text.linear_value_head_dim
         self._per_token = (dtype_bytes * (8 * text.hidden_size + 3 * text.intermediate_size
-                                          + 3 * linear + 64 * text.linear_num_value_heads)
-                           + 4 * (3 * text.hidden_size + 4 * width))
+                                          + 3 * linear)
+                           + 4 * 8 * values + 4 * (3 * text.hidden_size + 4 * width))
         self._mask_bytes = dtype_bytes  # the full-attention layers' [B, 1, L, L] padding mask
 
     def estimate_bytes(self, rows: int, length: int) -> int:

@@ -137,5 +137,6 @@ def test_not_started_and_demo(tmp_path):
 
 def test_modules_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; "
-            "import cascade.engines.clef, cascade.clef.cli, cascade.clef.prompt")
+            "import cascade.engines.clef, cascade.clef.cli, cascade.clef.runner, "
+            "cascade.clef.bench, cascade.clef.media")
     subprocess.run([sys.executable, "-c", code], check=True)
