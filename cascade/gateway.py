@@ -211,7 +211,10 @@ class Gateway:
         plan = fallback(self.policy, pre, routes, retry_after_s=retry)
         assert self.cheap_name is not None
         if plan.cheap_questions:
-            extra = self._cheap_call(subcall(call, plan.cheap_questions), pre)
+            extra = msgspec.structs.replace(
+                subcall(call, plan.cheap_questions), images=[],
+                model=plan.cheap_checkpoint or call.model,
+            )
             answer = await self._call(self.cheap_name, extra, timings)
             usages.append((self.cheap_name, answer.usage))
             base = answers.get(self.cheap_name)
