@@ -35,6 +35,8 @@ FLASH_VISION = {
 }
 FLASH_HEAD = {"hidden_size": 4096, "width": 1024, "routing_layers": 2, "layers": 4, "heads": 16,
               "feedforward": 4096}
+# Random-weight shapes: (text config, vision config, head config).
+SHAPES = {"9b": (FLASH_TEXT, FLASH_VISION, FLASH_HEAD)}
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team should handle this?",
              "criteria": {"billing": "Payments and refunds", "technical": "Bugs and outages",
@@ -56,7 +58,7 @@ def build(shape: str, release: Path | None, device: str, workdir: Path) -> tuple
     if shape == "tiny":
         ours = rel.load(rel.locate(release or make_tiny(workdir / "tiny")), device)
     else:
-        ours = _random_flash(workdir, rel.pick_device(device))
+        ours = _random_bf16(workdir, rel.pick_device(device), *SHAPES[shape])
     jsm = _reference_module()
     head = jsm.JointSchemaHead(**rel.head_config(ours.path))
     head.load_state_dict(ours.head.state_dict(), strict=True)
@@ -66,7 +68,9 @@ def build(shape: str, release: Path | None, device: str, workdir: Path) -> tuple
     return ours, model
 
 
-def _random_flash(workdir: Path, device: Any) -> Any:
+def _random_bf16(workdir: Path, device: Any, text: dict[str, Any], vision: dict[str, Any],
+                 head_config: dict[str, int]) -> Any:
+    """A Release with random bf16 backbone weights built on ``device`` (no files but configs)."""
     import torch
     from transformers import AutoTokenizer, Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
@@ -75,17 +79,17 @@ def _random_flash(workdir: Path, device: Any) -> Any:
     from cascade.clef.tiny import write_tokenizer
 
     ids = write_tokenizer(workdir)
-    (workdir / "joint_head_config.json").write_text(json.dumps(FLASH_HEAD))
+    (workdir / "joint_head_config.json").write_text(json.dumps(head_config))
     config = Qwen3_5Config(
-        text_config={**FLASH_TEXT, "eos_token_id": ids["<|im_end|>"],
+        text_config={**text, "eos_token_id": ids["<|im_end|>"],
                      "pad_token_id": ids["<|endoftext|>"]},
-        vision_config=FLASH_VISION, tie_word_embeddings=False,
+        vision_config=vision, tie_word_embeddings=False,
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
     )
     with torch.device(device):
         backbone = Qwen3_5ForConditionalGeneration._from_config(config, dtype=torch.bfloat16)
-        head = JointSchemaHead(**FLASH_HEAD)
+        head = JointSchemaHead(**head_config)
     with torch.no_grad():  # trained-like scales, so the logits are not degenerate
         head.prior_logit_scale.fill_(2.3)
         head.joint_logit_scale.fill_(2.3)

@@ -113,3 +113,30 @@ def test_bench_cli_on_the_cpu(tiny_release, tmp_path, capsys):
 def test_bench_cli_refuses_the_9b_shape_without_cuda(capsys):
     assert main(["bench", "clef", "--shape", "9b", "--device", "cpu"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_bench_random_bf16_path_runs_with_a_mini_shape(monkeypatch):
+    """The 9b code path (random bf16 weights built in place), at the tiny geometry on CPU."""
+    from cascade.clef import bench, tiny
+
+    text = {**tiny.TEXT, "rope_parameters": bench.FLASH_TEXT["rope_parameters"]}
+    monkeypatch.setitem(bench.SHAPES, "mini", (text, tiny.VISION, tiny.HEAD))
+    result = bench.run("mini", device="cpu", tokens=(64,), repeats=1, concurrency=2,
+                       requests=2)
+    assert result["dtype"] == "bfloat16"
+    assert result["latency"][0]["ours"]["p50_ms"] > 0
+    assert "throughput, 2 concurrent" in bench.table(result)
+
+
+def test_flash_geometry_has_the_published_size():
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from cascade.clef import bench
+    from cascade.clef.head import JointSchemaHead
+
+    config = Qwen3_5Config(text_config=bench.FLASH_TEXT, vision_config=bench.FLASH_VISION)
+    with torch.device("meta"):
+        backbone = Qwen3_5ForConditionalGeneration(config)
+        head = JointSchemaHead(**bench.FLASH_HEAD)
+    assert sum(p.numel() for p in head.parameters()) == 121_762_820
+    assert 9.0e9 < sum(p.numel() for p in backbone.parameters()) < 9.8e9
