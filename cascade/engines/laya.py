@@ -79,7 +79,7 @@ class LayaEngine:
     ) -> None:
         self.name = name
         self.demo = demo
-        self._previewer = Previewer(checkpoints, default=default_checkpoint)
+        self.previewer = Previewer(checkpoints, default=default_checkpoint)
         self._cache = onnx_cache or cache_root()
         self._threads = intra_op_threads
         self._limits = dict(
@@ -95,7 +95,7 @@ class LayaEngine:
         """Export (first start only), load a session per checkpoint and warm each one up."""
         if self.demo:
             log.warning("laya: DEMO mode, tiny RANDOM checkpoints: answers mean nothing")
-        for name, ckpt in self._previewer.checkpoints.items():
+        for name, ckpt in self.previewer.checkpoints.items():
             export = await asyncio.to_thread(cached_export, ckpt.path, self._cache)
             if export is None:
                 export = await asyncio.to_thread(export_in_child, ckpt.path, self._cache)
@@ -122,7 +122,7 @@ class LayaEngine:
             log.info("laya: %s ready (%s, %d threads)", name, export, session.threads)
 
     def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> LayaPreview:
-        return self._previewer.preview(call, checkpoint=checkpoint)
+        return self.previewer.preview(call, checkpoint=checkpoint)
 
     def _model_name(self, checkpoint: str) -> str:
         return f"{checkpoint}-demo-random" if self.demo else checkpoint
@@ -130,9 +130,9 @@ class LayaEngine:
     async def answer(self, call: EngineCall) -> EngineAnswer:
         if not self.ready():
             raise EngineUnavailable(f"{self.name}: not started")
-        plan: Plan = await asyncio.to_thread(self._previewer.plan, call)
+        plan: Plan = await asyncio.to_thread(self.previewer.plan, call)
         outputs = await self._batchers[plan.checkpoint].submit(plan.rows)
-        cfg = self._previewer.checkpoints[plan.checkpoint].cfg
+        cfg = self.previewer.checkpoints[plan.checkpoint].cfg
         results = {}
         for q, row, (logits, act) in zip(plan.questions, plan.rows, outputs, strict=True):
             p = probabilities(logits, cfg.temperature_for(row.qtype, len(row.markers)), q.order)
@@ -161,14 +161,14 @@ class LayaEngine:
         return EngineAnswer(model=self._model_name(plan.checkpoint), results=results, usage=usage)
 
     def ready(self) -> bool:
-        return len(self._batchers) == len(self._previewer.checkpoints)
+        return len(self._batchers) == len(self.previewer.checkpoints)
 
     def health(self) -> dict[str, Any]:
         return {
             "engine": "laya-onnx",
             "demo": self.demo,
             "ready": self.ready(),
-            "default_checkpoint": self._previewer.default,
+            "default_checkpoint": self.previewer.default,
             "checkpoints": {
                 name: {
                     "path": str(ckpt.path),
@@ -177,7 +177,7 @@ class LayaEngine:
                     "dropped_rows": b.dropped_rows if b else 0,
                     "batches": b.batches if b else 0,
                 }
-                for name, ckpt in self._previewer.checkpoints.items()
+                for name, ckpt in self.previewer.checkpoints.items()
             },
         }
 

@@ -59,22 +59,28 @@ def _tokenizer() -> Tokenizer:
     return tok
 
 
-def _encoder_config(vocab: int, fmt: Literal["v4", "v5"]) -> dict:
+TINY_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 2,
+    "local_attention": 8,
+}
+
+
+def _encoder_config(vocab: int, fmt: Literal["v4", "v5"], shape: dict) -> dict:
+    layers = shape["num_hidden_layers"]
     cfg = {
         "model_type": "modernbert",
         "architectures": ["ModernBertModel"],
         "vocab_size": vocab,
-        "hidden_size": 64,
-        "intermediate_size": 96,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 2,
+        **shape,
         "hidden_activation": "gelu",
         "max_position_embeddings": 8192,
         "norm_eps": 1e-5,
         "norm_bias": False,
         "attention_bias": False,
         "mlp_bias": False,
-        "local_attention": 8,
         "pad_token_id": 3,
         "cls_token_id": 1,
         "sep_token_id": 2,
@@ -82,7 +88,9 @@ def _encoder_config(vocab: int, fmt: Literal["v4", "v5"]) -> dict:
         "eos_token_id": 2,
     }
     if fmt == "v5":
-        cfg["layer_types"] = ["full_attention", "sliding_attention", "sliding_attention"]
+        cfg["layer_types"] = [
+            "full_attention" if i % 3 == 0 else "sliding_attention" for i in range(layers)
+        ]
         cfg["rope_parameters"] = {
             "full_attention": {"rope_type": "default", "rope_theta": 40000.0},
             "sliding_attention": {"rope_type": "default", "rope_theta": 2500.0},
@@ -133,6 +141,23 @@ def _weights(ckpt: Path, seed: int) -> dict[str, np.ndarray]:
 
 def make_tiny(out: Path, *, config_format: Literal["v4", "v5"] = "v5", seed: int = 0) -> Path:
     """Write a tiny random checkpoint to ``out`` (created if needed) and return ``out``."""
+    return write_random(out, config_format=config_format, seed=seed)
+
+
+def write_random(
+    out: Path,
+    *,
+    shape: dict | None = None,
+    vocab: int | None = None,
+    agent: dict | None = None,
+    config_format: Literal["v4", "v5"] = "v5",
+    seed: int = 0,
+) -> Path:
+    """A random checkpoint of any ModernBERT ``shape`` (the benchmark uses base and large).
+
+    ``vocab`` widens the embedding past the tiny tokenizer's; ``agent`` overrides
+    ``rl_agent_config.json`` keys (e.g. the English budgets ``max_len`` 512, ``head_max_len`` 192).
+    """
     out = Path(out)
     (out / "tokenizer").mkdir(parents=True, exist_ok=True)
     (out / "encoder").mkdir(exist_ok=True)
@@ -148,8 +173,9 @@ def make_tiny(out: Path, *, config_format: Literal["v4", "v5"] = "v5", seed: int
     }
     _write(out / "tokenizer" / "tokenizer_config.json", tok_config)
     _write(out / "tokenizer" / "special_tokens_map.json", specials)
-    _write(out / "encoder" / "config.json", _encoder_config(tok.get_vocab_size(), config_format))
-    _write(out / "rl_agent_config.json", _AGENT_CONFIG)
+    encoder = _encoder_config(vocab or tok.get_vocab_size(), config_format, shape or TINY_SHAPE)
+    _write(out / "encoder" / "config.json", encoder)
+    _write(out / "rl_agent_config.json", _AGENT_CONFIG | (agent or {}))
     save_file(_weights(out, seed), str(out / "model.safetensors"))
     return out
 
