@@ -194,7 +194,7 @@ class Gateway:
         cheap = self.engines.get(self.cheap_name or "")
         if cheap is None or not hasattr(cheap, "preview"):
             return None
-        return preview_call(self.policy, call, lambda ck: cheap.preview(call, checkpoint=ck))
+        return preview_call(self.policy, call, cheap)
 
     @staticmethod
     def _cheap_call(call: EngineCall, pre: PreRoute) -> EngineCall:
