@@ -180,13 +180,5 @@ def write_random(
     return out
 
 
-def make_demo_set(root: Path, *, seed: int = 0) -> dict[str, Path]:
-    """Tiny ``english`` and ``multilingual`` checkpoints under ``root`` for ``serve --demo``."""
-    return {
-        name: make_tiny(Path(root) / name, seed=seed + i)
-        for i, name in enumerate(("english", "multilingual"))
-    }
-
-
 def _write(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
