@@ -42,7 +42,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     demo_dir: str = ".cache/demo"
     # Confidence profile of responses: "laya" (default, Laya extras) or "jev" (exact Jev shape).
     profile: Literal["laya", "jev"] = "laya"
-    # Bearer keys; empty means auth off (any Authorization header is then accepted).
+    # Bearer keys; empty means auth off (any Authorization header is then accepted). The file
+    # holds one key per line; lines starting with # are comments.
     api_keys: tuple[str, ...] = ()
     api_keys_file: str | None = None
     # Admission: requests in flight before new ones get 503 + Retry-After.
@@ -62,7 +63,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         keys = [k for k in self.api_keys if k]
         if self.api_keys_file:
             text = Path(self.api_keys_file).read_text()
-            keys += [line.strip() for line in text.splitlines() if line.strip()]
+            lines = (line.strip() for line in text.splitlines())
+            keys += [line for line in lines if line and not line.startswith("#")]
         return frozenset(Secret(k) for k in keys)
 
 
