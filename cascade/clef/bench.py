@@ -143,16 +143,16 @@ def run(shape: str = "tiny", *, release: Path | None = None, device: str = "auto
     import msgspec
     import torch
 
-    from cascade.clef.prompt import PromptEncoder
+    from cascade.clef.prompt import PromptEncoder, locked_tokenize
     from cascade.clef.runner import ClefRunner, Job
     from cascade.schema import Question
 
     with tempfile.TemporaryDirectory() as tmp:
         ours, model = build(shape, release, device, Path(tmp))
     tok, dev = ours.tokenizer, ours.device
+    weights_gib = _peak_gib(dev)  # nothing has run yet: the build peak, about the weights
     limit = max(tokens) + 4096
-    encoder = PromptEncoder(lambda texts: tok(texts, add_special_tokens=False).input_ids,
-                            max_length=limit)
+    encoder = PromptEncoder(locked_tokenize(tok), max_length=limit)
     runner = ClefRunner(ours, max_batch_tokens=concurrency * limit)
     questions = msgspec.convert(QUESTIONS, dict[str, Question])
     processor = _TextProcessor(tok)
@@ -191,7 +191,7 @@ def run(shape: str = "tiny", *, release: Path | None = None, device: str = "auto
     return {
         "shape": shape, "device": str(dev), "dtype": str(ours.dtype).removeprefix("torch."),
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
-        "latency": rows,
+        "weights_gib": weights_gib, "latency": rows,
         "throughput": {"concurrency": concurrency, "requests": requests,
                        "target_tokens": tokens[0], "ours_rps": round(ours_rps, 2),
                        "reference_rps": round(reference_rps, 2),
@@ -245,7 +245,8 @@ def _peak_gib(device: Any) -> float | None:
 def table(result: dict[str, Any]) -> str:
     """The human-readable report (the JSON carries the same numbers)."""
     lines = [f"Clef bench: shape={result['shape']} device={result['device']} "
-             f"({result['gpu'] or 'cpu'}) dtype={result['dtype']}, random weights",
+             f"({result['gpu'] or 'cpu'}) dtype={result['dtype']}, random weights "
+             f"({result['weights_gib']} GiB after load)",
              f"{'state':>7} {'input':>7} {'ours p50':>9} {'ours p95':>9} {'ref p50':>9} "
              f"{'ref p95':>9} {'speedup':>8} {'peak GiB':>9}"]
     for row in result["latency"]:

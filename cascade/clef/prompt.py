@@ -15,6 +15,7 @@ A schema that does not fit even with an empty state is always refused.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,6 +38,18 @@ NOUL_DEFAULTS = {
 
 Overlong = Literal["reject", "truncate"]
 TokenizeBatch = Callable[[list[str]], list[list[int]]]
+
+
+def locked_tokenize(tokenizer: Any) -> TokenizeBatch:
+    """``tokenize_batch`` over a transformers tokenizer, serialized: its wrapper mutates the
+    Rust tokenizer per call, so concurrent calls from helper threads can fail."""
+    lock = threading.Lock()
+
+    def tokenize_batch(texts: list[str]) -> list[list[int]]:
+        with lock:
+            return tokenizer(texts, add_special_tokens=False).input_ids
+
+    return tokenize_batch
 
 
 def render(value: Any) -> str:

@@ -14,7 +14,6 @@ Errors: ``TokensExceeded`` (over-long in reject mode, or a schema that cannot fi
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,7 +67,7 @@ class ClefEngine:
     def _load(self) -> _Loaded:
         from cascade.clef import release as rel
         from cascade.clef.media import ImageEncoder
-        from cascade.clef.prompt import PromptEncoder
+        from cascade.clef.prompt import PromptEncoder, locked_tokenize
         from cascade.clef.runner import ClefRunner, Job
         from cascade.clef.tiny import make_tiny
         from cascade.schema import NoulQuestion
@@ -78,11 +77,7 @@ class ClefEngine:
             make_tiny(path)
         loaded = rel.load(rel.locate(self.release), self.device)
         tokenizer = loaded.tokenizer
-        lock = threading.Lock()  # transformers' tokenizer wrapper is not safe across threads
-
-        def tokenize_batch(texts: list[str]) -> list[list[int]]:
-            with lock:
-                return tokenizer(texts, add_special_tokens=False).input_ids
+        tokenize_batch = locked_tokenize(tokenizer)
 
         encoder = PromptEncoder(tokenize_batch, max_length=self.max_length,
                                 overlong=self.overlong)
