@@ -56,7 +56,7 @@ def build(shape: str, release: Path | None, device: str, workdir: Path) -> tuple
     from cascade.clef.tiny import make_tiny
 
     if shape == "tiny":
-        ours = rel.load(rel.locate(release or make_tiny(workdir / "tiny")), device)
+        ours = rel.load(rel.resolve_release(release or make_tiny(workdir / "tiny")), device)
     else:
         ours = _random_bf16(workdir, rel.pick_device(device), *SHAPES[shape])
     jsm = _reference_module()

@@ -2,10 +2,10 @@
 
 A release directory holds Qwen3.5 shards loadable by ``Qwen3_5ForConditionalGeneration``,
 ``joint_head.safetensors`` + ``joint_head_config.json``, and the tokenizer and processor
-configs. ``locate`` accepts a local directory or a hub id already in the hub cache; it never
-touches the network unless ``allow_download`` is set. Loading is bf16 on CUDA and fp32 on the
-CPU for the backbone; the head always runs in fp32 (cheap next to the backbone, and it keeps
-the span means and cosine scores of long prompts out of bf16 rounding).
+configs. ``resolve_release`` accepts a local directory or a hub id already in the hub cache;
+it never touches the network unless ``allow_download`` is set. Loading is bf16 on CUDA and
+fp32 on the CPU for the backbone; the head always runs in fp32 (cheap next to the backbone,
+and it keeps the span means and cosine scores of long prompts out of bf16 rounding).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Release:
     dtype: Any  # the backbone's torch dtype
 
 
-def locate(release: str | Path, *, allow_download: bool = False,
+def resolve_release(release: str | Path, *, allow_download: bool = False,
            cache_dir: Path | None = None) -> Path:
     """A local directory as is, or the hub cache snapshot of a repo id (offline by default).
 

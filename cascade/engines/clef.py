@@ -75,7 +75,7 @@ class ClefEngine:
         path = Path(self.release)
         if self.demo and not (path / "config.json").exists():
             make_tiny(path)
-        loaded = rel.load(rel.locate(self.release), self.device)
+        loaded = rel.load(rel.resolve_release(self.release), self.device)
         tokenizer = loaded.tokenizer
         tokenize_batch = locked_tokenize(tokenizer)
 

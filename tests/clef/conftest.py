@@ -84,4 +84,4 @@ def reference(tiny_release: Path) -> Any:
 def loaded(tiny_release: Path) -> Any:
     from cascade.clef import release
 
-    return release.load(release.locate(tiny_release), device="cpu")
+    return release.load(release.resolve_release(tiny_release), device="cpu")

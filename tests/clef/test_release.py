@@ -25,7 +25,7 @@ def test_locate_refuses_incomplete_directories(tiny_release, tmp_path):
     broken = copy_release(tiny_release, tmp_path / "broken")
     (broken / "joint_head.safetensors").unlink()
     with pytest.raises(ReleaseError, match="missing joint_head.safetensors"):
-        release.locate(broken)
+        release.resolve_release(broken)
 
 
 def test_locate_never_downloads(monkeypatch, tmp_path):
@@ -34,7 +34,7 @@ def test_locate_never_downloads(monkeypatch, tmp_path):
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
     with pytest.raises(ReleaseError, match="local hub cache"):
-        release.locate("Cloudflare/clef-flash", cache_dir=tmp_path / "hub")
+        release.resolve_release("Cloudflare/clef-flash", cache_dir=tmp_path / "hub")
 
 
 def test_locate_finds_a_hub_cache_snapshot(tiny_release, tmp_path):
@@ -42,7 +42,7 @@ def test_locate_finds_a_hub_cache_snapshot(tiny_release, tmp_path):
     copy_release(tiny_release, snapshot)
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("a" * 40)
-    assert release.locate("Cloudflare/clef-flash", cache_dir=tmp_path / "hub") == snapshot
+    assert release.resolve_release("Cloudflare/clef-flash", cache_dir=tmp_path / "hub") == snapshot
 
 
 @pytest.mark.parametrize(("edit", "message"), [
