@@ -131,33 +131,79 @@ def _encoder(
     return _norm(g, x, w, "encoder.final_norm", e.norm_eps)
 
 
-def _head(g: _Builder, cfg: LayaConfig, w: dict[str, np.ndarray], h: str, key_add: str) -> str:
-    d = cfg.encoder.hidden
-    heads = max(1, d // 64)
+def _split_heads(g: _Builder, x: str, heads: int, dim: int) -> str:
+    x = g.op("Reshape", x, g.const(np.array([0, 0, heads, dim], np.int64)))
+    return g.op("Transpose", x, perm=[0, 2, 1, 3])  # [B, H, L, dim]
+
+
+def _head_layer(
+    g: _Builder,
+    w: dict[str, np.ndarray],
+    p: str,
+    h: str,
+    key_add: str,
+    heads: int,
+    read: str | None,
+) -> str:
+    """One norm-first ``nn.TransformerEncoderLayer`` (ReLU FFN of width 4d).
+
+    With ``read`` ([B, R, 1] positions), only those positions are computed as queries and
+    returned ([B, R, d]); keys and values still cover the whole row. The last head layer needs
+    no more: only the CLS and marker positions are read after it.
+    """
+    a = _norm(g, h, w, p + "norm1", 1e-5, bias=True)
+    d = w[p + "self_attn.out_proj.weight"].shape[0]
+    if read is None:
+        wqkv = g.const(np.ascontiguousarray(w[p + "self_attn.in_proj_weight"].T))
+        o = _attention(
+            g, a, wqkv, g.const(w[p + "self_attn.in_proj_bias"]), heads, d // heads, key_add, None
+        )
+    else:
+        h = g.op("GatherND", h, read, batch_dims=1)
+        weight, bias = w[p + "self_attn.in_proj_weight"], w[p + "self_attn.in_proj_bias"]
+        q = g.op(
+            "MatMul",
+            g.op("GatherND", a, read, batch_dims=1),
+            g.const(np.ascontiguousarray(weight[:d].T)),
+        )
+        q = g.op(
+            "Mul",
+            g.op("Add", q, g.const(bias[:d])),
+            g.const(np.float32(1.0 / math.sqrt(d // heads))),
+        )
+        kv = g.op(
+            "Add", g.op("MatMul", a, g.const(np.ascontiguousarray(weight[d:].T))), g.const(bias[d:])
+        )
+        k, v = g.op("Split", kv, axis=-1, outputs=2, num_outputs=2)
+        q, k, v = (_split_heads(g, x, heads, d // heads) for x in (q, k, v))
+        scores = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
+        probs = g.op("Softmax", g.op("Add", scores, key_add), axis=-1)
+        o = g.op("Transpose", g.op("MatMul", probs, v), perm=[0, 2, 1, 3])
+        o = g.op("Reshape", o, g.const(np.array([0, 0, d], np.int64)))
+    h = g.op("Add", h, _linear(g, o, w, p + "self_attn.out_proj"))
+    f = g.op("Relu", _linear(g, _norm(g, h, w, p + "norm2", 1e-5, bias=True), w, p + "linear1"))
+    return g.op("Add", h, _linear(g, f, w, p + "linear2"))
+
+
+def _head(
+    g: _Builder, cfg: LayaConfig, w: dict[str, np.ndarray], h: str, key_add: str, read: str
+) -> str:
+    """Type embedding + head layers; returns the hidden states at ``read`` positions only."""
+    heads = max(1, cfg.encoder.hidden // 64)
     te = g.op("Gather", g.const(w["type_emb.weight"]), "qtype")
     h = g.op("Add", h, g.op("Unsqueeze", te, g.const(np.array([1], np.int64))))
+    if cfg.head_layers == 0:
+        return g.op("GatherND", h, read, batch_dims=1)
     for j in range(cfg.head_layers):
-        p = f"head.layers.{j}."
-        a = _norm(g, h, w, p + "norm1", 1e-5, bias=True)
-        o = _attention(
-            g,
-            a,
-            g.const(np.ascontiguousarray(w[p + "self_attn.in_proj_weight"].T)),
-            g.const(w[p + "self_attn.in_proj_bias"]),
-            heads,
-            d // heads,
-            key_add,
-            None,
-        )
-        h = g.op("Add", h, _linear(g, o, w, p + "self_attn.out_proj"))
-        f = g.op("Relu", _linear(g, _norm(g, h, w, p + "norm2", 1e-5, bias=True), w, p + "linear1"))
-        h = g.op("Add", h, _linear(g, f, w, p + "linear2"))
+        last = j == cfg.head_layers - 1
+        h = _head_layer(g, w, f"head.layers.{j}.", h, key_add, heads, read if last else None)
     return h
 
 
 def _outputs(g: _Builder, w: dict[str, np.ndarray], h: str) -> None:
-    idx = g.op("Unsqueeze", "marker_pos", g.const(np.array([-1], np.int64)))
-    m = g.op("GatherND", h, idx, batch_dims=1)  # [B, K, d]
+    """Scorer and act head from ``h`` = [B, 1 + K, d]: the CLS position, then each marker."""
+    one = g.const(np.array([1], np.int64))
+    m = g.op("Slice", h, one, g.const(np.array([2**62], np.int64)), one)  # [B, K, d]
     s = _norm(g, m, w, "scorer.0", 1e-5, bias=True)
     s = _linear(g, g.op("Gelu", _linear(g, s, w, "scorer.1")), w, "scorer.3")
     raw = g.op("Squeeze", s, g.const(np.array([-1], np.int64)))
@@ -184,7 +230,7 @@ def _outputs(g: _Builder, w: dict[str, np.ndarray], h: str) -> None:
         g.op("Unsqueeze", g.op("Div", k, g.const(np.float32(255.0))), col),
         axis=1,
     )
-    pooled = g.op("Gather", h, g.const(np.array(0, np.int64)), axis=1)
+    pooled = g.op("Gather", h, g.const(np.array(0, np.int64)), axis=1)  # CLS
     act = g.op("Gelu", _linear(g, g.op("Concat", pooled, feats, axis=1), w, "act_head.0"))
     act = _linear(g, act, w, "act_head.2")
     g.nodes.append(helper.make_node("Identity", [act], ["act_logits"]))
@@ -204,6 +250,7 @@ def build_graph(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> onnx.ModelPr
         g.const(np.array([1, 2], np.int64)),
     )  # [B, 1, 1, L]: padding masks keys only
     zero, masked = g.const(np.float32(0.0)), g.const(np.float32(MASKED))
+    zero_i, zero_i1 = g.const(np.array(0, np.int64)), g.const(np.array([0], np.int64))
     key_add = g.op("Where", valid, zero, masked)
     dist = g.op(
         "Abs",
@@ -215,8 +262,18 @@ def build_graph(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> onnx.ModelPr
     )
     band = g.op("LessOrEqual", dist, g.const(np.array(cfg.encoder.window // 2, np.int64)))
     local_add = g.op("Where", g.op("And", valid, band), zero, masked)  # [B, 1, L, L]
-    h = _head(g, cfg, weights, _encoder(g, cfg, weights, key_add, local_add, pos_f), key_add)
-    _outputs(g, weights, h)
+    cls = g.op(
+        "Slice",
+        g.op("Mul", "marker_pos", zero_i),
+        zero_i1,
+        g.const(np.array([1], np.int64)),
+        g.const(np.array([1], np.int64)),
+    )  # [B, 1] of zeros
+    read = g.op(
+        "Unsqueeze", g.op("Concat", cls, "marker_pos", axis=1), g.const(np.array([-1], np.int64))
+    )  # [B, 1 + K, 1]: CLS, then each marker
+    encoded = _encoder(g, cfg, weights, key_add, local_add, pos_f)
+    _outputs(g, weights, _head(g, cfg, weights, encoded, key_add, read))
 
     def io(name: str, dtype: int, dims: list) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, dtype, dims)
