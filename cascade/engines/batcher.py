@@ -12,7 +12,9 @@ runs model code. Contracts:
 - An exception from ``run_batch`` (or a wrong output count) goes to every caller in that batch.
 - With ``sort_key``, rows near the oldest one in length are grouped to cut padding; the batch
   always contains the oldest waiting row, so no row starves.
-- A batch's cost is ``len(batch) * max(cost(row))``: the padded size a forward pass pays.
+- A batch's cost is ``len(batch) * max(cost(row))``: the padded size a forward pass pays. With
+  ``max_pad_fraction``, a row joins only while padding stays under that share of the batch's
+  cost (on a CPU, padding is pure waste: batching saves little when rows are long).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class MicroBatcher(Generic[In, Out]):
         max_queue: int = 256,
         sort_key: Callable[[In], int] | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
+        max_pad_fraction: float | None = None,
     ) -> None:
         self.name = name
         self._run_batch = run_batch
@@ -70,6 +73,7 @@ class MicroBatcher(Generic[In, Out]):
         self._cost, self._sort_key = cost, sort_key
         self.max_wait_s, self.max_queue = max_wait_s, max_queue
         self._on_batch = on_batch
+        self.max_pad_fraction = max_pad_fraction
         self._pending: list[_Row] = []
         self._inflight: list[_Row] = []
         self._wakeup = asyncio.Event()
@@ -122,6 +126,15 @@ class MicroBatcher(Generic[In, Out]):
         padded = len(rows) * max(r.cost for r in rows)
         return len(rows) >= self.max_batch_items or padded >= self.max_batch_cost
 
+    def _fits(self, batch: list[_Row], widest: int, pick: _Row) -> bool:
+        padded = (len(batch) + 1) * max(widest, pick.cost)
+        if padded > self.max_batch_cost:
+            return False
+        if self.max_pad_fraction is None:
+            return True
+        real = sum(r.cost for r in batch) + pick.cost
+        return padded - real <= self.max_pad_fraction * padded
+
     def _take(self) -> list[_Row]:
         """The oldest row plus its nearest neighbours by sort key, within the batch limits."""
         oldest = self._pending[0]
@@ -130,17 +143,21 @@ class MicroBatcher(Generic[In, Out]):
             window = sorted(window, key=lambda r: r.key)
         lo = hi = window.index(oldest)
         batch, widest = [oldest], oldest.cost
-        while len(batch) < self.max_batch_items:
-            left = window[lo - 1] if lo > 0 else None
-            right = window[hi + 1] if hi + 1 < len(window) else None
+        open_left, open_right = True, True
+        while len(batch) < self.max_batch_items and (open_left or open_right):
+            left = window[lo - 1] if open_left and lo > 0 else None
+            right = window[hi + 1] if open_right and hi + 1 < len(window) else None
             if left is None and right is None:
                 break
             go_right = left is None or (
                 right is not None and right.key - oldest.key <= oldest.key - left.key
             )
             pick = right if go_right else left
-            if (len(batch) + 1) * max(widest, pick.cost) > self.max_batch_cost:
-                break
+            assert pick is not None
+            if not self._fits(batch, widest, pick):
+                # neighbours further out on this side only differ more from the oldest row
+                open_right, open_left = (False, open_left) if go_right else (open_right, False)
+                continue
             batch.append(pick)
             widest = max(widest, pick.cost)
             if go_right:

@@ -32,6 +32,9 @@ from cascade.schema import OptionSpans
 
 log = logging.getLogger(__name__)
 RowOut = tuple[np.ndarray, np.ndarray]  # (logits of the row's real options, act logits)
+# On a CPU a padded token costs as much as a real one and batching barely raises GEMM
+# efficiency, so rows are batched only while padding stays under this share of the batch.
+MAX_PAD_FRACTION = 0.2
 
 
 def export_in_child(ckpt: Path, cache: Path) -> Path:
@@ -117,6 +120,7 @@ class LayaEngine:
                 name=f"{self.name}/{name}",
                 cost=lambda r: len(r.ids),
                 sort_key=lambda r: len(r.ids),
+                max_pad_fraction=MAX_PAD_FRACTION,
                 **self._limits,
             )
             log.info("laya: %s ready (%s, %d threads)", name, export, session.threads)

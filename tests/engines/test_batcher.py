@@ -139,3 +139,20 @@ async def test_full_queue_answers_overloaded_at_once() -> None:
     run.gate.set()
     assert await busy == [10] and await waiting == [20, 30]
     await b.aclose()
+
+
+async def test_padding_limit_keeps_long_and_short_rows_apart() -> None:
+    run = Recorder()
+    b = MicroBatcher(
+        run,
+        name="t",
+        max_batch_items=8,
+        max_batch_cost=10**6,
+        cost=lambda i: i,
+        sort_key=lambda i: i,
+        max_wait_s=0.05,
+        max_pad_fraction=0.25,
+    )
+    await b.submit([100, 10, 11, 95, 12, 400])
+    assert sorted(map(sorted, run.batches)) == [[10, 11, 12], [95, 100], [400]]
+    await b.aclose()
