@@ -106,16 +106,28 @@ class Gateway:
         return all(engine.ready() for engine in self.engines.values())
 
     def health(self) -> dict[str, Any]:
+        """``/health`` details. ``loaded`` and ``revisions`` are the keys Laya's remote client
+        reads: the checkpoints (Laya tiers) and models (other tiers) resident right now."""
         now = self.clock()
+        tiers = {
+            name: {**engine.health(), "breaker": self.breakers[name].state(now)}
+            for name, engine in self.engines.items()
+        }
+        loaded = [
+            ckpt for detail in tiers.values() if detail.get("ready")
+            for ckpt in detail.get("checkpoints") or [detail.get("model") or ""] if ckpt
+        ]
         return {
             "demo": self.demo,
             **({"warning": DEMO_WARNING} if self.demo else {}),
             "ready": self.ready(),
-            "route": {"cheap": self.cheap_name, "strong": self.strong_name},
-            "tiers": {
-                name: {**engine.health(), "breaker": self.breakers[name].state(now)}
-                for name, engine in self.engines.items()
+            "loaded": loaded,
+            "revisions": {
+                ckpt: detail.get("revision") for detail in tiers.values()
+                for ckpt in detail.get("checkpoints") or [detail.get("model") or ""] if ckpt
             },
+            "route": {"cheap": self.cheap_name, "strong": self.strong_name},
+            "tiers": tiers,
         }
 
     def describe(self) -> str:
