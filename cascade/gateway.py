@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from cascade import metrics
+from cascade import __version__, metrics
 from cascade.agreement import compare, shadow_questions
 from cascade.answers import Profile, apply_gate, build_answer, build_usage
 from cascade.breaker import CircuitBreaker
@@ -93,6 +93,14 @@ class Gateway:
         for name, engine in self.engines.items():
             metrics.TIER_READY.labels(tier=name).set(1 if engine.ready() else 0)
             metrics.BREAKER_STATE.labels(tier=name).set(0)
+        health = self.health()
+        metrics.BUILD.info({
+            "version": __version__,
+            "tiers": ",".join(f"{n}={type(e).__name__}" for n, e in self.engines.items()),
+            "checkpoints": ",".join(health["loaded"]),
+            "revisions": ",".join(f"{k}={v}" for k, v in health["revisions"].items() if v),
+            "demo": "true" if self.demo else "false",
+        })
 
     async def aclose(self) -> None:
         for task in list(self._shadow_tasks):
