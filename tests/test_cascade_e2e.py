@@ -173,6 +173,8 @@ def test_low_confidence_question_escalates_alone_and_merges(
     assert moved(before, after, "cascade_tier_duration_seconds_count", tier="clef",
                  outcome="ok") == 1
     assert moved(before, after, "cascade_batch_size_count", tier="laya") >= 1
+    assert moved(before, after, "cascade_queue_wait_seconds_count", tier="laya") >= 1
+    assert moved(before, after, "cascade_tokens_total", tier="laya") > 0
 
 
 def test_strong_tier_down_degrades_then_recovers(cascade_stack: tuple[str, ClefProcess]) -> None:

@@ -12,6 +12,8 @@ runs model code. Contracts:
 - An exception from ``run_batch`` (or a wrong output count) goes to every caller in that batch.
 - With ``sort_key``, rows near the oldest one in length are grouped to cut padding; the batch
   always contains the oldest waiting row, so no row starves.
+- Metrics: batch size, batch compute time, queue wait (per request) and queue depth, labelled
+  with the tier: the part of ``name`` before any ``/`` (``laya/english`` -> ``laya``).
 - A batch's cost is ``len(batch) * max(cost(row))``: the padded size a forward pass pays. With
   ``max_pad_fraction``, a row joins only while padding stays under that share of the batch's
   cost (on a CPU, padding is pure waste: batching saves little when rows are long).
@@ -26,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from cascade import metrics
 from cascade.errors import EngineFailed, EngineUnavailable, Overloaded
 
 In = TypeVar("In")
@@ -83,6 +86,11 @@ class MicroBatcher(Generic[In, Out]):
         self._row_seconds = 0.01  # moving estimate, used only for Retry-After
         self.dropped_rows = 0
         self.batches = 0
+        tier = name.split("/", 1)[0]
+        self._depth = metrics.QUEUE_DEPTH.labels(tier=tier)
+        self._wait = metrics.QUEUE_WAIT.labels(tier=tier)
+        self._size = metrics.BATCH_SIZE.labels(tier=tier)
+        self._compute = metrics.BATCH_DURATION.labels(tier=tier)
 
     def queue_depth(self) -> int:
         """Rows waiting to be batched (rows in flight not included)."""
@@ -106,6 +114,7 @@ class MicroBatcher(Generic[In, Out]):
             _Row(request, i, item, self._cost(item), self._sort_key(item) if self._sort_key else 0)
             for i, item in enumerate(items)
         ]
+        self._depth.set(len(self._pending))
         if self._worker is None:
             self._worker = loop.create_task(self._work(), name=f"batcher-{self.name}")
         self._wakeup.set()
@@ -186,6 +195,11 @@ class MicroBatcher(Generic[In, Out]):
                 await self._run(loop, self._take())
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[_Row]) -> None:
+        now = loop.time()
+        for request in {id(r.request): r.request for r in batch}.values():
+            self._wait.observe(now - request.arrived)
+        self._depth.set(len(self._pending))
+        self._size.observe(len(batch))
         started = time.perf_counter()
         self._inflight = batch
         try:
@@ -208,6 +222,7 @@ class MicroBatcher(Generic[In, Out]):
                     request.future.set_result(request.results)
         self._inflight = []
         seconds = time.perf_counter() - started
+        self._compute.observe(seconds)
         self.batches += 1
         self._row_seconds = 0.8 * self._row_seconds + 0.2 * seconds / len(batch)
         if self._on_batch is not None:
