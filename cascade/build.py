@@ -23,8 +23,8 @@ from cascade.policy import (
     Thresholds,
     Tier,
     UpstreamTier,
-    load_policy,
 )
+from cascade.policy_files import load_policy
 from cascade.settings import Settings
 
 log = logging.getLogger("cascade")

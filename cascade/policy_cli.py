@@ -23,20 +23,11 @@ import msgspec
 
 from cascade.engines.base import EngineCall, Image
 from cascade.errors import ClientError
-from cascade.policy import (
-    Checkpoint,
-    Checkpoints,
-    LayaTier,
-    Policy,
-    PolicyError,
-    check_text,
-    format_finding,
-    key_lines,
-    load_policy,
-    locate,
-)
+from cascade.policy import Checkpoint, Checkpoints, LayaTier, Policy
+from cascade.policy_files import PolicyError, check_text, format_finding, load_policy
 from cascade.routing import PreRoute, pre_route, preview_call
 from cascade.schema import Question
+from cascade.toml_keys import key_lines, locate
 
 SUBDIRS: dict[Checkpoint, str] = {"multilingual": "multilingual",
                                   "typed-decisions": "typed-decisions"}

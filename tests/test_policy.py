@@ -7,18 +7,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cascade.policy import (
-    ClefTier,
-    LayaTier,
-    Policy,
+from cascade.policy import ClefTier, LayaTier, Policy, UpstreamTier
+from cascade.policy_files import (
     PolicyError,
-    UpstreamTier,
     check_text,
     format_finding,
-    key_lines,
     load_policy,
     validate,
 )
+from cascade.toml_keys import key_lines
 
 POLICIES = sorted((Path(__file__).parent.parent / "policies").glob("*.toml"))
 
