@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -164,3 +166,13 @@ async def test_full_queue_is_overloaded(checkpoints: dict[str, Path], cache: Pat
     assert all(r.model == "english-demo-random" for r in results if not isinstance(r, Exception))
     assert eng.health()["demo"] is True
     await eng.aclose()
+
+
+def test_serving_path_never_imports_torch() -> None:
+    code = (
+        "import sys, cascade.laya.cli\n"
+        "assert not {'torch', 'onnxruntime'} & set(sys.modules), 'cli imports heavy modules'\n"
+        "import cascade.engines.laya\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
