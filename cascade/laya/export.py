@@ -109,6 +109,8 @@ def export(
     ] == digest:
         progress(f"laya export: cached at {target}")
         return target
+    if target.exists() and not (target / META_FILE).exists() and any(target.iterdir()):
+        raise FileExistsError(f"{target} exists and is not a cascade export; not overwriting it")
     cfg = load_config(ckpt)
     progress(f"laya export: loading weights of {ckpt}")
     weights = load_weights(ckpt, cfg)

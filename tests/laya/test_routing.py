@@ -105,3 +105,14 @@ def test_make_tiny_and_export_commands(tmp_path: Path, capsys: pytest.CaptureFix
     assert (tmp_path / "o" / "model.onnx.data").stat().st_size > 500_000
     assert (tmp_path / "o" / "model.int8.onnx").exists()
     assert "of 32 sample answers changed" in capsys.readouterr().out
+
+
+def test_export_refuses_to_overwrite_a_foreign_directory(
+    tiny_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    from cascade.laya.export import export
+
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="not a cascade export"):
+        export(tiny_dirs["v5"], tmp_path)
+    assert (tmp_path / "precious.txt").exists()
