@@ -134,7 +134,8 @@ class ClefEngine:
         if self._ready:
             parts = self._parts
             info.update(model=parts.model_name, revision=parts.revision,
-                        device=str(parts.release.device), dtype=str(parts.release.dtype),
+                        device=str(parts.release.device),
+                        dtype=str(parts.release.dtype).removeprefix("torch."),
                         memory_budget_bytes=parts.runner.memory_budget_bytes,
                         queue_depth=self._batcher.queue_depth())
         return info

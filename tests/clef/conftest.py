@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("CLEF_FINETUNE_JSM", "vendored")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 IMAGE_PAD = "<|image_pad|>"
