@@ -14,14 +14,23 @@ import onnx
 from onnx import TensorProto, helper
 
 from cascade.laya.config import LayaConfig
+from cascade.laya.graph_band import Band, banded_attention, make_band
 from cascade.laya.graph_head import head, scorer_and_act
-from cascade.laya.graph_ops import MASKED, Builder, attention, linear, norm, rope_tables
+from cascade.laya.graph_ops import (
+    MASKED,
+    Builder,
+    attention,
+    full_attention,
+    linear,
+    norm,
+    rope_tables,
+)
 
 OPSET = 20  # Gelu needs 20
 
 
 def _encoder(
-    g: Builder, cfg: LayaConfig, w: dict[str, np.ndarray], key_add: str, local_add: str, pos_f: str
+    g: Builder, cfg: LayaConfig, w: dict[str, np.ndarray], key_add: str, band: Band, pos_f: str
 ) -> str:
     e = cfg.encoder
     x = g.op("Gather", g.const(w["encoder.embeddings.tok_embeddings.weight"]), "input_ids")
@@ -30,6 +39,7 @@ def _encoder(
         True: rope_tables(g, pos_f, e.global_theta, e.head_dim),
         False: rope_tables(g, pos_f, e.local_theta, e.head_dim),
     }
+    attends = {True: full_attention(g, key_add), False: banded_attention(g, band, e.head_dim)}
     for i, is_global in enumerate(e.global_layers):
         p = f"encoder.layers.{i}."
         a = x if i == 0 else norm(g, x, w, p + "attn_norm", e.norm_eps)
@@ -40,7 +50,7 @@ def _encoder(
             None,
             e.heads,
             e.head_dim,
-            key_add if is_global else local_add,
+            attends[is_global],
             ropes[is_global],
         )
         x = g.op("Add", x, linear(g, o, w, p + "attn.Wo", bias=False))
@@ -67,16 +77,6 @@ def build_graph(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> onnx.ModelPr
     zero, masked = g.const(np.float32(0.0)), g.const(np.float32(MASKED))
     zero_i, zero_i1 = g.const(np.array(0, np.int64)), g.const(np.array([0], np.int64))
     key_add = g.op("Where", valid, zero, masked)
-    dist = g.op(
-        "Abs",
-        g.op(
-            "Sub",
-            g.op("Unsqueeze", pos, g.const(np.array([1], np.int64))),
-            g.op("Unsqueeze", pos, g.const(np.array([0], np.int64))),
-        ),
-    )
-    band = g.op("LessOrEqual", dist, g.const(np.array(cfg.encoder.window // 2, np.int64)))
-    local_add = g.op("Where", g.op("And", valid, band), zero, masked)  # [B, 1, L, L]
     cls = g.op(
         "Slice",
         g.op("Mul", "marker_pos", zero_i),
@@ -87,7 +87,8 @@ def build_graph(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> onnx.ModelPr
     read = g.op(
         "Unsqueeze", g.op("Concat", cls, "marker_pos", axis=1), g.const(np.array([-1], np.int64))
     )  # [B, 1 + K, 1]: CLS, then each marker
-    encoded = _encoder(g, cfg, weights, key_add, local_add, pos_f)
+    band = make_band(g, length, cfg.encoder.window)
+    encoded = _encoder(g, cfg, weights, key_add, band, pos_f)
     scorer_and_act(g, weights, head(g, cfg, weights, encoded, key_add, read))
 
     def io(name: str, dtype: int, dims: list) -> onnx.ValueInfoProto:

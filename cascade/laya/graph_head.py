@@ -8,7 +8,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from cascade.laya.config import LayaConfig
-from cascade.laya.graph_ops import Builder, attention, linear, norm, split_heads
+from cascade.laya.graph_ops import Builder, attention, full_attention, linear, norm, split_heads
 
 PAD_LOGIT = -1e4  # Laya fills padded option slots with this
 
@@ -33,7 +33,14 @@ def head_layer(
     if read is None:
         wqkv = g.const(np.ascontiguousarray(w[p + "self_attn.in_proj_weight"].T))
         o = attention(
-            g, a, wqkv, g.const(w[p + "self_attn.in_proj_bias"]), heads, d // heads, key_add, None
+            g,
+            a,
+            wqkv,
+            g.const(w[p + "self_attn.in_proj_bias"]),
+            heads,
+            d // heads,
+            full_attention(g, key_add),
+            None,
         )
     else:
         h = g.op("GatherND", h, read, batch_dims=1)

@@ -7,6 +7,7 @@ of ``MatMul``s are stored transposed (``x @ W.T`` becomes ``MatMul(x, W_T)``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -53,6 +54,20 @@ def apply_rope(g: Builder, x: str, cos: str, sin: str) -> str:
     return g.op("Add", g.op("Mul", x, cos), g.op("Mul", rotated, sin))
 
 
+Attend = Callable[[str, str, str], str]  # (q scaled, k, v) [B, H, L, dim] -> [B, H, L, dim]
+
+
+def full_attention(g: Builder, mask_add: str) -> Attend:
+    """Softmax attention over every key, with an additive mask broadcast to [B, H, L, L]."""
+
+    def attend(q: str, k: str, v: str) -> str:
+        scores = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
+        probs = g.op("Softmax", g.op("Add", scores, mask_add), axis=-1)
+        return g.op("MatMul", probs, v)
+
+    return attend
+
+
 def attention(
     g: Builder,
     x: str,
@@ -60,7 +75,7 @@ def attention(
     bqkv: str | None,
     heads: int,
     dim: int,
-    mask_add: str,
+    attend: Attend,
     rope: tuple[str, str] | None,
 ) -> str:
     """Packed-QKV multi-head attention; returns the concatenated heads [B, L, heads*dim]."""
@@ -73,9 +88,7 @@ def attention(
     if rope is not None:
         q, k = apply_rope(g, q, *rope), apply_rope(g, k, *rope)
     q = g.op("Mul", q, g.const(np.float32(1.0 / math.sqrt(dim))))
-    scores = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
-    probs = g.op("Softmax", g.op("Add", scores, mask_add), axis=-1)
-    out = g.op("Transpose", g.op("MatMul", probs, v), perm=[0, 2, 1, 3])
+    out = g.op("Transpose", attend(q, k, v), perm=[0, 2, 1, 3])
     return g.op("Reshape", out, g.const(np.array([0, 0, heads * dim], np.int64)))
 
 
