@@ -51,7 +51,7 @@ class ClefRunner:
         linear = 2 * text.linear_num_key_heads * text.linear_key_head_dim + (
             text.linear_num_value_heads * text.linear_value_head_dim)
         width = release.head.memory_projection.out_features
-        dtype_bytes = 2 if release.dtype.itemsize == 2 else 4
+        dtype_bytes = release.dtype.itemsize
         # Live activations per token during one layer of the prefill (hidden stream, norms,
         # MLP gate/up, GDN projections), the fp32 working copies of the chunked delta rule
         # (torch fallback), and the fp32 head's normed states and memory rows.
@@ -75,12 +75,11 @@ class ClefRunner:
             )
 
     def run_batch(self, jobs: Sequence[Job]) -> list[Probabilities | Exception]:
-        results: list[Probabilities | Exception] = [EngineFailed("not run")] * len(jobs)
+        """One outcome per job, in order: probabilities, or the error for that job alone."""
+        outcomes: dict[int, Probabilities | Exception] = {}
         for group in self._plan(jobs):
-            for index, outcome in zip(group, self._run_guarded([jobs[i] for i in group]),
-                                      strict=True):
-                results[index] = outcome
-        return results
+            outcomes.update(zip(group, self._run_guarded([jobs[i] for i in group]), strict=True))
+        return [outcomes[i] for i in range(len(jobs))]
 
     def _plan(self, jobs: Sequence[Job]) -> list[list[int]]:
         """Indices per device batch: same kind, sorted by length, within both budgets."""
