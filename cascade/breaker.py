@@ -35,6 +35,7 @@ class CircuitBreaker:
     def __init__(self, config: BreakerConfig) -> None:
         self.config = config
         self._calls: deque[tuple[float, bool]] = deque()  # (time, ok) while closed
+        self._failures = 0  # failures in _calls, kept in step so every check is O(1)
         self._opened_at: float | None = None
         self._probes: list[float] = []  # grant times of outstanding half-open probes
         self._probe_successes = 0
@@ -84,10 +85,11 @@ class CircuitBreaker:
         self._prune(now)
         if not self._calls:
             return 0.0
-        return sum(1 for _, ok in self._calls if not ok) / len(self._calls)
+        return self._failures / len(self._calls)
 
     def _record_closed(self, now: float, ok: bool) -> None:
         self._calls.append((now, ok))
+        self._failures += not ok
         self._prune(now)
         cfg = self.config
         if len(self._calls) >= cfg.min_calls and self.failure_ratio(now) >= cfg.failure_ratio:
@@ -95,16 +97,19 @@ class CircuitBreaker:
 
     def _prune(self, now: float) -> None:
         while self._calls and now - self._calls[0][0] > self.config.window_s:
-            self._calls.popleft()
+            _, ok = self._calls.popleft()
+            self._failures -= not ok
 
     def _open(self, now: float) -> None:
         self._opened_at = now
         self._calls.clear()
+        self._failures = 0
         self._probes.clear()
         self._probe_successes = 0
 
     def _close(self) -> None:
         self._opened_at = None
         self._calls.clear()
+        self._failures = 0
         self._probes.clear()
         self._probe_successes = 0
