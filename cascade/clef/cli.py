@@ -72,3 +72,18 @@ def _cuda(device: str) -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cascade.clef.cli make-tiny|bench clef ...``: Clef's commands alone, for a GPU
+    host that has torch but not the gateway's dependencies (litestar, uvicorn)."""
+    parser = argparse.ArgumentParser(prog="python -m cascade.clef.cli")
+    top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    register({name: top.add_parser(name).add_subparsers(dest="target", required=True)
+              for name in ("make-tiny", "bench")})
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -140,3 +140,11 @@ def test_flash_geometry_has_the_published_size():
         head = JointSchemaHead(**bench.FLASH_HEAD)
     assert sum(p.numel() for p in head.parameters()) == 121_762_820
     assert 9.0e9 < sum(p.numel() for p in backbone.parameters()) < 9.8e9
+
+
+def test_clef_commands_run_without_the_gateway_cli(tmp_path, capsys):
+    from cascade.clef.cli import main as clef_main
+
+    assert clef_main(["bench", "clef", "--shape", "9b", "--device", "cpu"]) == 2
+    assert clef_main(["make-tiny", "clef", str(tmp_path / "t")]) == 0
+    assert (tmp_path / "t" / "joint_head_config.json").is_file()
