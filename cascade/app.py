@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cascade import __version__, metrics
 from cascade.bodies import decode_content, split_multipart
-from cascade.calls import build_batch_calls, build_call
+from cascade.calls import build_batch_calls, read_call
 from cascade.errors import (
     BodyTimeout,
     CascadeError,
@@ -226,7 +226,7 @@ async def systemone(request: Request) -> Response[bytes]:
         with metrics.HOP_DURATION.labels(hop="decode").time():
             body, parts = await read_request(request, settings)
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            call = build_call(body, parts, request_id=request_id(request.scope))
+            call = await read_call(body, parts, request_id=request_id(request.scope))
         outcome = await gateway.systemone(call)
         return _json(outcome.response, outcome.headers), outcome.label
 

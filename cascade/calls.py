@@ -2,31 +2,44 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import msgspec
 
 from cascade.answers import check_min_confidence
 from cascade.engines.base import EngineCall
 from cascade.errors import PayloadTooLarge, ValidationFailed
 from cascade.images import collect_images
-from cascade.schema import LIMITS
+from cascade.schema import LIMITS, RequestEnvelope
 from cascade.validation import check_state, controls_of, parse_envelope, parse_questions
 
 
-def build_call(body: bytes, parts: dict[str, Any], *, request_id: str = "") -> EngineCall:
+def _text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCall]:
     env = parse_envelope(body)
     if env.state is None:
         raise ValidationFailed.at(["state"], "state is required (text, object or array)", "missing")
     check_state(env.state, ["state"])
     questions = parse_questions(env)
     check_min_confidence(env.min_confidence)
-    return EngineCall(
+    call = EngineCall(
         state=env.state,
         questions=questions,
         model=env.model,
-        images=collect_images(env, parts, LIMITS),
         controls=controls_of(env),
         request_id=request_id,
     )
+    return env, call
+
+
+async def read_call(body: bytes, parts: dict[str, Any], *, request_id: str = "") -> EngineCall:
+    """The call of a ``/v1/systemone`` body; images (up to 16 MP each) decode in a thread, so the
+    event loop never waits on Pillow."""
+    env, call = _text_call(body, request_id)
+    if env.images or env.assets:
+        images = await asyncio.to_thread(collect_images, env, parts, LIMITS)
+        call = msgspec.structs.replace(call, images=images)
+    return call
 
 
 def build_batch_calls(body: bytes, *, request_id: str = "") -> list[EngineCall]:
@@ -37,6 +50,8 @@ def build_batch_calls(body: bytes, *, request_id: str = "") -> list[EngineCall]:
         raise PayloadTooLarge(
             f"{len(env.states)} states in a batch; at most {LIMITS.max_batch_states} allowed"
         )
+    if env.images or env.assets:
+        raise ValidationFailed.at(["images"], "the batch endpoint takes text states only")
     for i, state in enumerate(env.states):
         check_state(state, ["states", i])
     questions = parse_questions(env)
