@@ -262,6 +262,9 @@ def test_batch(client: TestClient) -> None:
         x["usage"]["input_tokens"] for x in body["results"])
     too_many = {"states": ["a"] * 65, "questions": QUESTIONS}
     assert client.post("/v1/systemone/batch", json=too_many).status_code == 413
+    images = {"states": ["a"], "questions": QUESTIONS,
+              "images": [base64.b64encode(_png()).decode()]}
+    assert client.post("/v1/systemone/batch", json=images).status_code == 422
 
 
 def test_overload_is_503_with_retry_after() -> None:
