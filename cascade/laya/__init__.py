@@ -1,0 +1,11 @@
+"""The Laya tier: Convai's Laya checkpoints, answered exactly as laya 0.4.15 answers.
+
+Loading and checking a checkpoint: ``config`` (both encoder-config forms, temperature clamp),
+``checkpoint`` (strict tensor inventory, F16/BF16/F32), ``tokenizer``, ``hub`` (path, hub cache,
+download). The request path, torch-free: ``questions`` (validation, rendering), ``rows`` (row
+assembly, collation), ``preview`` (checkpoint choice, ``script`` detection, pure pre-routing),
+``decode`` (probabilities, confidences, Laya's answer dicts). ONNX: ``graph``/``graph_ops``/
+``graph_head``/``graph_band`` (the model built from numpy weights), ``export`` (cache, self-check
+against ``torch_ref``), ``int8`` (opt-in). ``tiny`` writes random checkpoints, ``bench`` races
+``cascade.engines.laya.LayaEngine`` against laya's torch ``Agent``, ``cli`` registers commands.
+"""
