@@ -214,7 +214,8 @@ def test_prometheus_sees_every_family(stack: tuple[str, str]) -> None:
     assert wait_for(prom, f'cascade_requests_total{{route="{route}",outcome="ok"}}', ok) == ok
     degraded = value(after, "cascade_degraded_answers_total", reason="breaker_open",
                      type="choice")
-    assert query(prom, 'cascade_degraded_answers_total{reason="breaker_open"}') == degraded
+    promql = 'cascade_degraded_answers_total{reason="breaker_open",type="choice"}'
+    assert query(prom, promql) == degraded
     for promql in FAMILIES:
         assert query(prom, promql) > 0, promql
     assert query(prom, f'cascade_tier_ready{{tier="{STRONG}"}}') == 1
