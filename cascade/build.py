@@ -121,7 +121,8 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
         return ClefEngine(
             name, resolve_clef(tier.release), device=tier.device, demo=settings.demo,
             max_length=tier.max_length, overlong=tier.overlong,
-            max_batch_requests=tier.max_batch_size, max_queue=tier.max_queue,
+            max_batch_requests=tier.max_batch_size, max_batch_tokens=tier.max_batch_tokens,
+            max_queue=tier.max_queue, memory_budget_bytes=tier.memory_budget_bytes,
         )
     from cascade.engines.http import HttpEngine
 

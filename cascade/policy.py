@@ -80,8 +80,12 @@ class ClefTier(_Tier, kw_only=True, tag="clef"):
     release: str = "Cloudflare/clef-flash"  # hub id, or a local path as in Checkpoints
     max_length: int = 16384  # tokens, media included
     overlong: Literal["reject", "truncate"] = "reject"
-    device: str = "cuda"
-    max_batch_size: int = 8
+    device: str = "cuda"  # "auto": CUDA when present, else the CPU (fp32)
+    max_batch_size: int = 8  # requests per device batch
+    max_batch_tokens: int = 32768  # padded tokens per device batch
+    # Refuse (413) a request whose estimated activations exceed this; None: 85 % of the GPU
+    # memory free after loading.
+    memory_budget_bytes: int | None = None
 
 
 class UpstreamTier(_Tier, kw_only=True, tag="upstream"):
