@@ -149,7 +149,7 @@ class LayaEngine:
         }
         usage = EngineUsage(
             input_tokens=sum(len(r.ids) for r in plan.rows),
-            state_tokens=plan.state_tokens,
+            state_tokens=plan.state_tokens if plan.rows else None,  # Laya: absent, no questions
             state_tokens_dropped=max(dropped.values(), default=0),
             truncated_questions=[qid for qid, d in dropped.items() if d > 0],
             options={

@@ -146,6 +146,7 @@ async def test_request_errors_are_validation_failures(engine: LayaEngine) -> Non
 async def test_no_questions_means_no_inference(engine: LayaEngine) -> None:
     answer = await engine.answer(call("x", {}))
     assert answer.results == {} and answer.usage.input_tokens == 0
+    assert answer.usage.state_tokens is None
 
 
 async def test_full_queue_is_overloaded(checkpoints: dict[str, Path], cache: Path) -> None:
