@@ -49,7 +49,7 @@ class Base(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 # ---------------------------------------------------------------- request
 
-Text = str | dict[str, Any] | list[Any] | int | float
+Text = str | dict[str, Any] | list[Any] | bool | int | float
 """Instructions and descriptions: a string, or structured JSON rendered by each engine."""
 
 Label = str | int | float | bool

@@ -17,21 +17,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from cascade.engines.base import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.engines.base import EngineAnswer, EngineCall
 from cascade.engines.batcher import MicroBatcher
 from cascade.engines.onnx import OnnxSession
 from cascade.errors import EngineUnavailable
+from cascade.laya import decode
 from cascade.laya.checkpoint import content_hash
-from cascade.laya.decode import act_probability, probabilities
+from cascade.laya.decode import RowOut
 from cascade.laya.export import MODEL_FILE, cache_root, cached_export
 from cascade.laya.preview import LayaPreview, Plan, Previewer
 from cascade.laya.rows import Row, collate
-from cascade.schema import OptionSpans
 
 log = logging.getLogger(__name__)
-RowOut = tuple[np.ndarray, np.ndarray]  # (logits of the row's real options, act logits)
 # On a CPU a padded token costs as much as a real one and batching barely raises GEMM
 # efficiency, so rows are batched only while padding stays under this share of the batch.
 MAX_PAD_FRACTION = 0.2
@@ -137,32 +134,11 @@ class LayaEngine:
         plan: Plan = await asyncio.to_thread(self.previewer.plan, call)
         outputs = await self._batchers[plan.checkpoint].submit(plan.rows)
         cfg = self.previewer.checkpoints[plan.checkpoint].cfg
-        results = {}
-        for q, row, (logits, act) in zip(plan.questions, plan.rows, outputs, strict=True):
-            p = probabilities(logits, cfg.temperature_for(row.qtype, len(row.markers)), q.order)
-            results[q.qid] = QuestionResult(
-                type=q.type, probabilities=p.tolist(), act_probability=act_probability(act)
-            )
-        dropped = {
-            q.qid: plan.state_tokens - r.state_used
-            for q, r in zip(plan.questions, plan.rows, strict=True)
-        }
-        usage = EngineUsage(
-            input_tokens=sum(len(r.ids) for r in plan.rows),
-            state_tokens=plan.state_tokens if plan.rows else None,  # Laya: absent, no questions
-            state_tokens_dropped=max(dropped.values(), default=0),
-            truncated_questions=[qid for qid, d in dropped.items() if d > 0],
-            options={
-                q.qid: OptionSpans(
-                    total=len(r.markers),
-                    distinct=r.distinct,
-                    tokens_per_option=r.tokens_per_option or 0,
-                )
-                for q, r in zip(plan.questions, plan.rows, strict=True)
-                if r.collapsed
-            },
+        return EngineAnswer(
+            model=self._model_name(plan.checkpoint),
+            results=decode.results(plan.questions, plan.rows, outputs, cfg),
+            usage=decode.usage(plan.questions, plan.rows, plan.state_tokens),
         )
-        return EngineAnswer(model=self._model_name(plan.checkpoint), results=results, usage=usage)
 
     def ready(self) -> bool:
         return len(self._batchers) == len(self.previewer.checkpoints)

@@ -9,9 +9,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from cascade.engines.base import EngineCall
+from cascade.answers import apply_gate, build_answer, build_usage
+from cascade.engines.base import EngineCall, EngineUsage, QuestionResult
 from cascade.engines.onnx import OnnxSession
-from cascade.laya.decode import act_probability, laya_answer, laya_usage, probabilities
+from cascade.laya import decode
 from cascade.laya.export import MODEL_FILE, export
 from cascade.laya.preview import Previewer
 from cascade.laya.rows import collate
@@ -26,6 +27,29 @@ def to_questions(raw: dict[str, dict[str, Any]]) -> dict[str, Question]:
     return msgspec.convert(raw, dict[str, Question])
 
 
+def laya_dicts(
+    questions: dict[str, Question], results: dict[str, QuestionResult], usage: EngineUsage,
+    min_confidence: float | dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """What the gateway's ``laya`` profile serves, as Laya's ``Agent`` dicts: the serving
+    code path (``cascade.answers``), minus ``x_jev_confidence`` (laya-serve adds that, the
+    ``Agent`` does not)."""
+    answers = {}
+    for qid, question in questions.items():
+        answer = build_answer(question, results[qid], "laya")
+        if min_confidence is not None:
+            n = len(results[qid].probabilities)
+            apply_gate(answer, question.type, n, min_confidence)
+        as_dict = msgspec.to_builtins(answer)
+        as_dict.pop("x_jev_confidence", None)
+        answers[qid] = as_dict
+    return {
+        "model": "laya-rl-agent",
+        "answers": answers,
+        "usage": msgspec.to_builtins(build_usage(usage, "laya")),
+    }
+
+
 class Ours:
     """cascade's full Laya path for one checkpoint, returning Laya's answer dict."""
 
@@ -35,7 +59,8 @@ class Ours:
         self.session = OnnxSession(export_dir / MODEL_FILE, intra_op_threads=1)
         self.last_logits: list = []
 
-    def __call__(self, state: Any, questions: dict, **controls: Any) -> dict[str, Any]:
+    def __call__(self, state: Any, questions: dict, min_confidence: Any = None,
+                 **controls: Any) -> dict[str, Any]:
         call = EngineCall(
             state=state,
             questions=to_questions(questions),
@@ -45,16 +70,10 @@ class Ours:
         plan = self.previewer.plan(call)
         logits, act = self.session.run(collate(plan.rows, self.ckpt.tok.pad_id))
         self.last_logits = [logits[i, : len(r.markers)] for i, r in enumerate(plan.rows)]
-        answers = {}
-        for i, (q, row) in enumerate(zip(plan.questions, plan.rows, strict=True)):
-            t = self.ckpt.cfg.temperature_for(row.qtype, len(row.markers))
-            p = probabilities(self.last_logits[i], t, q.order)
-            answers[q.qid] = laya_answer(q, p, act_probability(act[i]))
-        return {
-            "model": "laya-rl-agent",
-            "answers": answers,
-            "usage": laya_usage(plan.questions, plan.rows, plan.state_tokens),
-        }
+        outputs = list(zip(self.last_logits, act, strict=True))
+        results = decode.results(plan.questions, plan.rows, outputs, self.ckpt.cfg)
+        usage = decode.usage(plan.questions, plan.rows, plan.state_tokens)
+        return laya_dicts(call.questions, results, usage, min_confidence)
 
 
 @pytest.fixture(scope="session")

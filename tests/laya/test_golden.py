@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cascade.laya import decode
 from cascade.laya.config import EncoderConfig, LayaConfig
-from cascade.laya.decode import act_probability, laya_answer, laya_usage, probabilities
 from cascade.laya.questions import prepare
 from cascade.laya.rows import build_rows, collate, serialize_state
-from cascade.schema import ChoiceQuestion, NoulLabels, NoulQuestion, Question, ScoreQuestion
+from cascade.schema import Question
+from tests.laya.conftest import laya_dicts, to_questions
 
 GOLDEN = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "laya-golden"
 CASES = sorted(GOLDEN.glob("*/case_*.json"))
@@ -31,16 +32,8 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def questions_of(case: dict) -> dict[str, Question]:
-    """Structs built directly: the wire schema's ``Text`` has no bool, and one golden uses a
-    bool criterion value (Laya accepts it), so ``msgspec.convert`` would refuse it."""
-    raw = case.get("reduced_questions") or case["questions"]
-    kinds = {"choice": ChoiceQuestion, "score": ScoreQuestion, "noul": NoulQuestion}
-    return {
-        qid: kinds[q["type"]](
-            **{k: NoulLabels(**v) if k == "labels" else v for k, v in q.items() if k != "type"}
-        )
-        for qid, q in raw.items()
-    }
+    """The case's questions through the wire schema, as the gateway decodes them."""
+    return to_questions(case.get("reduced_questions") or case["questions"])
 
 
 def config_of(meta: dict) -> LayaConfig:
@@ -71,13 +64,26 @@ def config_of(meta: dict) -> LayaConfig:
 def test_recorded_logits_decode_to_recorded_answers(path: Path) -> None:
     case, meta = load(path)
     cfg = config_of(meta)
-    answers = {}
-    for i, q in enumerate(prepare(questions_of(case))):
-        k = len(case["per_question"][i]["markers"])
-        logits = np.asarray(case["logits"][i][:k], dtype=np.float32)
-        p = probabilities(logits, cfg.temperature_for(q.qtype, k), q.order)
-        answers[q.qid] = laya_answer(q, p, act_probability(case["act_logits"][i]))
-    assert answers == case["result"]["answers"]
+    questions = questions_of(case)
+    prepared = prepare(questions)
+    outputs = [
+        (np.asarray(case["logits"][i][: len(pq["markers"])], dtype=np.float32),
+         np.asarray(case["act_logits"][i], dtype=np.float32))
+        for i, pq in enumerate(case["per_question"])
+    ]
+    rows = [_Markers(len(pq["markers"]), q.qtype) for pq, q in zip(
+        case["per_question"], prepared, strict=True)]
+    results = decode.results(prepared, rows, outputs, cfg)  # type: ignore[arg-type]
+    usage = decode.usage([], [], 0)
+    assert laya_dicts(questions, results, usage)["answers"] == case["result"]["answers"]
+
+
+class _Markers:
+    """The two row facts decoding reads: the option count and the question type."""
+
+    def __init__(self, n: int, qtype: int) -> None:
+        self.markers = [0] * n
+        self.qtype = qtype
 
 
 class ReplayTokenizer:
@@ -147,5 +153,6 @@ def test_recorded_rows_are_rebuilt(path: Path) -> None:
     batch = collate(rows, tok.pad_id)
     for name, want in case["batch"].items():
         np.testing.assert_array_equal(batch[name], np.asarray(want), err_msg=name)
-    usage = laya_usage(questions, rows, state_tokens)
-    assert usage == case["result"]["usage"]
+    usage = decode.usage(questions, rows, state_tokens)
+    built = laya_dicts({}, {}, usage)["usage"]
+    assert built == case["result"]["usage"]
