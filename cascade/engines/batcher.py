@@ -42,6 +42,7 @@ class _Request:
     results: list[Any]
     remaining: int
     arrived: float
+    waited: bool = False  # its queue wait is recorded once, when its first row is batched
 
 
 @dataclass(eq=False)
@@ -129,6 +130,7 @@ class MicroBatcher(Generic[In, Out]):
         if count:
             self.dropped_rows += len(self._pending) - len(kept)
         self._pending = kept
+        self._depth.set(len(kept))
 
     def _full(self) -> bool:
         rows = self._pending[: self.max_batch_items]
@@ -197,7 +199,9 @@ class MicroBatcher(Generic[In, Out]):
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[_Row]) -> None:
         now = loop.time()
         for request in {id(r.request): r.request for r in batch}.values():
-            self._wait.observe(now - request.arrived)
+            if not request.waited:
+                request.waited = True
+                self._wait.observe(now - request.arrived)
         self._depth.set(len(self._pending))
         self._size.observe(len(batch))
         started = time.perf_counter()
