@@ -1,21 +1,33 @@
-"""Shared fixtures: a clean environment, free loopback ports, servers started and stopped."""
+"""Shared fixtures: a clean environment, a private cache, free loopback ports, servers."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
-
-from tests.servers import free_port, serve_app  # noqa: F401  (re-exported for tests)
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+KEEP = {"CASCADE_CACHE"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """ONNX exports and other caches go to a temporary directory, never the user's home."""
+    old = os.environ.get("CASCADE_CACHE")
+    os.environ["CASCADE_CACHE"] = str(tmp_path_factory.mktemp("cascade-cache"))
+    yield
+    if old is None:
+        del os.environ["CASCADE_CACHE"]
+    else:
+        os.environ["CASCADE_CACHE"] = old
 
 
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No CASCADE_* variable from the developer's shell leaks into a test."""
+    """No CASCADE_* or TYPESAFE_* variable from the developer's shell leaks into a test."""
     for key in list(os.environ):
-        if key.startswith(("CASCADE_", "TYPESAFE_")):
+        if key.startswith(("CASCADE_", "TYPESAFE_")) and key not in KEEP:
             monkeypatch.delenv(key)

@@ -1,4 +1,5 @@
-"""Upstream's recorded goldens (../shared/fixtures/laya-golden) through our rows and decode.
+"""Upstream's recorded goldens (tests/fixtures/laya-golden, see its SOURCE.md) through our rows
+and decode.
 
 Decode: recorded logits -> our decode -> the recorded answers, for every case. Rows: a fake
 tokenizer replays the recorded token ids of each text (the real tokenizers are not available),
@@ -21,8 +22,9 @@ from cascade.laya.rows import build_rows, collate, serialize_state
 from cascade.schema import Question
 from tests.laya.conftest import laya_dicts, to_questions
 
-GOLDEN = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "laya-golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "laya-golden"
 CASES = sorted(GOLDEN.glob("*/case_*.json"))
+assert len(CASES) == 30, f"expected the 30 upstream golden cases under {GOLDEN}"
 CAPPED = {"many_options", "shortlist_many_options"}  # options were cut to a per-option cap
 FILLER = 999_999  # stands for tokens the recording cut away
 
