@@ -17,8 +17,8 @@ from typing import Any
 def register(groups: dict[str, Any]) -> None:
     tiny = groups["make-tiny"].add_parser(
         "clef", help="write a tiny random Clef release (real format) into DIR")
-    tiny.add_argument("dir", type=Path)
-    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("dir", type=Path, help="directory to write (created if needed)")
+    tiny.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     tiny.set_defaults(func=make_tiny)
 
     bench = groups["bench"].add_parser(
@@ -28,11 +28,12 @@ def register(groups: dict[str, Any]) -> None:
                             "tiny: a tiny release, runs on the CPU")
     bench.add_argument("--release", type=Path, default=None,
                        help="tiny shape: an existing tiny release (default: make one)")
-    bench.add_argument("--device", default="auto")
+    bench.add_argument("--device", default="auto", help="auto (CUDA if present), cuda or cpu")
     bench.add_argument("--tokens", default="1024,4096,16384",
                        help="comma-separated target state lengths in tokens")
     bench.add_argument("--repeats", type=int, default=20, help="timed requests per length")
-    bench.add_argument("--concurrency", type=int, default=8)
+    bench.add_argument("--concurrency", type=int, default=8,
+                       help="concurrent clients in the throughput run (default 8)")
     bench.add_argument("--requests", type=int, default=64, help="requests in the throughput run")
     bench.add_argument("--json", type=Path, default=None, help="also write the JSON here")
     bench.set_defaults(func=bench_clef)

@@ -34,14 +34,14 @@ def register(groups: dict[str, Any]) -> None:
     tiny = groups["make-tiny"].add_parser(
         "laya", help="write a tiny RANDOM Laya checkpoint (tests and demos; not a model)"
     )
-    tiny.add_argument("dir", type=Path)
+    tiny.add_argument("dir", type=Path, help="directory to write (created if needed)")
     tiny.add_argument(
         "--config-format",
         choices=["v4", "v5"],
         default="v5",
         help="encoder/config.json form: transformers 5 (v5) or 4.x (v4)",
     )
-    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     tiny.set_defaults(func=run_make_tiny)
 
     bench = groups["bench"].add_parser(
@@ -60,7 +60,8 @@ def register(groups: dict[str, Any]) -> None:
         default=24,
         help="requests from the sample mix in the concurrent run",
     )
-    bench.add_argument("--clients", type=int, default=8)
+    bench.add_argument("--clients", type=int, default=8,
+                       help="concurrent clients in the sample-mix run (default 8)")
     bench.add_argument("--repeat", type=int, default=5, help="single-request repetitions")
     bench.add_argument("--sample", type=Path, help="requests JSONL (default: shared sample)")
     bench.add_argument("--json", type=Path, help="also write the figures as JSON here")
