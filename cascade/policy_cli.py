@@ -39,13 +39,15 @@ def register(groups: dict[str, Any]) -> None:
     sub = policy.add_subparsers(dest="target", metavar="TARGET", required=True)
     check = sub.add_parser("check", help="report unknown keys, undefined tiers and impossible "
                            "thresholds as FILE:LINE: messages; exit 1 on errors")
-    check.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    check.add_argument("files", nargs="+", type=Path, metavar="FILE", help="policy TOML files")
     check.set_defaults(func=check_command)
 
     route = top.add_parser("route", help="dry-run pre-routing of a JSONL request file: how it "
                            "would split between tiers, and why (no inference)")
-    route.add_argument("requests", type=Path, metavar="FILE.jsonl")
-    route.add_argument("--policy", type=Path, required=True, metavar="P")
+    route.add_argument("requests", type=Path, metavar="FILE.jsonl",
+                       help='one request per line: {"state", "questions", "images"?, "source"?}')
+    route.add_argument("--policy", type=Path, required=True, metavar="P",
+                       help="the policy file to route with")
     route.add_argument("--laya", type=Path, metavar="DIR",
                        help="a Laya checkpoint bundle (DIR = english, DIR/multilingual, "
                        "DIR/typed-decisions) instead of the policy's checkpoints")
