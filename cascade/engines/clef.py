@@ -116,9 +116,12 @@ class ClefEngine:
                                           probabilities=probs)
             for q, probs in zip(encoded.questions, outcome, strict=True)
         }
+        # Every question reads the one shared state, so a cut state truncates each of them.
+        truncated = list(call.questions) if encoded.state_dropped else []
         usage = EngineUsage(input_tokens=len(encoded.input_ids),
                             state_tokens=encoded.state_tokens,
-                            state_tokens_dropped=encoded.state_dropped)
+                            state_tokens_dropped=encoded.state_dropped,
+                            truncated_questions=truncated)
         return EngineAnswer(model=parts.model_name, results=results, usage=usage)
 
     def ready(self) -> bool:

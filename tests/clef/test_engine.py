@@ -51,6 +51,7 @@ def test_answers_in_callers_order_with_exact_usage(tiny_release):
     assert all(sum(r.probabilities) == pytest.approx(1.0) for r in answer.results.values())
     assert answer.usage.input_tokens == counted
     assert answer.usage.state_tokens_dropped == 0
+    assert answer.usage.truncated_questions == []
     assert health["ready"] and health["device"] == "cpu" and health["queue_depth"] == 0
 
 
@@ -106,7 +107,8 @@ def test_overlong_policies(tiny_release):
     full = with_engine(tiny_release, reject, max_length=1000)
     answer = with_engine(tiny_release, truncate, max_length=1000, overlong="truncate")
     assert answer.usage.input_tokens == 1000
-    assert answer.usage.state_tokens_dropped == full - 1000
+    assert answer.usage.state_tokens_dropped == full - 1000 > 0
+    assert answer.usage.truncated_questions == list(QUESTIONS)
 
 
 def test_image_tokens_count_and_change_the_answer(tiny_release):
