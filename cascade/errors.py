@@ -14,7 +14,8 @@
     │   └── UpstreamClientError         the upstream's own 4xx, status passed through
     ├── Overloaded                      503 (or 429) overloaded_error, with Retry-After
     └── EngineError                     a tier failed; engines raise these, never HTTP codes
-        ├── EngineUnavailable           503 + Retry-After (connect failure, breaker open, down)
+        ├── EngineUnavailable           503 + Retry-After (connect failure, down)
+        │   └── BreakerOpen             503 + Retry-After (the tier's circuit breaker is open)
         ├── EngineTimeout               503 + Retry-After (a tier's deadline passed)
         └── EngineFailed                502 (an upstream answered garbage or 5xx)
 
@@ -110,6 +111,10 @@ class EngineUnavailable(EngineError):
 
     def __init__(self, message: str, *, retry_after: float = 5.0) -> None:
         super().__init__(message, retry_after=retry_after)
+
+
+class BreakerOpen(EngineUnavailable):
+    """The gateway's breaker for a tier is open: no call was made."""
 
 
 class EngineTimeout(EngineError):

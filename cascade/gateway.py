@@ -9,14 +9,14 @@ functions; this module awaits, times, records metrics, applies breakers and degr
 Degradation when the strong tier fails (breaker open, timeout, overload, error): questions the
 cheap tier already answered come back marked degraded (their own confidence, never an invented
 one); questions pre-routed for a reason the cheap tier could still answer (too many options, a
-type rule, script) are answered by the cheap tier, marked degraded; requests only the strong tier
-can serve (images, states too long for the cheap tier) get 503 + Retry-After.
+type rule, a script the multilingual checkpoint reads) are answered by the cheap tier, marked
+degraded; requests only the strong tier can serve (images, states too long for the cheap tier,
+a strong-only model name) get 503 + Retry-After (``routing.fallback`` decides).
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -30,6 +30,7 @@ from cascade.answers import Profile, apply_gate, build_answer, build_usage
 from cascade.breaker import CircuitBreaker
 from cascade.engines.base import Engine, EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.errors import (
+    BreakerOpen,
     CascadeError,
     ClientError,
     EngineError,
@@ -74,13 +75,12 @@ class Gateway:
     """Owns the engines of one policy; ``systemone`` answers one validated call."""
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
-                 demo: bool = False, clock: Any = time.monotonic, rng: random.Random | None = None):
+                 demo: bool = False, clock: Any = time.monotonic):
         self.policy = policy
         self.engines = dict(engines)
         self.profile = profile
         self.demo = demo
         self.clock = clock
-        self.rng = rng or random.Random(policy.shadow.seed)
         self.cheap_name = policy.route.cheap
         self.strong_name = policy.route.strong
         self.breakers = {name: CircuitBreaker(policy.breaker_for(name)) for name in self.engines}
@@ -89,7 +89,15 @@ class Gateway:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        await asyncio.gather(*(engine.start() for engine in self.engines.values()))
+        """Start every engine; if one fails, close them all (none is left half-running)."""
+        results = await asyncio.gather(
+            *(engine.start() for engine in self.engines.values()), return_exceptions=True
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            await asyncio.gather(*(e.aclose() for e in self.engines.values()),
+                                 return_exceptions=True)
+            raise failed[0]
         for name, engine in self.engines.items():
             metrics.TIER_READY.labels(tier=name).set(1 if engine.ready() else 0)
             metrics.BREAKER_STATE.labels(tier=name).set(0)
@@ -121,19 +129,16 @@ class Gateway:
             name: {**engine.health(), "breaker": self.breakers[name].state(now)}
             for name, engine in self.engines.items()
         }
-        loaded = [
-            ckpt for detail in tiers.values() if detail.get("ready")
-            for ckpt in detail.get("checkpoints") or [detail.get("model") or ""] if ckpt
+        resident = [
+            (name, detail) for detail in tiers.values() if detail.get("ready")
+            for name in detail.get("checkpoints") or [detail.get("model") or ""] if name
         ]
         return {
             "demo": self.demo,
             **({"warning": DEMO_WARNING} if self.demo else {}),
             "ready": self.ready(),
-            "loaded": loaded,
-            "revisions": {
-                ckpt: detail.get("revision") for detail in tiers.values()
-                for ckpt in detail.get("checkpoints") or [detail.get("model") or ""] if ckpt
-            },
+            "loaded": [name for name, _ in resident],
+            "revisions": {name: detail.get("revision") for name, detail in resident},
             "route": {"cheap": self.cheap_name, "strong": self.strong_name},
             "tiers": tiers,
         }
@@ -162,7 +167,8 @@ class Gateway:
         timings: dict[str, float] = {}
         started = time.perf_counter()
         policy = self.policy
-        preview = self._preview(call)
+        # Tokenizing a long state takes milliseconds: keep it off the event loop.
+        preview = await asyncio.to_thread(self._preview, call)
         pre = pre_route(policy, call, preview)
         timings["pre_route"] = time.perf_counter() - started
         metrics.HOP_DURATION.labels(hop="pre_route").observe(timings["pre_route"])
@@ -173,7 +179,7 @@ class Gateway:
         cheap_answer = None
         escalated: dict[str, str] = {}
         if self.cheap_name in calls:
-            cheap_call = self._cheap_call(calls[self.cheap_name], pre)
+            cheap_call = self._cheap_call(calls[self.cheap_name], pre.cheap_checkpoint)
             cheap_answer = await self._call(self.cheap_name, cheap_call, timings)
             answers[self.cheap_name] = cheap_answer
             usages.append((self.cheap_name, cheap_answer.usage))
@@ -217,9 +223,9 @@ class Gateway:
         return preview_call(self.policy, call, cheap)
 
     @staticmethod
-    def _cheap_call(call: EngineCall, pre: PreRoute) -> EngineCall:
-        """The cheap tier reads text only and runs the checkpoint pre-routing picked."""
-        return msgspec.structs.replace(call, images=[], model=pre.cheap_checkpoint or call.model)
+    def _cheap_call(call: EngineCall, checkpoint: str | None) -> EngineCall:
+        """The cheap tier reads text only and runs the checkpoint routing picked."""
+        return msgspec.structs.replace(call, images=[], model=checkpoint or call.model)
 
     async def _degrade(
         self, call: EngineCall, pre: PreRoute, routes: dict[str, QuestionRoute], exc: Exception,
@@ -231,11 +237,17 @@ class Gateway:
         plan = fallback(self.policy, pre, routes, retry_after_s=retry)
         assert self.cheap_name is not None
         if plan.cheap_questions:
-            extra = msgspec.structs.replace(
-                subcall(call, plan.cheap_questions), images=[],
-                model=plan.cheap_checkpoint or call.model,
-            )
-            answer = await self._call(self.cheap_name, extra, timings)
+            extra = self._cheap_call(subcall(call, plan.cheap_questions), plan.cheap_checkpoint)
+            try:
+                answer = await self._call(self.cheap_name, extra, timings)
+            except ClientError as refused:
+                # e.g. too many options for Laya's head: the request is fine, the strong tier
+                # is not. A 4xx would never be retried; it must succeed once Clef is back.
+                raise EngineUnavailable(
+                    f"the strong tier `{self.strong_name}` is unavailable and the cheap tier "
+                    f"cannot stand in ({refused.message}); retry later",
+                    retry_after=self.policy.degrade.retry_after_s,
+                ) from exc
             usages.append((self.cheap_name, answer.usage))
             base = answers.get(self.cheap_name)
             merged = {**base.results, **answer.results} if base else answer.results
@@ -258,12 +270,16 @@ class Gateway:
         if not breaker.allow(now):
             metrics.BREAKER_STATE.labels(tier=tier).set(_STATE_CODE[breaker.state(now)])
             metrics.TIER_DURATION.labels(tier=tier, outcome="breaker_open").observe(0)
-            raise EngineUnavailable(f"{tier} circuit open", retry_after=breaker.retry_after(now))
+            raise BreakerOpen(f"{tier} circuit open", retry_after=breaker.retry_after(now))
         started = time.perf_counter()
-        outcome = "ok"
+        outcome = "error"  # anything but a clean answer counts against the tier
         try:
             async with asyncio.timeout(config.timeout_s):
                 answer = await engine.answer(call)
+            outcome = "ok"
+        except asyncio.CancelledError:
+            outcome = "cancelled"  # the caller went away: says nothing about the tier
+            raise
         except TimeoutError as exc:
             outcome = "timeout"
             raise EngineTimeout(f"{tier} did not answer within {config.timeout_s} s") from exc
@@ -277,7 +293,7 @@ class Gateway:
             elapsed = time.perf_counter() - started
             timings[tier] = timings.get(tier, 0.0) + elapsed
             metrics.TIER_DURATION.labels(tier=tier, outcome=outcome).observe(elapsed)
-            if outcome not in ("client_error", "overloaded"):
+            if outcome not in ("client_error", "overloaded", "cancelled"):
                 breaker.record(self.clock(), outcome == "ok")
             metrics.BREAKER_STATE.labels(tier=tier).set(_STATE_CODE[breaker.state(self.clock())])
         metrics.TOKENS.labels(tier=tier).inc(answer.usage.input_tokens)
@@ -352,7 +368,7 @@ def _failure_reason(exc: Exception) -> str:
         return "strong_overloaded"
     if isinstance(exc, EngineTimeout):
         return "strong_timeout"
-    if isinstance(exc, EngineUnavailable) and "circuit open" in str(exc):
+    if isinstance(exc, BreakerOpen):
         return "breaker_open"
     return "strong_failed"
 
