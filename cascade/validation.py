@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import option_names
 from cascade.errors import MalformedBody, PayloadTooLarge, ValidationFailed
 from cascade.schema import (
     LIMITS,
@@ -92,7 +93,7 @@ def _check_question(qid: str, q: Question, limits: Limits) -> None:
             raise PayloadTooLarge(
                 f"question {qid!r} has {n} options; at most {limits.max_choice_options} allowed"
             )
-        if isinstance(q.criteria, list) and len({str(c) for c in q.criteria}) != n:
+        if len(set(option_names(q))) != n:  # the wire keys: True and "true" collide
             raise ValidationFailed.at([*loc, "criteria"], "choice labels must be unique")
     elif isinstance(q, ScoreQuestion):
         n = len(q.criteria)

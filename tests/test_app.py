@@ -129,6 +129,8 @@ INVALID = [
     ("huge integer", _with(state={"n": 10**40}), 422, ["body", "state"]),
     ("huge max_len", _with(max_len=10**30), 422, ["body", "max_len"]),
     ("deep state", _with(state=json.loads("[" * 80 + "]" * 80)), 422, ["body", "state"]),
+    ("colliding labels", _with(questions={"c": {"type": "choice", "criteria": [True, "true"]}}),
+     422, ["body", "questions", "c", "criteria"]),
     ("bad option_order", _with(questions={"c": {"type": "choice", "criteria": ["a", "b"],
                                                 "option_order": [0, 0]}}), 422,
      ["body", "questions", "c", "option_order"]),

@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from cascade.answers import option_names
 from cascade.engines.base import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.errors import (
     EngineFailed,
@@ -54,7 +55,7 @@ from cascade.errors import (
     UpstreamClientError,
     ValidationFailed,
 )
-from cascade.schema import ChoiceQuestion, NoulQuestion, OptionSpans, Question
+from cascade.schema import NoulQuestion, OptionSpans, Question
 
 ENDPOINT = "/v1/systemone"
 _SUM_SLACK = 0.05  # rounded probabilities (Laya: 4 decimals, jevcompat: ±0.05) may miss 1 a bit
@@ -109,14 +110,6 @@ class _Response(msgspec.Struct):
     usage: _Usage = msgspec.field(default_factory=_Usage)
 
 
-def _option_keys(question: Question) -> list[str]:
-    """The keys a server answers with, in the caller's order."""
-    if isinstance(question, ChoiceQuestion):
-        criteria = question.criteria
-        return list(criteria) if isinstance(criteria, dict) else [str(c) for c in criteria]
-    return [str(i) for i in range(len(question.criteria or ()))]
-
-
 def _probability(value: float, where: str) -> float:
     if not (math.isfinite(value) and -_ROUNDING_SLACK <= value <= 1 + _ROUNDING_SLACK):
         raise EngineFailed(f"{where}: probability {value!r} is not in [0, 1]")
@@ -134,7 +127,7 @@ def _result(qid: str, question: Question, answer: _Answer | None) -> QuestionRes
             raise EngineFailed(f"{where}: a noul answer without 'noul'")
         p = _probability(answer.noul, where)
         return QuestionResult(type="noul", probabilities=[1 - p, p], act_probability=act)
-    keys = _option_keys(question)
+    keys = option_names(question)  # what a server answers with, in the caller's order
     given = answer.probabilities or {}
     if len(set(keys)) != len(keys) or set(given) != set(keys):
         raise EngineFailed(f"{where}: probabilities are not keyed by the question's options")

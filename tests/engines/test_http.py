@@ -179,6 +179,15 @@ def test_list_criteria_are_keyed_by_their_string_labels() -> None:
     assert result.usage.input_tokens == 0
 
 
+def test_non_string_labels_are_keyed_by_their_json() -> None:
+    question = ChoiceQuestion(criteria=[True, 1, 1.5, "x"])
+    call = EngineCall(state="s", questions={"q": question}, model="m")
+    given = {"x": 0.4, "1.5": 0.3, "1": 0.2, "true": 0.1}
+    body = {"answers": {"q": {"type": "choice", "probabilities": given}}}
+    result = run(answer(Recorder(reply(body=body)), call))
+    assert result.results["q"].probabilities == pytest.approx([0.1, 0.2, 0.3, 0.4])
+
+
 def test_null_usage_extras_read_as_absent() -> None:
     nulls = dict.fromkeys(
         ["state_tokens", "state_tokens_dropped", "truncated_questions", "options"]
