@@ -13,7 +13,8 @@ runs model code. Contracts:
 - With ``sort_key``, rows near the oldest one in length are grouped to cut padding; the batch
   always contains the oldest waiting row, so no row starves.
 - Metrics: batch size, batch compute time, queue wait (per request) and queue depth, labelled
-  with the tier: the part of ``name`` before any ``/`` (``laya/english`` -> ``laya``).
+  with the tier: the part of ``name`` before any ``/`` (``laya/english`` -> ``laya``). A tier's
+  batchers share its depth gauge, each adding the rows it queues and taking away those that leave.
 - A batch's cost is ``len(batch) * max(cost(row))``: the padded size a forward pass pays. With
   ``max_pad_fraction``, a row joins only while padding stays under that share of the batch's
   cost (on a CPU, padding is pure waste: batching saves little when rows are long).
@@ -115,7 +116,7 @@ class MicroBatcher(Generic[In, Out]):
             _Row(request, i, item, self._cost(item), self._sort_key(item) if self._sort_key else 0)
             for i, item in enumerate(items)
         ]
-        self._depth.set(len(self._pending))
+        self._depth.inc(len(items))
         if self._worker is None:
             self._worker = loop.create_task(self._work(), name=f"batcher-{self.name}")
         self._wakeup.set()
@@ -127,10 +128,11 @@ class MicroBatcher(Generic[In, Out]):
 
     def _forget(self, request: _Request, *, count: bool) -> None:
         kept = [r for r in self._pending if r.request is not request]
+        gone = len(self._pending) - len(kept)
         if count:
-            self.dropped_rows += len(self._pending) - len(kept)
+            self.dropped_rows += gone
         self._pending = kept
-        self._depth.set(len(kept))
+        self._depth.dec(gone)
 
     def _full(self) -> bool:
         rows = self._pending[: self.max_batch_items]
@@ -177,6 +179,7 @@ class MicroBatcher(Generic[In, Out]):
                 lo -= 1
         taken = set(map(id, batch))
         self._pending = [r for r in self._pending if id(r) not in taken]
+        self._depth.dec(len(batch))
         return batch
 
     async def _work(self) -> None:
@@ -202,7 +205,6 @@ class MicroBatcher(Generic[In, Out]):
             if not request.waited:
                 request.waited = True
                 self._wait.observe(now - request.arrived)
-        self._depth.set(len(self._pending))
         self._size.observe(len(batch))
         started = time.perf_counter()
         self._inflight = batch
@@ -241,5 +243,6 @@ class MicroBatcher(Generic[In, Out]):
         for row in self._pending + self._inflight:
             if not row.request.future.done():
                 row.request.future.set_exception(EngineUnavailable(f"{self.name}: closed"))
+        self._depth.dec(len(self._pending))
         self._pending, self._inflight = [], []
         self._executor.shutdown(wait=False, cancel_futures=True)

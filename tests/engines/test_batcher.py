@@ -7,9 +7,10 @@ import threading
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
 from cascade.engines.batcher import MicroBatcher
-from cascade.errors import EngineFailed, Overloaded
+from cascade.errors import EngineFailed, EngineUnavailable, Overloaded
 
 pytestmark = pytest.mark.anyio
 
@@ -156,3 +157,37 @@ async def test_padding_limit_keeps_long_and_short_rows_apart() -> None:
     await b.submit([100, 10, 11, 95, 12, 400])
     assert sorted(map(sorted, run.batches)) == [[10, 11, 12], [95, 100], [400]]
     await b.aclose()
+
+
+async def test_batchers_of_one_tier_share_the_queue_depth_gauge() -> None:
+    def depth() -> float | None:
+        return REGISTRY.get_sample_value("cascade_queue_depth", {"tier": "twin"})
+
+    runs = Recorder(), Recorder()
+    a, b = (
+        MicroBatcher(run, name=f"twin/{n}", max_batch_items=1, max_batch_cost=10**6, max_wait_s=0)
+        for run, n in zip(runs, "ab", strict=True)
+    )
+    for run in runs:
+        run.gate.clear()  # hold each worker inside its first batch
+    busy = [asyncio.create_task(a.submit([1])), asyncio.create_task(b.submit([4]))]
+    await asyncio.sleep(0.05)
+    assert depth() == 0  # both rows are in flight, not waiting
+    doomed = asyncio.create_task(a.submit([2, 3]))
+    last = asyncio.create_task(a.submit([8]))
+    closed = asyncio.create_task(b.submit([5, 6, 7]))
+    await asyncio.sleep(0.01)
+    assert depth() == 6  # 3 rows waiting in a, 3 in b
+    doomed.cancel()
+    await asyncio.sleep(0.01)
+    assert depth() == 4
+    await b.aclose()
+    assert depth() == 1
+    for run in runs:
+        run.gate.set()
+    assert await busy[0] == [10] and await last == [80]
+    assert depth() == 0
+    with pytest.raises(EngineUnavailable):
+        await closed
+    await asyncio.gather(busy[1], return_exceptions=True)
+    await a.aclose()
