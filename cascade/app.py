@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cascade import __version__, metrics
 from cascade.bodies import decode_content, split_multipart
-from cascade.calls import build_batch_calls, read_call
+from cascade.calls import OFFLOAD_BYTES, read_batch_calls, read_call
 from cascade.errors import (
     BodyTimeout,
     CascadeError,
@@ -74,20 +74,27 @@ async def read_body(request: Request, settings: Settings) -> bytes:
 
 
 async def read_request(request: Request, settings: Settings) -> tuple[bytes, dict[str, Any]]:
-    """Decoded JSON bytes and multipart parts (``asset-N`` images) of a request."""
+    """Decoded JSON bytes and multipart parts (``asset-N`` images) of a request. Compressed or
+    large bodies are decoded in a worker thread (up to 16 MiB of output: milliseconds)."""
     raw = await read_body(request, settings)
-    body = decode_content(
-        raw, request.headers.get("content-encoding"), limit=settings.max_body_bytes
-    )
     content_type = request.headers.get("content-type", JSON)
     media = content_type.split(";", 1)[0].strip().lower()
-    if media.startswith("multipart/form-data"):
-        return split_multipart(body, content_type, limit_parts=LIMITS.max_images)
-    if media in ("", JSON, "text/json") or media.endswith("+json"):
+    multipart = media.startswith("multipart/form-data")
+    if not multipart and media not in ("", JSON, "text/json") and not media.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"unsupported content type {media!r}; send application/json or multipart/form-data"
+        )
+    encoding = request.headers.get("content-encoding")
+
+    def decode() -> tuple[bytes, dict[str, Any]]:
+        body = decode_content(raw, encoding, limit=settings.max_body_bytes)
+        if multipart:
+            return split_multipart(body, content_type, limit_parts=LIMITS.max_images)
         return body, {}
-    raise UnsupportedMediaType(
-        f"unsupported content type {media!r}; send application/json or multipart/form-data"
-    )
+
+    if encoding or len(raw) > OFFLOAD_BYTES:
+        return await asyncio.to_thread(decode)
+    return decode()
 
 
 def _bearer(request: Request) -> str | None:
@@ -212,6 +219,9 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
             outcome = "overloaded"
         _record(route, started, outcome, status)
         raise
+    except Exception:
+        _record(route, started, "error", 500)
+        raise
     _record(route, started, outcome, response.status_code)
     return response
 
@@ -243,15 +253,15 @@ async def systemone_batch(request: Request) -> Response[bytes]:
         with metrics.HOP_DURATION.labels(hop="decode").time():
             body, _ = await read_request(request, settings)
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            calls = build_batch_calls(body, request_id=request_id(request.scope))
+            calls = await read_batch_calls(body, request_id=request_id(request.scope))
         outcomes = await asyncio.gather(*(gateway.systemone(call) for call in calls))
         results = [o.response for o in outcomes]
         total = TotalUsage(
             input_tokens=sum(r.usage.input_tokens for r in results), output_tokens=0
         )
-        labels = {o.label for o in outcomes}
-        label = "degraded" if "degraded" in labels else "ok"
-        return _json(BatchResponse(results=results, total_usage=total)), label
+        label = "degraded" if any(o.label == "degraded" for o in outcomes) else "ok"
+        headers = gateway.batch_headers(outcomes)
+        return _json(BatchResponse(results=results, total_usage=total), headers), label
 
     return await _guarded(request, "/v1/systemone/batch", work)
 

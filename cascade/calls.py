@@ -14,6 +14,10 @@ from cascade.images import collect_images
 from cascade.schema import LIMITS, RequestEnvelope
 from cascade.validation import check_state, controls_of, parse_envelope, parse_questions
 
+# Bodies above this many bytes are decoded and validated in a worker thread: under it, the
+# thread hop costs more than the work.
+OFFLOAD_BYTES = 64 * 1024
+
 
 def _text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCall]:
     env = parse_envelope(body)
@@ -33,16 +37,26 @@ def _text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCal
 
 
 async def read_call(body: bytes, parts: dict[str, Any], *, request_id: str = "") -> EngineCall:
-    """The call of a ``/v1/systemone`` body; images (up to 16 MP each) decode in a thread, so the
-    event loop never waits on Pillow."""
-    env, call = _text_call(body, request_id)
+    """The call of a ``/v1/systemone`` body. Large bodies are validated, and images (up to 16 MP
+    each) decoded, in a worker thread, so the event loop never waits on them."""
+    if len(body) > OFFLOAD_BYTES:
+        env, call = await asyncio.to_thread(_text_call, body, request_id)
+    else:
+        env, call = _text_call(body, request_id)
     if env.images or env.assets:
         images = await asyncio.to_thread(collect_images, env, parts, LIMITS)
         call = msgspec.structs.replace(call, images=images)
     return call
 
 
-def build_batch_calls(body: bytes, *, request_id: str = "") -> list[EngineCall]:
+async def read_batch_calls(body: bytes, *, request_id: str = "") -> list[EngineCall]:
+    """The calls of a ``/v1/systemone/batch`` body (large bodies validated in a thread)."""
+    if len(body) > OFFLOAD_BYTES:
+        return await asyncio.to_thread(_batch_calls, body, request_id)
+    return _batch_calls(body, request_id)
+
+
+def _batch_calls(body: bytes, request_id: str) -> list[EngineCall]:
     env = parse_envelope(body)
     if not env.states:
         raise ValidationFailed.at(["states"], "states must be a non-empty array", "missing")

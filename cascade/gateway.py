@@ -61,6 +61,7 @@ class Outcome(msgspec.Struct, kw_only=True):
     response: SystemOneResponse
     headers: dict[str, str]
     label: str  # "ok" or "degraded", the requests_total outcome
+    tiers: dict[str, str]  # question id -> the tier whose answer was returned
 
 
 def subcall(call: EngineCall, qids: Iterable[str]) -> EngineCall:
@@ -209,12 +210,20 @@ class Gateway:
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - t_merge)
         if cheap_answer is not None and shadow_questions(policy, pre, escalated, call.request_id):
             self._shadow(call, cheap_answer)
-        # Tier names and question counts (ids are client text: they stay in the body only).
-        counts = Counter(tiers.values())
+        return Outcome(response=response, headers=self._headers(Counter(tiers.values())),
+                       label="degraded" if degraded else "ok", tiers=tiers)
+
+    def _headers(self, counts: Counter[str]) -> dict[str, str]:
+        """``x-cascade-tiers``: tier names and question counts (question ids are client text:
+        they stay in the body); ``x-cascade-demo`` in demo mode."""
         headers = {"x-cascade-tiers": ",".join(f"{t}={n}" for t, n in counts.items())}
         if self.demo:
             headers["x-cascade-demo"] = "random weights; answers are meaningless"
-        return Outcome(response=response, headers=headers, label="degraded" if degraded else "ok")
+        return headers
+
+    def batch_headers(self, outcomes: Iterable[Outcome]) -> dict[str, str]:
+        """The headers of a batch response: question counts per tier over every state."""
+        return self._headers(Counter(t for o in outcomes for t in o.tiers.values()))
 
     def _preview(self, call: EngineCall) -> Any:
         cheap = self.engines.get(self.cheap_name or "")

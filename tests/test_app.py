@@ -260,6 +260,7 @@ def test_batch(client: TestClient) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     assert len(body["results"]) == 3
+    assert r.headers["x-cascade-tiers"] == "upstream=9"  # 3 states x 3 questions
     assert body["total_usage"]["input_tokens"] == sum(
         x["usage"]["input_tokens"] for x in body["results"])
     too_many = {"states": ["a"] * 65, "questions": QUESTIONS}
