@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 MAX_CHARS = 4000
@@ -73,15 +74,31 @@ def script_of(ch: str) -> str:
     return "other"
 
 
+def _pieces(state: Any) -> Iterator[str]:
+    """The state's text in order: its values (strings and numbers), siblings joined by spaces."""
+    if isinstance(state, dict | list):
+        for i, value in enumerate(state.values() if isinstance(state, dict) else state):
+            if i:
+                yield " "
+            yield from _pieces(value)
+    elif isinstance(state, str):
+        yield state
+    elif state is not None and not isinstance(state, bool):
+        yield str(state)
+
+
 def state_text(state: Any) -> str:
-    """The text of a state's values (strings and numbers), dict keys left out."""
-    if isinstance(state, str):
-        return state
-    if isinstance(state, dict):
-        return " ".join(state_text(v) for v in state.values())
-    if isinstance(state, list):
-        return " ".join(state_text(v) for v in state)
-    return "" if state is None or isinstance(state, bool) else str(state)
+    """The first ``MAX_CHARS`` characters of a state's text, dict keys left out.
+
+    The walk stops once that many characters are collected, however large the state.
+    """
+    pieces, size = [], 0
+    for piece in _pieces(state):
+        pieces.append(piece)
+        size += len(piece)
+        if size >= MAX_CHARS:
+            break
+    return "".join(pieces)[:MAX_CHARS]
 
 
 def letter_counts(text: str) -> Counter[str]:
