@@ -28,6 +28,7 @@ from cascade.policy_files import load_policy
 from cascade.settings import Settings
 
 log = logging.getLogger("cascade")
+LAYA_NAMES = ("english", "multilingual", "typed-decisions")
 DEMO_BANNER = (
     "DEMO MODE: serving TINY RANDOM checkpoints. Answers are meaningless; this is not a model. "
     "Pass --laya/--clef/--policy with real weights (convaiinnovations/laya, Cloudflare/clef-flash)."
@@ -48,7 +49,13 @@ def policy_from_settings(settings: Settings) -> Policy:
         return demo_policy(Path(settings.demo_dir), settings)
     tiers: dict[str, Tier] = {}
     if settings.laya:
-        tiers["laya"] = LayaTier(checkpoints=Checkpoints(**_checkpoint_fields(settings.laya)))
+        unknown = set(settings.laya) - set(LAYA_NAMES)
+        if unknown:
+            raise NoTiers(f"--laya names must be {', '.join(LAYA_NAMES)}; got {sorted(unknown)}")
+        first = next(name for name in LAYA_NAMES if name in settings.laya)
+        tiers["laya"] = LayaTier(
+            checkpoints=Checkpoints.of(settings.laya), default_checkpoint=first
+        )
     if settings.clef:
         tiers["clef"] = ClefTier(
             release=settings.clef, max_length=settings.clef_max_length,
@@ -63,10 +70,6 @@ def policy_from_settings(settings: Settings) -> Policy:
         name, tier = next(iter(tiers.items()))
         return Policy.single_tier(name, tier)
     return Policy(tiers=tiers, route=Route(cheap="laya", strong="clef"))
-
-
-def _checkpoint_fields(named: dict[str, str]) -> dict[str, str]:
-    return {name.replace("-", "_"): path for name, path in named.items()}
 
 
 def demo_policy(root: Path, settings: Settings) -> Policy:
@@ -112,8 +115,7 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
         return LayaEngine(
             name, checkpoints, demo=settings.demo, intra_op_threads=tier.intra_op_threads,
             max_batch_rows=tier.max_batch_size, max_wait_s=tier.max_wait_s,
-            default_checkpoint=tier.default_checkpoint if tier.default_checkpoint in checkpoints
-            else None,
+            max_queue_rows=tier.max_queue, default_checkpoint=tier.default_checkpoint,
         )
     if isinstance(tier, ClefTier):
         from cascade.engines.clef import ClefEngine
@@ -133,6 +135,7 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
         name, tier.urls, model=tier.model, api_key=api_key,
         connect_timeout_s=tier.connect_timeout_s, read_timeout_s=tier.read_timeout_s,
         health_path=tier.health_path, health_interval_s=tier.health_interval_s,
+        max_connections=tier.max_queue,
     )
 
 

@@ -61,7 +61,9 @@ class Checkpoints(_Strict):
 
 class _Tier(_Strict, kw_only=True, tag_field="kind"):
     timeout_s: float = 5.0  # the whole call, queue wait included; then EngineTimeout
-    max_queue: int = 256  # waiting calls beyond this are refused with Overloaded
+    # Waiting work beyond this is refused with Overloaded: question rows for Laya, connections
+    # for an upstream, requests for Clef.
+    max_queue: int = 256
 
 
 class LayaTier(_Tier, kw_only=True, tag="laya"):
@@ -71,7 +73,7 @@ class LayaTier(_Tier, kw_only=True, tag="laya"):
     default_checkpoint: Checkpoint = "english"  # the one previewed and run first
     max_batch_size: int = 32  # rows per ONNX run
     max_wait_s: float = 0.002  # how long a partial batch waits for more rows
-    intra_op_threads: int = 1
+    intra_op_threads: int | None = None  # ONNX Runtime threads per session; None: all cores
 
 
 class ClefTier(_Tier, kw_only=True, tag="clef"):
