@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
@@ -44,6 +45,8 @@ from cascade.schema import (
     ErrorDetail,
     ModelList,
     TotalUsage,
+    ValidationErrorBody,
+    ValidationItem,
     encoder,
 )
 from cascade.settings import Settings
@@ -119,7 +122,8 @@ def require_auth(request: Request) -> None:
 def error_response(exc: CascadeError) -> Response[bytes]:
     status = status_of(exc)
     if isinstance(exc, ValidationFailed):
-        content = encoder.encode({"detail": exc.items})
+        items = [msgspec.convert(item, ValidationItem) for item in exc.items]
+        content = encoder.encode(ValidationErrorBody(detail=items))
     else:
         body = ErrorBody(detail=ErrorDetail(error_type=exc.error_type, message=exc.message))
         content = encoder.encode(body)

@@ -25,7 +25,6 @@ from msgspec import Meta
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Request limits. Violations are answered with 413 (size) or 422 (shape)."""
 
-    max_body_bytes: int = 16 * 1024 * 1024  # after decompression; Jev: 32 MiB, Clef: 13 MiB
     max_questions: int = 64  # Laya, Ollama, Cloudflare
     max_choice_options: int = 255  # Jev docs, Cloudflare
     max_score_levels: int = 32  # Laya (Jev documents 10)
@@ -134,14 +133,6 @@ class RequestEnvelope(Controls, kw_only=True):
     questions: dict[str, msgspec.Raw]
     images: list[str | dict[str, str]] | None = None
     assets: dict[str, Asset] | None = None
-
-
-class BatchRequest(Controls, kw_only=True):
-    """Laya's ``/v1/systemone/batch``: several states, one question set."""
-
-    model: str = "jev-latest"
-    states: list[str | dict[str, Any] | list[Any]]
-    questions: dict[str, Question]
 
 
 # ---------------------------------------------------------------- response

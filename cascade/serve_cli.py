@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import Any
 
 from cascade.settings import from_env, parse_map
@@ -94,9 +95,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_engine_clef(args: argparse.Namespace) -> int:
+    # Port: the flag, else CASCADE_PORT, else 8100 (the gateway's 8000 stays free beside it).
+    port = args.port or (None if "CASCADE_PORT" in os.environ else 8100)
     return _serve(
         {
-            "host": args.host, "port": args.port or 8100, "profile": args.profile,
+            "host": args.host, "port": port, "profile": args.profile,
             "clef": args.checkpoint, "clef_overlong": args.overlong,
             "clef_max_length": args.max_length,
         },
