@@ -72,7 +72,7 @@ def jev_score_confidence(p: Sequence[float]) -> float:
 
 
 def render_text(value: Any) -> str:
-    """Laya's rendering of a structured level or description."""
+    """Laya's rendering of a level or description: strings as they are, else one-line JSON."""
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)

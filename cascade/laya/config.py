@@ -15,6 +15,8 @@ from typing import Any
 
 import msgspec
 
+from cascade.routing import option_band
+
 log = logging.getLogger(__name__)
 
 TEMP_MIN = 0.5
@@ -64,8 +66,7 @@ class LayaConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def temp_bucket(qtype: int, k: int) -> str:
-    size = "2" if k <= 2 else "3-5" if k <= 5 else "6-10" if k <= 10 else "11+"
-    return f"{list(QTYPES)[qtype]}:{size}"
+    return f"{list(QTYPES)[qtype]}:{option_band(k)}"
 
 
 def clamp_temperature(value: Any) -> float:

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import render_text
 from cascade.errors import ValidationFailed
 from cascade.laya.config import QTYPES
 from cascade.schema import ChoiceQuestion, Label, NoulQuestion, Question, QuestionType
@@ -38,13 +39,6 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def qtype(self) -> int:
         return QTYPES[self.type]
-
-
-def render_criterion(value: Any) -> str:
-    """Strings pass through; anything else is one-line JSON with Laya's separators."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 def _blank(value: Any) -> bool:
@@ -76,7 +70,7 @@ def _choice(qid: str, q: ChoiceQuestion) -> tuple[list[str], list[Label]]:
                 )
             seen[label] = i
         pairs = [(label, None) for label in crit]
-    options = [str(k) if _blank(v) else f"{k}: {render_criterion(v)}" for k, v in pairs]
+    options = [str(k) if _blank(v) else f"{k}: {render_text(v)}" for k, v in pairs]
     return options, [k for k, _ in pairs]
 
 
@@ -100,8 +94,8 @@ def _noul(qid: str, q: NoulQuestion) -> list[str]:
             )
     f_text, t_text = crit.get("false"), crit.get("true")
     return [
-        f"{false_label}: " + (NOUL_FALSE if _blank(f_text) else render_criterion(f_text)),
-        f"{true_label}: " + (NOUL_TRUE if _blank(t_text) else render_criterion(t_text)),
+        f"{false_label}: " + (NOUL_FALSE if _blank(f_text) else render_text(f_text)),
+        f"{true_label}: " + (NOUL_TRUE if _blank(t_text) else render_text(t_text)),
     ]
 
 
@@ -121,7 +115,7 @@ def prepare_one(qid: str, q: Question) -> Prepared:
                 ["questions", qid, "criteria"],
                 f"question {qid!r}: a score question needs at least one level",
             )
-        legend = [render_criterion(c) for c in q.criteria]
+        legend = [render_text(c) for c in q.criteria]
         options = [f"level {i}: {text}" for i, text in enumerate(legend)]
         keys = [str(i) for i in range(len(options))]
     order = q.option_order
