@@ -4,7 +4,8 @@ Loading and checking a checkpoint: ``config`` (both encoder-config forms, temper
 ``checkpoint`` (strict tensor inventory, F16/BF16/F32), ``tokenizer``, ``hub`` (path, hub cache,
 download). The request path, torch-free: ``questions`` (validation, rendering), ``rows`` (row
 assembly, collation), ``preview`` (checkpoint choice, ``script`` detection, pure pre-routing),
-``decode`` (probabilities, confidences, Laya's answer dicts). ONNX: ``graph``/``graph_ops``/
+``decode`` (unrounded probabilities, act probability, usage; rounding, confidences and answer
+shapes are ``cascade.answers``, shared by every tier). ONNX: ``graph``/``graph_ops``/
 ``graph_head``/``graph_band`` (the model built from numpy weights), ``export`` (cache, self-check
 against ``torch_ref``), ``int8`` (opt-in). ``tiny`` writes random checkpoints, ``bench`` races
 ``cascade.engines.laya.LayaEngine`` against laya's torch ``Agent``, ``cli`` registers commands.
