@@ -12,7 +12,8 @@ tests need no sleeping. It is not thread-safe: use one per tier from the event l
 
 In half-open at most ``half_open_probes`` calls are let through at once. A probe that never
 reports (its caller was cancelled) is forgotten after ``cooldown_s``, so the breaker cannot stay
-half-open forever. Outcomes of calls admitted before the breaker opened are ignored.
+half-open forever. Outcomes reported while the breaker is open are ignored; a call admitted
+before it opened that reports during half-open counts as one of the probes.
 
 What counts as a failure is the caller's choice; the gateway's is: timeouts, unavailability and
 5xx-like engine failures count, client errors do not (the tier answered), and overload

@@ -101,10 +101,10 @@ def resolve_laya(ref: str) -> Path:
     return resolve_checkpoint(ref)
 
 
-def resolve_clef(ref: str) -> Path:
+def resolve_clef(ref: str, download: bool) -> Path:
     from cascade.clef.release import resolve_release
 
-    return resolve_release(ref)
+    return resolve_release(ref, allow_download=download)
 
 
 def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
@@ -121,7 +121,7 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
         from cascade.engines.clef import ClefEngine
 
         return ClefEngine(
-            name, resolve_clef(tier.release), device=tier.device, demo=settings.demo,
+            name, resolve_clef(tier.release, tier.download), device=tier.device, demo=settings.demo,
             max_length=tier.max_length, overlong=tier.overlong,
             max_batch_requests=tier.max_batch_size, max_batch_tokens=tier.max_batch_tokens,
             max_queue=tier.max_queue, memory_budget_bytes=tier.memory_budget_bytes,

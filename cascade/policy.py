@@ -80,6 +80,8 @@ class ClefTier(_Tier, kw_only=True, tag="clef"):
     """Clef-flash in process on torch."""
 
     release: str = "Cloudflare/clef-flash"  # hub id, or a local path as in Checkpoints
+    # A hub id not in the local hub cache is downloaded only when this is true (about 19 GB).
+    download: bool = False
     max_length: int = 16384  # tokens, media included
     overlong: Literal["reject", "truncate"] = "reject"
     device: str = "cuda"  # "auto": CUDA when present, else the CPU (fp32)

@@ -76,7 +76,7 @@ def test_unknown_keys_are_all_reported_with_their_lines() -> None:
     ) + '\n[thresholds.confidence]\nchoice = { "2" = 0.6, "12" = 0.1 }\n'
     assert messages(text) == [
         "p.toml:3: error: unknown key `multi` (known: english, multilingual, typed-decisions)",
-        "p.toml:7: error: unknown key `devise` (known: device, kind, max_batch_size, "
+        "p.toml:7: error: unknown key `devise` (known: device, download, kind, max_batch_size, "
         "max_batch_tokens, max_length, max_queue, memory_budget_bytes, overlong, release, "
         "timeout_s)",
         "p.toml:14: error: unknown key `12` (known: 11+, 2, 3-5, 6-10)",
