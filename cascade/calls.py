@@ -19,7 +19,8 @@ from cascade.validation import check_state, controls_of, parse_envelope, parse_q
 OFFLOAD_BYTES = 64 * 1024
 
 
-def _text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCall]:
+def text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCall]:
+    """The validated call of a body, without its images (``read_call`` adds them)."""
     env = parse_envelope(body)
     if env.state is None:
         raise ValidationFailed.at(["state"], "state is required (text, object or array)", "missing")
@@ -40,9 +41,9 @@ async def read_call(body: bytes, parts: dict[str, Any], *, request_id: str = "")
     """The call of a ``/v1/systemone`` body. Large bodies are validated, and images (up to 16 MP
     each) decoded, in a worker thread, so the event loop never waits on them."""
     if len(body) > OFFLOAD_BYTES:
-        env, call = await asyncio.to_thread(_text_call, body, request_id)
+        env, call = await asyncio.to_thread(text_call, body, request_id)
     else:
-        env, call = _text_call(body, request_id)
+        env, call = text_call(body, request_id)
     if env.images or env.assets:
         images = await asyncio.to_thread(collect_images, env, parts, LIMITS)
         call = msgspec.structs.replace(call, images=images)

@@ -12,7 +12,6 @@ This module imports neither torch nor onnxruntime; the previewer is imported in 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -21,12 +20,12 @@ from typing import Any
 
 import msgspec
 
+from cascade.calls import text_call
 from cascade.engines.base import EngineCall, Image
 from cascade.errors import ClientError
 from cascade.policy import Checkpoint, Checkpoints, LayaTier, Policy
 from cascade.policy_files import PolicyError, check_text, format_finding, load_policy
 from cascade.routing import PreRoute, pre_route, preview_call
-from cascade.schema import Question
 from cascade.toml_keys import key_lines, locate
 
 SUBDIRS: dict[Checkpoint, str] = {"multilingual": "multilingual",
@@ -112,13 +111,13 @@ def route_command(args: argparse.Namespace) -> int:
     if checkpoints and isinstance(tier, LayaTier):
         previewer = Previewer(checkpoints, default=tier.default_checkpoint)
     split = Split()
-    for lineno, row in _rows(args.requests):
-        source = str(row.get("source", "-"))
+    for lineno, line in _lines(args.requests):
+        source = _source_of(line)
         try:
-            call = _call(row)
+            call = _call(line, lineno)
             preview = None if previewer is None else preview_call(policy, call, previewer)
             pre = pre_route(policy, call, preview)
-        except (ClientError, msgspec.ValidationError) as exc:
+        except ClientError as exc:
             split.refused[getattr(exc, "error_type", "invalid_request_error")] += 1
             _source(split, source)["refused"] += 1
             print(f"{args.requests}:{lineno}: refused: {exc}", file=sys.stderr)
@@ -128,24 +127,32 @@ def route_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as handle:
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    with path.open("rb") as handle:
         for lineno, line in enumerate(handle, 1):
             if line.strip():
-                yield lineno, json.loads(line)
+                yield lineno, line
 
 
-def _call(row: dict[str, Any]) -> EngineCall:
-    """A request line as an ``EngineCall``. Images are not decoded in a dry run: each
-    ``images`` or ``assets`` entry stands as one (empty) image, which is all routing looks at."""
-    if row.get("state") is None:
-        raise msgspec.ValidationError("state is required")
-    questions = {qid: msgspec.convert(q, Question) for qid, q in row["questions"].items()}
-    n_images = len(row.get("images") or []) + len(row.get("assets") or {})
+class _Source(msgspec.Struct):
+    source: str = "-"
+
+
+def _source_of(line: bytes) -> str:
+    try:
+        return msgspec.json.decode(line, type=_Source).source
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return "-"
+
+
+def _call(line: bytes, lineno: int) -> EngineCall:
+    """A request line validated exactly as the gateway validates a body. Images are not
+    decoded in a dry run: each ``images`` or ``assets`` entry stands as one (empty) image,
+    which is all routing looks at."""
+    env, call = text_call(line, request_id=str(lineno))
+    n_images = len(env.images or []) + len(env.assets or {})
     images = [Image(data=b"", mime="image/png", width=0, height=0)] * n_images
-    return EngineCall(state=row["state"], questions=questions,
-                      model=row.get("model", "jev-latest"), images=images,
-                      request_id=str(row.get("id", "")))
+    return msgspec.structs.replace(call, images=images)
 
 
 def _checkpoints(policy: Policy, laya: Path | None) -> tuple[Policy, dict[str, Path]]:

@@ -125,3 +125,18 @@ def test_route_without_local_checkpoints_says_what_to_pass(
     assert main(["route", str(path), "--policy", str(policy)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"{policy}: error: ") and err.rstrip().endswith("pass --laya DIR")
+
+
+def test_route_refuses_broken_lines_instead_of_crashing(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = bundle / "broken.jsonl"
+    path.write_text('{"state": "x", "questions": {"q": {"type": "noul"\n'
+                    '{"state": "x", "questions": {"q": {"type": "box"}}}\n'
+                    '{"state": "x", "questions": {"q": {"type": "noul", "instructions": "ok"}}}\n')
+    assert main(["route", str(path), "--policy", str(bundle / "policy.toml"), "--json"]) == 0
+    out = capsys.readouterr()
+    got = json.loads(out.out)
+    assert got["requests"] == 1
+    assert got["refused"] == {"invalid_request_error": 2}
+    assert f"{path}:1: refused: request body is not valid JSON" in out.err
