@@ -69,12 +69,8 @@ class ClefEngine:
         from cascade.clef.media import ImageEncoder
         from cascade.clef.prompt import PromptEncoder, locked_tokenize
         from cascade.clef.runner import ClefRunner, Job
-        from cascade.clef.tiny import make_tiny
         from cascade.schema import NoulQuestion
 
-        path = Path(self.release)
-        if self.demo and not (path / "config.json").exists():
-            make_tiny(path)
         loaded = rel.load(rel.resolve_release(self.release), self.device)
         tokenizer = loaded.tokenizer
         tokenize_batch = locked_tokenize(tokenizer)
