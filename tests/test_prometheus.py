@@ -92,7 +92,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, str]]:
         port = url.rsplit(":", 1)[1]
         config = tmp_path / "prometheus.yml"
         config.write_text(
-            "global:\n  scrape_interval: 200ms\n  scrape_timeout: 150ms\n"
+            "global:\n  scrape_interval: 250ms\n  scrape_timeout: 240ms\n"
             "scrape_configs:\n  - job_name: cascade\n    static_configs:\n"
             f"      - targets: ['127.0.0.1:{port}']\n"
         )
@@ -118,7 +118,10 @@ def value(samples: dict, name: str, **labels: str) -> float:
 
 
 def query(prom: str, promql: str) -> float:
-    data = httpx.get(prom + "/api/v1/query", params={"query": promql}).json()
+    """The series' latest scraped value(s), summed. ``last_over_time`` rather than an instant
+    query: a scrape that times out on a loaded machine marks series stale for a moment."""
+    expr = promql if "(" in promql else f"last_over_time({promql}[1m])"
+    data = httpx.get(prom + "/api/v1/query", params={"query": expr}).json()
     result = data["data"]["result"]
     return sum(float(r["value"][1]) for r in result)
 
@@ -152,7 +155,7 @@ def traffic(url: str) -> None:
         assert degraded.status_code == 200
         assert degraded.json()["x_cascade"]["degraded"]["hard"] in {"strong_failed", "breaker_open"}
     assert post({"state": "img", "questions": EASY, "images": [png_b64()]}).status_code == 503
-    time.sleep(0.5)  # let a scrape see the open breaker
+    time.sleep(1.0)  # let scrapes see the open breaker
     Switch.down = False
     time.sleep(0.6)  # cooldown: the next call is the half-open probe
     assert post({"state": "hard", "questions": HARD}).json()["x_cascade"]["degraded"] == {}
