@@ -85,6 +85,9 @@ class Gateway:
         self.cheap_name = policy.route.cheap
         self.strong_name = policy.route.strong
         self.breakers = {name: CircuitBreaker(policy.breaker_for(name)) for name in self.engines}
+        # The cheap engine when it can preview rows (Laya): exact token counts for pre-routing.
+        cheap = self.engines.get(self.cheap_name or "")
+        self._previewer = cheap if hasattr(cheap, "preview") else None
         self._shadow_tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------ lifecycle
@@ -168,8 +171,10 @@ class Gateway:
         timings: dict[str, float] = {}
         started = time.perf_counter()
         policy = self.policy
-        # Tokenizing a long state takes milliseconds: keep it off the event loop.
-        preview = await asyncio.to_thread(self._preview, call)
+        preview = None
+        if self._previewer is not None:
+            # Tokenizing a long state takes milliseconds: keep it off the event loop.
+            preview = await asyncio.to_thread(preview_call, policy, call, self._previewer)
         pre = pre_route(policy, call, preview)
         timings["pre_route"] = time.perf_counter() - started
         metrics.HOP_DURATION.labels(hop="pre_route").observe(timings["pre_route"])
@@ -224,12 +229,6 @@ class Gateway:
     def batch_headers(self, outcomes: Iterable[Outcome]) -> dict[str, str]:
         """The headers of a batch response: question counts per tier over every state."""
         return self._headers(Counter(t for o in outcomes for t in o.tiers.values()))
-
-    def _preview(self, call: EngineCall) -> Any:
-        cheap = self.engines.get(self.cheap_name or "")
-        if cheap is None or not hasattr(cheap, "preview"):
-            return None
-        return preview_call(self.policy, call, cheap)
 
     @staticmethod
     def _cheap_call(call: EngineCall, checkpoint: str | None) -> EngineCall:
