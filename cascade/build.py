@@ -14,14 +14,17 @@ from pathlib import Path
 from cascade.engines.base import Engine
 from cascade.gateway import Gateway
 from cascade.policy import (
+    Bands,
     Checkpoints,
     ClefTier,
     LayaTier,
     Models,
     Policy,
     Route,
+    Shadow,
     Thresholds,
     Tier,
+    TypeBands,
     UpstreamTier,
 )
 from cascade.policy_files import load_policy
@@ -91,7 +94,13 @@ def demo_policy(root: Path, settings: Settings) -> Policy:
         tiers=tiers,
         route=Route(cheap="laya", strong="clef"),
         models=Models(cheap_only=["laya"], strong_only=["clef-flash"], unknown="cascade"),
-        thresholds=Thresholds(),
+        # default.toml's bands, so low-confidence escalation shows in the demo too
+        thresholds=Thresholds(confidence=TypeBands(
+            choice=Bands(two=0.8, three_five=0.65, six_ten=0.55, eleven_plus=0.45),
+            score=Bands(two=0.8, three_five=0.55, six_ten=0.45, eleven_plus=0.35),
+            noul=Bands(two=0.8),
+        )),
+        shadow=Shadow(fraction=0.1),
     )
 
 
