@@ -94,11 +94,12 @@ def demo_policy(root: Path, settings: Settings) -> Policy:
         tiers=tiers,
         route=Route(cheap="laya", strong="clef"),
         models=Models(cheap_only=["laya"], strong_only=["clef-flash"], unknown="cascade"),
-        # default.toml's bands, so low-confidence escalation shows in the demo too
+        # Low enough that the tiny random Laya keeps some answers and escalates others, so the
+        # demo shows both paths (real checkpoints need thresholds fitted on real traffic).
         thresholds=Thresholds(confidence=TypeBands(
-            choice=Bands(two=0.8, three_five=0.65, six_ten=0.55, eleven_plus=0.45),
-            score=Bands(two=0.8, three_five=0.55, six_ten=0.45, eleven_plus=0.35),
-            noul=Bands(two=0.8),
+            choice=Bands(two=0.6, three_five=0.55, six_ten=0.4, eleven_plus=0.3),
+            score=Bands(two=0.6, three_five=0.4, six_ten=0.3, eleven_plus=0.25),
+            noul=Bands(two=0.6),
         )),
         shadow=Shadow(fraction=0.1),
     )
