@@ -38,12 +38,16 @@ from cascade.errors import (
     status_of,
 )
 from cascade.gateway import Gateway
+from cascade.openapi import document, operation
 from cascade.schema import (
     LIMITS,
+    BatchRequest,
     BatchResponse,
     ErrorBody,
     ErrorDetail,
     ModelList,
+    SystemOneRequest,
+    SystemOneResponse,
     TotalUsage,
     ValidationErrorBody,
     ValidationItem,
@@ -230,7 +234,8 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
     return response
 
 
-@post("/v1/systemone", status_code=200, summary="Answer typed questions about one state")
+@post("/v1/systemone", status_code=200, summary="Answer typed questions about one state",
+      operation_class=operation(SystemOneRequest, SystemOneResponse))
 async def systemone(request: Request) -> Response[bytes]:
     """System One: ``{model, state, questions, images?, assets?}`` → ``{model, answers, usage}``."""
     settings: Settings = request.app.state.settings
@@ -247,7 +252,8 @@ async def systemone(request: Request) -> Response[bytes]:
     return await _guarded(request, "/v1/systemone", work)
 
 
-@post("/v1/systemone/batch", status_code=200, summary="Laya's batch: many states, one question set")
+@post("/v1/systemone/batch", status_code=200, summary="Laya's batch: many states, one question set",
+      operation_class=operation(BatchRequest, BatchResponse))
 async def systemone_batch(request: Request) -> Response[bytes]:
     """``{states: [...], questions}`` → ``{results: [...], total_usage}`` (at most 64 states)."""
     settings: Settings = request.app.state.settings
@@ -270,7 +276,8 @@ async def systemone_batch(request: Request) -> Response[bytes]:
     return await _guarded(request, "/v1/systemone/batch", work)
 
 
-@get("/v1/models", summary="Model names this gateway answers to (Jev shape)")
+@get("/v1/models", summary="Model names this gateway answers to (Jev shape)",
+     operation_class=operation(None, ModelList))
 async def models(request: Request) -> Response[bytes]:
     require_auth(request)
     return _json(ModelList(models=request.app.state.gateway.model_cards()))
@@ -328,6 +335,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
         logging_config=None,  # the process configures logging (cascade.serve_cli)
         debug=False,
     )
+    document(app)
     app.state.settings = settings
     app.state.gateway = gateway
     app.state.api_keys = settings.keys()

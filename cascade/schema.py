@@ -135,6 +135,14 @@ class RequestEnvelope(Controls, kw_only=True):
     assets: dict[str, Asset] | None = None
 
 
+class BatchRequest(Controls, kw_only=True):
+    """Laya's ``/v1/systemone/batch`` body (documentation: it decodes as ``RequestEnvelope``)."""
+
+    model: str = "jev-latest"
+    states: list[str | dict[str, Any] | list[Any]]
+    questions: dict[str, Question]
+
+
 # ---------------------------------------------------------------- response
 
 

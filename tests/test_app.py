@@ -285,3 +285,13 @@ def test_overload_is_503_with_retry_after() -> None:
     assert statuses[0] == 200 and 503 in statuses
     busy = next(r for r in codes if r.status_code == 503)
     assert busy.headers["retry-after"] == "1"
+
+
+def test_openapi_documents_the_wire_schema(client: TestClient) -> None:
+    doc = client.get("/docs/openapi.json").json()
+    body = doc["paths"]["/v1/systemone"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/SystemOneRequest"}
+    schemas = doc["components"]["schemas"]
+    assert {"SystemOneRequest", "SystemOneResponse", "BatchRequest", "ChoiceQuestion",
+            "ValidationErrorBody", "ErrorBody"} <= set(schemas)
+    assert "questions" in schemas["SystemOneRequest"]["properties"]
