@@ -261,7 +261,9 @@ async def systemone_batch(request: Request) -> Response[bytes]:
 
     async def work() -> tuple[Response[bytes], str]:
         with metrics.HOP_DURATION.labels(hop="decode").time():
-            body, _ = await read_request(request, settings)
+            body, parts = await read_request(request, settings)
+        if parts:  # the batch takes text states only: refuse images rather than drop them
+            raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
         with metrics.HOP_DURATION.labels(hop="validate").time():
             calls = await read_batch_calls(body, request_id=request_id(request.scope))
         outcomes = await asyncio.gather(*(gateway.systemone(call) for call in calls))

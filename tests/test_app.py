@@ -268,6 +268,10 @@ def test_batch(client: TestClient) -> None:
     images = {"states": ["a"], "questions": QUESTIONS,
               "images": [base64.b64encode(_png()).decode()]}
     assert client.post("/v1/systemone/batch", json=images).status_code == 422
+    files = {"request": (None, json.dumps({"states": ["a"], "questions": QUESTIONS}),
+                         "application/json"),
+             "asset-0": ("a.png", _png(), "image/png")}
+    assert client.post("/v1/systemone/batch", files=files).status_code == 422
 
 
 def test_overload_is_503_with_retry_after() -> None:
