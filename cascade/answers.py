@@ -15,15 +15,13 @@ probabilities, first maximum in the caller's order winning.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from cascade.engines.base import EngineUsage, QuestionResult
+from cascade.calls import EngineUsage, QuestionResult
 from cascade.errors import ValidationFailed
-from cascade.policy import BANDS
-from cascade.routing import option_band
+from cascade.questions import BANDS, option_band, option_names, render_text
 from cascade.schema import (
     Action,
     Answer,
@@ -69,24 +67,6 @@ def jev_score_confidence(p: Sequence[float]) -> float:
     mode = max(range(n), key=lambda i: (p[i], -i))
     spread = sum(abs(i - (n - 1) / 2) for i in range(n)) / n
     return max(0.0, 1.0 - sum(p[i] * abs(i - mode) for i in range(n)) / spread)
-
-
-def render_text(value: Any) -> str:
-    """Laya's rendering of a level or description: strings as they are, else one-line JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-
-
-def option_names(question: Question) -> list[str]:
-    """The keys a client sees in ``probabilities``, in the caller's order."""
-    if isinstance(question, ChoiceQuestion):
-        if isinstance(question.criteria, dict):
-            return list(question.criteria)
-        return [json.dumps(c) if not isinstance(c, str) else c for c in question.criteria]
-    if isinstance(question, ScoreQuestion):
-        return [str(i) for i in range(len(question.criteria))]
-    return ["false", "true"]
 
 
 def _argmax(p: Sequence[float]) -> int:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from cascade.engines.base import Engine
 from cascade.gateway import Gateway
-from cascade.policy import (
+from cascade.policy.files import load_policy
+from cascade.policy.model import (
     Bands,
     Checkpoints,
     ClefTier,
@@ -27,7 +28,6 @@ from cascade.policy import (
     TypeBands,
     UpstreamTier,
 )
-from cascade.policy_files import load_policy
 from cascade.settings import Settings
 
 log = logging.getLogger("cascade")

@@ -1,84 +1,73 @@
-"""Validated ``EngineCall``s from decoded request bodies (single and Laya batch)."""
+"""What crosses the engine interface: the validated call in, raw probabilities out, and the
+cheap tier's tokenizer-only preview of a call that pre-routing reads.
+
+An engine receives an already validated request (``EngineCall``) and returns raw, unrounded
+probabilities per question (``EngineAnswer``). Answer shapes, confidences and rounding are the
+gateway's job (``cascade.answers``), so every tier is reported the same way to clients.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import msgspec
 
-from cascade.answers import check_min_confidence
-from cascade.engines.base import EngineCall
-from cascade.errors import PayloadTooLarge, ValidationFailed
-from cascade.images import collect_images
-from cascade.schema import LIMITS, RequestEnvelope
-from cascade.validation import check_state, controls_of, parse_envelope, parse_questions
-
-# Bodies above this many bytes are decoded and validated in a worker thread: under it, the
-# thread hop costs more than the work.
-OFFLOAD_BYTES = 64 * 1024
+from cascade.schema import Controls, OptionSpans, Question, QuestionType
 
 
-def text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCall]:
-    """The validated call of a body, without its images (``read_call`` adds them)."""
-    env = parse_envelope(body)
-    if env.state is None:
-        raise ValidationFailed.at(["state"], "state is required (text, object or array)", "missing")
-    check_state(env.state, ["state"])
-    questions = parse_questions(env)
-    check_min_confidence(env.min_confidence)
-    call = EngineCall(
-        state=env.state,
-        questions=questions,
-        model=env.model,
-        controls=controls_of(env),
-        request_id=request_id,
-    )
-    return env, call
+class Image(msgspec.Struct, frozen=True):
+    """An image the gateway already decoded and checked (format, bytes, pixels)."""
+
+    data: bytes
+    mime: str  # image/png, image/jpeg or image/webp
+    width: int
+    height: int
 
 
-async def read_call(body: bytes, parts: dict[str, Any], *, request_id: str = "") -> EngineCall:
-    """The call of a ``/v1/systemone`` body. Large bodies are validated, and images (up to 16 MP
-    each) decoded, in a worker thread, so the event loop never waits on them."""
-    if len(body) > OFFLOAD_BYTES:
-        env, call = await asyncio.to_thread(text_call, body, request_id)
-    else:
-        env, call = text_call(body, request_id)
-    if env.images or env.assets:
-        images = await asyncio.to_thread(collect_images, env, parts, LIMITS)
-        call = msgspec.structs.replace(call, images=images)
-    return call
+class EngineCall(msgspec.Struct, kw_only=True):
+    state: str | dict[str, Any] | list[Any]
+    questions: dict[str, Question]
+    model: str  # the name the client asked for; upstream engines may forward it
+    images: list[Image] = msgspec.field(default_factory=list)
+    controls: Controls = msgspec.field(default_factory=Controls)
+    request_id: str = ""
 
 
-async def read_batch_calls(body: bytes, *, request_id: str = "") -> list[EngineCall]:
-    """The calls of a ``/v1/systemone/batch`` body (large bodies validated in a thread)."""
-    if len(body) > OFFLOAD_BYTES:
-        return await asyncio.to_thread(_batch_calls, body, request_id)
-    return _batch_calls(body, request_id)
+class QuestionResult(msgspec.Struct, kw_only=True):
+    """Unrounded probabilities for one question, in the caller's order.
+
+    choice: the caller's criteria order; score: levels 0..n-1; noul: ``[P(false), P(true)]``.
+    """
+
+    type: QuestionType
+    probabilities: list[float]
+    act_probability: float | None = None  # Laya's act head, when the tier has one
 
 
-def _batch_calls(body: bytes, request_id: str) -> list[EngineCall]:
-    env = parse_envelope(body)
-    if not env.states:
-        raise ValidationFailed.at(["states"], "states must be a non-empty array", "missing")
-    if len(env.states) > LIMITS.max_batch_states:
-        raise PayloadTooLarge(
-            f"{len(env.states)} states in a batch; at most {LIMITS.max_batch_states} allowed"
-        )
-    if env.images or env.assets:
-        raise ValidationFailed.at(["images"], "the batch endpoint takes text states only")
-    for i, state in enumerate(env.states):
-        check_state(state, ["states", i])
-    questions = parse_questions(env)
-    check_min_confidence(env.min_confidence)
-    controls = controls_of(env)
-    return [
-        EngineCall(
-            state=state,
-            questions=questions,
-            model=env.model,
-            controls=controls,
-            request_id=f"{request_id}/{i}",
-        )
-        for i, state in enumerate(env.states)
-    ]
+class EngineUsage(msgspec.Struct, kw_only=True):
+    input_tokens: int
+    state_tokens: int | None = None
+    state_tokens_dropped: int = 0
+    truncated_questions: list[str] = msgspec.field(default_factory=list)
+    options: dict[str, OptionSpans] = msgspec.field(default_factory=dict)
+
+
+class EngineAnswer(msgspec.Struct, kw_only=True):
+    model: str  # what actually answered, e.g. "laya-english" or the upstream's model name
+    results: dict[str, QuestionResult]
+    usage: EngineUsage
+
+
+class RowPreview(msgspec.Struct, frozen=True):
+    n_options: int
+    row_tokens: int  # tokens of this question's row after capping/truncation
+    state_tokens: int  # tokens of the full serialized state
+    state_tokens_dropped: int  # state tokens this row cannot fit (0 = the whole state fits)
+    collapsed: bool  # some option spans collapsed to identical token spans
+
+
+class CallPreview(msgspec.Struct, frozen=True):
+    checkpoint: str  # the cheap tier's checkpoint chosen for the call
+    script: str  # dominant script of the state text ("latin", "cyrillic", "han", ..., "unknown")
+    readable: bool  # the chosen checkpoint reads this script (english: latin/unknown only)
+    rows: dict[str, RowPreview]

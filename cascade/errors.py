@@ -20,7 +20,7 @@
         └── EngineFailed                502 (an upstream answered garbage or 5xx)
 
 Engines wrap their library's exceptions (httpx, onnxruntime, torch) into ``EngineError``
-subclasses at their edge; only ``cascade.app`` knows HTTP statuses, through ``STATUS``.
+subclasses at their edge; only ``cascade.http.app`` knows HTTP statuses, through ``STATUS``.
 """
 
 from __future__ import annotations

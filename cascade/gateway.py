@@ -3,8 +3,9 @@
 Flow: resolve the ``model`` name → preview the cheap tier's rows (exact token counts, no
 inference) → ``routing.pre_route`` → one cheap call for its questions → ``routing.post_route`` →
 ONE strong call for every question that must go there (pre-routed or escalated) → merge →
-answers built with the configured confidence profile. Decisions are ``cascade.routing``'s pure
-functions; this module awaits, times, records metrics, applies breakers and degrades.
+answers built with the configured confidence profile. Decisions are
+``cascade.policy.routing``'s pure functions; this module awaits, times, records metrics,
+applies breakers and degrades.
 
 Degradation when the strong tier fails (breaker open, timeout, overload, error): questions the
 cheap tier already answered come back marked degraded (their own confidence, never an invented
@@ -25,10 +26,9 @@ from typing import Any
 import msgspec
 
 from cascade import __version__, metrics
-from cascade.agreement import compare, shadow_questions
 from cascade.answers import Profile, apply_gate, build_answer, build_usage
-from cascade.breaker import CircuitBreaker
-from cascade.engines.base import Engine, EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.engines.base import Engine
 from cascade.errors import (
     BreakerOpen,
     CascadeError,
@@ -38,19 +38,21 @@ from cascade.errors import (
     EngineUnavailable,
     Overloaded,
 )
-from cascade.policy import Policy
-from cascade.routing import (
+from cascade.policy.breaker import CircuitBreaker
+from cascade.policy.model import Policy
+from cascade.policy.routing import (
     PreRoute,
     QuestionRoute,
     fallback,
     final_routes,
     merge,
-    n_options,
     post_route,
     pre_route,
     preview_call,
     split,
 )
+from cascade.policy.shadow import compare, shadow_questions
+from cascade.questions import n_options
 from cascade.schema import ModelCard, SystemOneResponse
 
 DEMO_PREFIX = "DEMO-random-weights/"

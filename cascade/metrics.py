@@ -3,7 +3,8 @@
 Conventions: one ``cascade_`` prefix, seconds, ``_total`` counters, and bounded labels only:
 ``route`` (the URL template), ``outcome``, ``status`` (HTTP code), ``hop``, ``tier`` (a configured
 tier name), ``type`` (choice/score/noul), ``band`` (2, 3-5, 6-10, 11+), ``reason`` (a fixed code
-from ``cascade.routing``), ``state``. Never question ids, model names from clients, or free text.
+from ``cascade.policy.routing``), ``state``. Never question ids, model names from clients, or
+free text.
 
 The registry is the process default. cascade runs as one worker process per container: the
 engines live in process (one ONNX session and one GPU model per process), so more workers would

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cascade.build import NoTiers, policy_from_settings
-from cascade.policy import ClefTier, LayaTier, UpstreamTier
-from cascade.policy_files import validate
+from cascade.policy.files import validate
+from cascade.policy.model import ClefTier, LayaTier, UpstreamTier
 from cascade.settings import Settings, from_env
 
 

@@ -21,8 +21,8 @@ import pytest
 from PIL import Image as PILImage
 from prometheus_client.parser import text_string_to_metric_families
 
-from cascade.app import create_app
 from cascade.clef.tiny import make_tiny as make_tiny_clef
+from cascade.http.app import create_app
 from cascade.laya.tiny import make_tiny as make_tiny_laya
 from cascade.settings import Settings
 from tests.servers import free_port, run_process, serve_app

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from PIL import Image as PILImage
 
-from cascade.app import create_app
-from cascade.engines.base import EngineAnswer, EngineCall
+from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.gateway import Gateway
-from cascade.policy import Policy, UpstreamTier
+from cascade.http.app import create_app
+from cascade.policy.model import Policy, UpstreamTier
 from cascade.settings import Settings
 from tests.servers import free_port, run_process, serve_app
 

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from cascade.engines.base import EngineAnswer, EngineCall
+from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.errors import EngineUnavailable, ValidationFailed
 from cascade.gateway import Gateway
-from cascade.policy import BreakerConfig, Checkpoints, ClefTier, LayaTier, Policy, Route
+from cascade.policy.model import BreakerConfig, Checkpoints, ClefTier, LayaTier, Policy, Route
 from cascade.schema import ChoiceQuestion, NoulQuestion
 
 CHOICE = ChoiceQuestion(instructions="Which?", criteria=[f"o{i}" for i in range(60)])

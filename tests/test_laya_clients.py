@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cascade.app import create_app
+from cascade.http.app import create_app
 from cascade.laya.tiny import make_tiny
 from cascade.settings import Settings
 from tests.servers import free_port, run_process, serve_app

@@ -20,12 +20,12 @@ import pytest
 from PIL import Image as PILImage
 from prometheus_client.parser import text_string_to_metric_families
 
-from cascade.app import create_app
-from cascade.engines.base import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.errors import EngineUnavailable
 from cascade.gateway import Gateway
-from cascade.policy import (
+from cascade.http.app import create_app
+from cascade.policy.model import (
     Bands,
     BreakerConfig,
     Checkpoints,

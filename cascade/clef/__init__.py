@@ -5,8 +5,9 @@
 - ``media``: images through the release's image processor (no torchvision needed).
 - ``head`` + ``layout``: our joint schema head, batched over right-padded rows.
 - ``runner``: the synchronous batch runner the engine's micro-batcher drives.
-- ``tiny``, ``bench``, ``cli``: test releases, the benchmark, the commands.
+- ``tiny``: tiny random releases for tests and demos.
 
-The engine itself is ``cascade.engines.clef.ClefEngine``. Nothing here imports torch at
-module level except ``head`` and ``layout``.
+The engine itself is ``cascade.engines.clef.ClefEngine``; the benchmark ``cascade.bench.clef``.
+This package imports only the base (``cascade.schema``, ``errors``, ``calls``). Nothing here
+imports torch at module level except ``head`` and ``layout``.
 """

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cascade.engines.base import Image
+from cascade.calls import Image
 from cascade.errors import PayloadTooLarge, ValidationFailed
 from cascade.schema import LIMITS
 

@@ -17,8 +17,8 @@ import asyncio
 from pathlib import Path
 from typing import Any, Literal
 
+from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.clef.prompt import question_type
-from cascade.engines.base import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.errors import EngineUnavailable
 
 WARMUP_STATE = "warm-up"

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from cascade.engines.base import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.schema import ChoiceQuestion, NoulQuestion, Question
 
 Handler = Callable[[EngineCall], EngineAnswer | Awaitable[EngineAnswer]]

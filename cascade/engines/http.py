@@ -44,8 +44,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from cascade.answers import option_names
-from cascade.engines.base import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.errors import (
     EngineFailed,
     EngineTimeout,
@@ -55,6 +54,7 @@ from cascade.errors import (
     UpstreamClientError,
     ValidationFailed,
 )
+from cascade.questions import option_names
 from cascade.schema import NoulQuestion, OptionSpans, Question
 
 ENDPOINT = "/v1/systemone"

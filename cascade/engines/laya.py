@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cascade.engines.base import EngineAnswer, EngineCall
+from cascade.calls import CallPreview, EngineAnswer, EngineCall
 from cascade.engines.batcher import MicroBatcher
 from cascade.engines.onnx import OnnxSession
 from cascade.errors import EngineUnavailable
@@ -25,7 +25,7 @@ from cascade.laya import decode
 from cascade.laya.checkpoint import content_hash
 from cascade.laya.decode import RowOut
 from cascade.laya.export import MODEL_FILE, cache_root, cached_export
-from cascade.laya.preview import LayaPreview, Plan, Previewer
+from cascade.laya.preview import Plan, Previewer
 from cascade.laya.rows import Row, collate
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class LayaEngine:
             )
             log.info("laya: %s ready (%s, %d threads)", name, export, session.threads)
 
-    def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> LayaPreview:
+    def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> CallPreview:
         return self.previewer.preview(call, checkpoint=checkpoint)
 
     def _model_name(self, checkpoint: str) -> str:

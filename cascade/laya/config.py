@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from cascade.routing import option_band
+from cascade.questions import option_band
 
 log = logging.getLogger(__name__)
 

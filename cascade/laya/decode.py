@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cascade.engines.base import EngineUsage, QuestionResult
+from cascade.calls import EngineUsage, QuestionResult
 from cascade.laya.config import LayaConfig
 from cascade.laya.questions import Prepared
 from cascade.laya.rows import Row

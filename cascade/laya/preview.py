@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from cascade.engines.base import EngineCall
+from cascade.calls import CallPreview, EngineCall, RowPreview
 from cascade.errors import UnknownModel
 from cascade.laya.config import LayaConfig, load_config
 from cascade.laya.questions import Prepared, prepare
@@ -43,21 +43,6 @@ ALIASES = {
     "decisions": "typed-decisions",
 }
 LATIN_ONLY_SCRIPTS = ("latin", "unknown")
-
-
-class RowPreview(msgspec.Struct, frozen=True):
-    n_options: int
-    row_tokens: int  # tokens of this question's row after capping/truncation
-    state_tokens: int  # tokens of the full serialized state
-    state_tokens_dropped: int  # state tokens this row cannot fit (0 = the whole state fits)
-    collapsed: bool  # some option spans collapsed to identical token spans
-
-
-class LayaPreview(msgspec.Struct, frozen=True):
-    checkpoint: str  # configured checkpoint chosen (explicit model/alias, else script detection)
-    script: str  # dominant script of the state text ("latin", "cyrillic", "han", ..., "unknown")
-    readable: bool  # the chosen checkpoint reads this script (english: latin/unknown only)
-    rows: dict[str, RowPreview]
 
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,7 +126,7 @@ class Previewer:
             state_tokens=state_tokens,
         )
 
-    def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> LayaPreview:
+    def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> CallPreview:
         plan = self.plan(call, checkpoint=checkpoint)
         rows = {
             q.qid: RowPreview(
@@ -153,6 +138,6 @@ class Previewer:
             )
             for q, r in zip(plan.questions, plan.rows, strict=True)
         }
-        return LayaPreview(
+        return CallPreview(
             checkpoint=plan.checkpoint, script=plan.script, readable=plan.readable, rows=rows
         )

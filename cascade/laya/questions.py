@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from cascade.answers import render_text
 from cascade.errors import ValidationFailed
 from cascade.laya.config import QTYPES
+from cascade.questions import render_text
 from cascade.schema import ChoiceQuestion, Label, NoulQuestion, Question, QuestionType
 
 NOUL_FALSE = "no, the statement does not hold"

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cascade.engines.base import Engine, EngineCall
+from cascade.calls import EngineCall
+from cascade.engines.base import Engine
 from cascade.engines.clef import ClefEngine
 from cascade.errors import EngineUnavailable, Overloaded, PayloadTooLarge, TokensExceeded
 from tests.clef.clef_cases import CASES, LONG_STATE, QUESTIONS, questions
@@ -138,6 +139,6 @@ def test_not_started_and_demo(tiny_release):
 
 def test_modules_import_without_torch():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; "
-            "import cascade.engines.clef, cascade.clef.cli, cascade.clef.runner, "
-            "cascade.clef.bench, cascade.clef.media")
+            "import cascade.engines.clef, cascade.cli.bench, cascade.cli.make_tiny, "
+            "cascade.clef.runner, cascade.bench.clef, cascade.clef.media")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from litestar.testing import TestClient
 
-from cascade.app import create_app
 from cascade.engines.clef import ClefEngine
 from cascade.gateway import Gateway
-from cascade.policy import ClefTier, Policy
+from cascade.http.app import create_app
+from cascade.policy.model import ClefTier, Policy
 from cascade.settings import Settings
 from tests.clef.clef_cases import CASES, request
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 from PIL import Image as PILImage
 
+from cascade.calls import Image
 from cascade.clef.prompt import PromptEncoder
 from cascade.clef.runner import ClefRunner, Job
-from cascade.engines.base import Image
 from cascade.errors import TokensExceeded
 from tests.clef.clef_cases import CASES, LONG_STATE, QUESTIONS, questions, request
 

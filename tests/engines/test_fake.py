@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from cascade.engines.base import Engine, EngineAnswer, EngineCall, EngineUsage
+from cascade.calls import EngineAnswer, EngineCall, EngineUsage
+from cascade.engines.base import Engine
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.errors import Overloaded
 from cascade.schema import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from jevcompat import mock as jev_mock
 
-from cascade.engines.base import Engine, EngineAnswer, EngineCall, Image
+from cascade.calls import EngineAnswer, EngineCall, Image
+from cascade.engines.base import Engine
 from cascade.engines.http import HttpEngine, error_info, retry_after
 from cascade.errors import (
     EngineFailed,

@@ -10,7 +10,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cascade.engines.base import Engine, EngineCall
+from cascade.calls import EngineCall
+from cascade.engines.base import Engine
 from cascade.engines.laya import LayaEngine
 from cascade.errors import Overloaded, ValidationFailed
 from cascade.laya.tiny import make_tiny
@@ -171,7 +172,7 @@ async def test_full_queue_is_overloaded(checkpoints: dict[str, Path], cache: Pat
 
 def test_serving_path_never_imports_torch() -> None:
     code = (
-        "import sys, cascade.laya.cli\n"
+        "import sys, cascade.cli.export, cascade.cli.make_tiny\n"
         "assert not {'torch', 'onnxruntime'} & set(sys.modules), 'cli imports heavy modules'\n"
         "import cascade.engines.laya\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n"

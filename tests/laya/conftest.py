@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from cascade.answers import apply_gate, build_answer, build_usage
-from cascade.engines.base import EngineCall, EngineUsage, QuestionResult
+from cascade.calls import EngineCall, EngineUsage, QuestionResult
 from cascade.engines.onnx import OnnxSession
 from cascade.laya import decode
 from cascade.laya.export import MODEL_FILE, export

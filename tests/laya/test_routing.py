@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from cascade.calls import EngineCall
 from cascade.cli import main
-from cascade.engines.base import EngineCall
 from cascade.errors import UnknownModel
 from cascade.laya.config import CheckpointError
 from cascade.laya.hub import resolve_checkpoint

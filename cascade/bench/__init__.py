@@ -1,0 +1,1 @@
+"""Benchmarks: each prints a table and JSON (gateway, laya, clef, load)."""

@@ -1,0 +1,41 @@
+"""``cascade policy check FILE...``: every finding as ``FILE:LINE: severity: message``; exit 1
+when any is an error."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from cascade.policy.files import check_text, format_finding
+from cascade.policy.toml_keys import key_lines, locate
+
+
+def register(groups: dict[str, Any]) -> None:
+    top = groups["<top>"]
+    policy = top.add_parser("policy", help="policy files: check them")
+    sub = policy.add_subparsers(dest="target", metavar="TARGET", required=True)
+    check = sub.add_parser("check", help="report unknown keys, undefined tiers and impossible "
+                           "thresholds as FILE:LINE: messages; exit 1 on errors")
+    check.add_argument("files", nargs="+", type=Path, metavar="FILE", help="policy TOML files")
+    check.set_defaults(func=check_command)
+
+
+def check_command(args: argparse.Namespace) -> int:
+    failed = False
+    for path in args.files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            print(f"{path}: error: {exc.strerror}")
+            failed = True
+            continue
+        _, found = check_text(text)
+        lines = key_lines(text)
+        for finding in sorted(found, key=lambda f: locate(lines, f.path)):
+            print(format_finding(str(path), text, finding))
+        errors = sum(f.severity == "error" for f in found)
+        failed |= errors > 0
+        if not found:
+            print(f"{path}: ok")
+    return 1 if failed else 0

@@ -1,0 +1,82 @@
+"""``cascade serve``: the gateway. ``run_server`` is shared with ``cascade engine clef``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from cascade.settings import from_env, parse_map
+
+
+def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
+    parser.add_argument("--host", help="bind address (default 127.0.0.1; CASCADE_HOST)")
+    parser.add_argument("--port", type=int, help=f"port (default {port}; CASCADE_PORT)")
+    parser.add_argument(
+        "--profile", choices=["laya", "jev"],
+        help="confidence profile: laya (default; Laya extras) or jev (exact Jev shape)",
+    )
+    parser.add_argument("--log-level", default=None, help="debug, info (default), warning")
+
+
+def register(groups: dict[str, Any]) -> None:
+    serve = groups["<top>"].add_parser(
+        "serve", help="run the gateway", description=(
+            "Run the gateway on /v1/systemone. Tiers come from --policy, or --upstream, or "
+            "--laya/--clef, or --demo (tiny random weights, labelled as a demo everywhere)."
+        ),
+    )
+    common_flags(serve, 8000)
+    serve.add_argument("--policy", help="policy file (policies/*.toml)")
+    serve.add_argument("--upstream", metavar="URL", help="forward to a /v1/systemone server")
+    serve.add_argument("--upstream-model", metavar="NAME", help="model name sent upstream")
+    serve.add_argument(
+        "--laya", action="append", metavar="[NAME=]DIR",
+        help="Laya checkpoint dir or hub id (repeat for english=, multilingual=, typed-decisions=)",
+    )
+    serve.add_argument("--clef", metavar="DIR", help="Clef release dir or hub id (in process)")
+    clef_flags(serve)
+    serve.add_argument("--demo", action="store_true", default=None,
+                       help="serve tiny random checkpoints of both tiers (a demo, not a model)")
+    serve.set_defaults(func=run_serve)
+
+
+def clef_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--overlong", choices=["reject", "truncate"],
+                        help="a state over --max-length: reject with 413 (default) or truncate "
+                        "its tail and report the dropped tokens in usage")
+    parser.add_argument("--max-length", type=int, metavar="N",
+                        help="Clef token limit, media included (default 16384)")
+
+
+def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int:
+    import uvicorn
+
+    from cascade.http.app import create_app
+
+    settings = from_env(**settings_overrides)
+    level = (log_level or settings.log_level).upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=level.lower(),
+                workers=1, lifespan="on")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    laya = None
+    if args.laya:
+        laya = {}
+        for item in args.laya:
+            laya.update(parse_map(item))
+    return run_server(
+        {
+            "host": args.host, "port": args.port, "profile": args.profile,
+            "policy": args.policy, "upstream": args.upstream,
+            "upstream_model": args.upstream_model, "laya": laya, "clef": args.clef,
+            "clef_overlong": args.overlong, "clef_max_length": args.max_length,
+            "demo": args.demo,
+        },
+        args.log_level,
+    )

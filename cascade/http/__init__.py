@@ -1,0 +1,1 @@
+"""The HTTP front door: routes, bodies, validation, images and OpenAPI."""

@@ -1,0 +1,348 @@
+"""The Litestar application: routes, auth, request ids, the error table, health and metrics.
+
+``create_app(settings, gateway=None)`` builds the real tiers (``cascade.build``) only when no
+gateway is injected; tests inject one with fake engines. The lifespan starts the engines
+(``/ready`` turns true after warm-up) and closes them (``/ready`` false again during shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response, get, post
+from litestar.exceptions import HTTPException
+from litestar.openapi import OpenAPIConfig
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from cascade import __version__, metrics
+from cascade.errors import (
+    BodyTimeout,
+    CascadeError,
+    ClientError,
+    Overloaded,
+    PayloadTooLarge,
+    Unauthorized,
+    UnsupportedMediaType,
+    ValidationFailed,
+    status_of,
+)
+from cascade.gateway import Gateway
+from cascade.http.bodies import decode_content, split_multipart
+from cascade.http.intake import OFFLOAD_BYTES, read_batch_calls, read_call
+from cascade.http.openapi import document, operation
+from cascade.schema import (
+    LIMITS,
+    BatchRequest,
+    BatchResponse,
+    ErrorBody,
+    ErrorDetail,
+    ModelList,
+    SystemOneRequest,
+    SystemOneResponse,
+    TotalUsage,
+    ValidationErrorBody,
+    ValidationItem,
+    encoder,
+)
+from cascade.settings import Settings
+
+log = logging.getLogger("cascade")
+JSON = "application/json"
+
+
+async def read_body(request: Request, settings: Settings) -> bytes:
+    """The raw body, refused past ``max_body_bytes`` (413) or ``body_read_timeout_s`` (408)."""
+    limit = settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(settings.body_read_timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        wait = settings.body_read_timeout_s
+        raise BodyTimeout(f"request body not received within {wait} s") from exc
+    return b"".join(chunks)
+
+
+async def read_request(request: Request, settings: Settings) -> tuple[bytes, dict[str, Any]]:
+    """Decoded JSON bytes and multipart parts (``asset-N`` images) of a request. Compressed or
+    large bodies are decoded in a worker thread (up to 16 MiB of output: milliseconds)."""
+    raw = await read_body(request, settings)
+    content_type = request.headers.get("content-type", JSON)
+    media = content_type.split(";", 1)[0].strip().lower()
+    multipart = media.startswith("multipart/form-data")
+    if not multipart and media not in ("", JSON, "text/json") and not media.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"unsupported content type {media!r}; send application/json or multipart/form-data"
+        )
+    encoding = request.headers.get("content-encoding")
+
+    def decode() -> tuple[bytes, dict[str, Any]]:
+        body = decode_content(raw, encoding, limit=settings.max_body_bytes)
+        if multipart:
+            return split_multipart(body, content_type, limit_parts=LIMITS.max_images)
+        return body, {}
+
+    if encoding or len(raw) > OFFLOAD_BYTES:
+        return await asyncio.to_thread(decode)
+    return decode()
+
+
+def _bearer(request: Request) -> str | None:
+    value = request.headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def authorized(request: Request, keys: frozenset[str]) -> bool:
+    """Constant-time check against every key; with no keys configured, auth is off."""
+    if not keys:
+        return True
+    token = (_bearer(request) or "").encode()
+    return any(hmac.compare_digest(token, key.encode()) for key in keys)
+
+
+def require_auth(request: Request) -> None:
+    if not authorized(request, request.app.state.api_keys):
+        raise Unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
+
+
+def error_response(exc: CascadeError) -> Response[bytes]:
+    status = status_of(exc)
+    if isinstance(exc, ValidationFailed):
+        items = [msgspec.convert(item, ValidationItem) for item in exc.items]
+        content = encoder.encode(ValidationErrorBody(detail=items))
+    else:
+        body = ErrorBody(detail=ErrorDetail(error_type=exc.error_type, message=exc.message))
+        content = encoder.encode(body)
+    headers = {}
+    if exc.retry_after is not None:
+        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
+    return Response(content=content, status_code=status, media_type=JSON, headers=headers)
+
+
+def _handle_cascade_error(request: Request, exc: CascadeError) -> Response[bytes]:
+    if not isinstance(exc, ClientError | Overloaded):
+        log.warning("request %s failed: %s", request_id(request.scope), exc)
+    return error_response(exc)
+
+
+def _handle_http_exception(request: Request, exc: HTTPException) -> Response[bytes]:
+    status = exc.status_code
+    if status == 413:
+        return error_response(PayloadTooLarge(str(exc.detail)))
+    kinds = {404: "not_found_error", 405: "invalid_request_error"}
+    body = ErrorBody(
+        detail=ErrorDetail(error_type=kinds.get(status, "api_error"), message=str(exc.detail))
+    )
+    return Response(
+        content=encoder.encode(body), status_code=status, media_type=JSON, headers=exc.headers
+    )
+
+
+def _handle_unexpected(request: Request, exc: Exception) -> Response[bytes]:
+    log.exception("internal error in request %s", request_id(request.scope))
+    body = ErrorBody(detail=ErrorDetail(error_type="api_error", message="internal error"))
+    return Response(content=encoder.encode(body), status_code=500, media_type=JSON)
+
+
+def request_id(scope: Any) -> str:
+    """The request's id: the client's ``x-request-id`` when sane, else a new one (once)."""
+    if "request_id" not in scope:
+        incoming = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
+        ok = 0 < len(incoming) <= 128 and incoming.isprintable()
+        scope["request_id"] = incoming if ok else uuid.uuid4().hex
+    return str(scope["request_id"])
+
+
+async def echo_request_id(message: Any, scope: Any) -> None:
+    """``before_send`` hook: every response, errors and 404s included, carries the id in
+    ``x-request-id`` and ``x-typesafe-request-id`` (the header the official SDKs read)."""
+    if message["type"] == "http.response.start":
+        rid = request_id(scope).encode()
+        message["headers"] = [
+            *(message.get("headers") or []),
+            (b"x-request-id", rid),
+            (b"x-typesafe-request-id", rid),
+        ]
+
+
+class Admission:
+    """A non-blocking in-flight limit: a full gateway answers 503 + Retry-After at once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.inflight = 0
+
+    @asynccontextmanager
+    async def permit(self) -> AsyncIterator[None]:
+        if self.inflight >= self.limit:
+            raise Overloaded(f"gateway busy ({self.limit} requests in flight)", retry_after=1)
+        self.inflight += 1
+        try:
+            yield
+        finally:
+            self.inflight -= 1
+
+
+def _record(route: str, started: float, outcome: str, status: int) -> None:
+    metrics.REQUESTS.labels(route=route, outcome=outcome, status=str(status)).inc()
+    metrics.REQUEST_DURATION.labels(route=route).observe(time.perf_counter() - started)
+
+
+def _json(payload: Any, headers: dict[str, str] | None = None) -> Response[bytes]:
+    with metrics.HOP_DURATION.labels(hop="encode").time():
+        content = encoder.encode(payload)
+    return Response(content=content, status_code=200, media_type=JSON, headers=headers or {})
+
+
+async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
+    """Runs ``work()`` under auth and admission, recording the request's outcome metrics."""
+    started = time.perf_counter()
+    app_state = request.app.state
+    try:
+        require_auth(request)
+        async with app_state.admission.permit():
+            response, outcome = await work()
+    except CascadeError as exc:
+        status = status_of(exc)
+        outcome = "client_error" if status < 500 else "error"
+        if isinstance(exc, Overloaded) or status in (429, 503):
+            outcome = "overloaded"
+        _record(route, started, outcome, status)
+        raise
+    except Exception:
+        _record(route, started, "error", 500)
+        raise
+    _record(route, started, outcome, response.status_code)
+    return response
+
+
+@post("/v1/systemone", status_code=200, summary="Answer typed questions about one state",
+      operation_class=operation(SystemOneRequest, SystemOneResponse))
+async def systemone(request: Request) -> Response[bytes]:
+    """System One: ``{model, state, questions, images?, assets?}`` → ``{model, answers, usage}``."""
+    settings: Settings = request.app.state.settings
+    gateway: Gateway = request.app.state.gateway
+
+    async def work() -> tuple[Response[bytes], str]:
+        with metrics.HOP_DURATION.labels(hop="decode").time():
+            body, parts = await read_request(request, settings)
+        with metrics.HOP_DURATION.labels(hop="validate").time():
+            call = await read_call(body, parts, request_id=request_id(request.scope))
+        outcome = await gateway.systemone(call)
+        return _json(outcome.response, outcome.headers), outcome.label
+
+    return await _guarded(request, "/v1/systemone", work)
+
+
+@post("/v1/systemone/batch", status_code=200, summary="Laya's batch: many states, one question set",
+      operation_class=operation(BatchRequest, BatchResponse))
+async def systemone_batch(request: Request) -> Response[bytes]:
+    """``{states: [...], questions}`` → ``{results: [...], total_usage}`` (at most 64 states)."""
+    settings: Settings = request.app.state.settings
+    gateway: Gateway = request.app.state.gateway
+
+    async def work() -> tuple[Response[bytes], str]:
+        with metrics.HOP_DURATION.labels(hop="decode").time():
+            body, parts = await read_request(request, settings)
+        if parts:  # the batch takes text states only: refuse images rather than drop them
+            raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
+        with metrics.HOP_DURATION.labels(hop="validate").time():
+            calls = await read_batch_calls(body, request_id=request_id(request.scope))
+        outcomes = await asyncio.gather(*(gateway.systemone(call) for call in calls))
+        results = [o.response for o in outcomes]
+        total = TotalUsage(
+            input_tokens=sum(r.usage.input_tokens for r in results), output_tokens=0
+        )
+        label = "degraded" if any(o.label == "degraded" for o in outcomes) else "ok"
+        headers = gateway.batch_headers(outcomes)
+        return _json(BatchResponse(results=results, total_usage=total), headers), label
+
+    return await _guarded(request, "/v1/systemone/batch", work)
+
+
+@get("/v1/models", summary="Model names this gateway answers to (Jev shape)",
+     operation_class=operation(None, ModelList))
+async def models(request: Request) -> Response[bytes]:
+    require_auth(request)
+    return _json(ModelList(models=request.app.state.gateway.model_cards()))
+
+
+@get("/health", summary="Liveness; details with a valid key or when auth is off")
+async def health(request: Request) -> Response[bytes]:
+    if request.app.state.api_keys and not authorized(request, request.app.state.api_keys):
+        return _json({"status": "ok"})
+    return _json({"status": "ok", **request.app.state.gateway.health()})
+
+
+@get("/ready", summary="200 once every tier is loaded and warmed up; 503 before and at shutdown")
+async def ready(request: Request) -> Response[bytes]:
+    is_ready = request.app.state.ready and request.app.state.gateway.ready()
+    return Response(
+        content=encoder.encode({"ready": is_ready}), status_code=200 if is_ready else 503,
+        media_type=JSON,
+    )
+
+
+@get("/metrics", summary="Prometheus metrics", include_in_schema=False)
+async def prometheus_metrics() -> Response[bytes]:
+    return Response(content=generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
+    if gateway is None:
+        from cascade.build import build_gateway
+
+        gateway = build_gateway(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        await gateway.start()
+        app.state.ready = True
+        log.info("cascade %s ready: %s", __version__, gateway.describe())
+        try:
+            yield
+        finally:
+            app.state.ready = False
+            await gateway.aclose()
+
+    app = Litestar(
+        route_handlers=[systemone, systemone_batch, models, health, ready, prometheus_metrics],
+        lifespan=[lifespan],
+        before_send=[echo_request_id],
+        exception_handlers={
+            CascadeError: _handle_cascade_error,
+            HTTPException: _handle_http_exception,
+            Exception: _handle_unexpected,
+        },
+        openapi_config=OpenAPIConfig(title="cascade", version=__version__, path="/docs"),
+        request_max_body_size=None,
+        logging_config=None,  # the process configures logging (cascade.cli.serve)
+        debug=False,
+    )
+    document(app)
+    app.state.settings = settings
+    app.state.gateway = gateway
+    app.state.api_keys = settings.keys()
+    app.state.admission = Admission(settings.max_inflight)
+    app.state.ready = False
+    return app
+
+

@@ -1,0 +1,173 @@
+"""Turn request bytes into validated wire Structs, with errors in the contract's shapes.
+
+Malformed JSON (truncated, NaN, invalid UTF-8, lone surrogates) is a 400; a body that parses but
+breaks the schema is a 422 whose ``loc`` names the question id; a request over a size limit is a
+413 that names the limit. Nothing here raises anything but ``ClientError`` subclasses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from cascade.errors import MalformedBody, PayloadTooLarge, ValidationFailed
+from cascade.questions import option_names
+from cascade.schema import (
+    LIMITS,
+    ChoiceQuestion,
+    Controls,
+    Limits,
+    NoulQuestion,
+    Question,
+    RequestEnvelope,
+    ScoreQuestion,
+    envelope_decoder,
+    question_decoder,
+)
+
+_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_INT_BOUND = 2**63
+
+
+def _loc(path: str) -> list[str | int]:
+    """``.questions[...].type`` -> ["questions", "type"]; ``[3]`` -> 3."""
+    loc: list[str | int] = []
+    for part in re.findall(r"\.(\w+)|\[(\d+|\.\.\.)\]", path):
+        name, index = part
+        if name:
+            loc.append(name)
+        elif index != "...":
+            loc.append(int(index))
+    return loc
+
+
+def _decode(decoder: msgspec.json.Decoder, data: bytes | msgspec.Raw, prefix: list[str | int]):
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = _PATH.search(text)
+        msg = text[: match.start()] if match else text
+        loc = _loc(match.group("path")) if match else []
+        missing = re.match(r"Object missing required field `(\w+)`", msg)
+        if missing:
+            loc.append(missing.group(1))
+        kind = "missing" if missing else "value_error"
+        raise ValidationFailed.at([*prefix, *loc], msg, kind) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise MalformedBody(f"request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise MalformedBody("request body is nested too deeply") from exc
+
+
+def check_json_value(value: Any, loc: list[str | int], limits: Limits = LIMITS) -> None:
+    """Depth and integer bounds of free-form JSON (states, structured instructions)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limits.max_json_depth:
+            raise ValidationFailed.at(
+                loc, f"JSON nesting deeper than {limits.max_json_depth} levels", "too_deep"
+            )
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= _INT_BOUND:
+            raise ValidationFailed.at(loc, "integer outside the 64-bit range", "int_range")
+
+
+def _check_question(qid: str, q: Question, limits: Limits) -> None:
+    loc: list[str | int] = ["questions", qid]
+    if not qid or len(qid) > limits.max_question_id_chars:
+        raise ValidationFailed.at(
+            loc, f"question ids must have 1 to {limits.max_question_id_chars} characters"
+        )
+    if q.instructions is not None and not isinstance(q.instructions, str):
+        check_json_value(q.instructions, [*loc, "instructions"], limits)
+    if isinstance(q, ChoiceQuestion):
+        n = len(q.criteria)
+        if n > limits.max_choice_options:
+            raise PayloadTooLarge(
+                f"question {qid!r} has {n} options; at most {limits.max_choice_options} allowed"
+            )
+        if len(set(option_names(q))) != n:  # the wire keys: True and "true" collide
+            raise ValidationFailed.at([*loc, "criteria"], "choice labels must be unique")
+    elif isinstance(q, ScoreQuestion):
+        n = len(q.criteria)
+        if n > limits.max_score_levels:
+            raise PayloadTooLarge(
+                f"question {qid!r} has {n} levels; at most {limits.max_score_levels} allowed"
+            )
+    else:
+        n = 2
+        _check_noul(loc, q)
+    if n == 0:
+        raise ValidationFailed.at([*loc, "criteria"], "criteria must not be empty")
+    if q.option_order is not None and sorted(q.option_order) != list(range(n)):
+        raise ValidationFailed.at(
+            [*loc, "option_order"], f"option_order must be a permutation of 0..{n - 1}"
+        )
+
+
+def _check_noul(loc: list[str | int], q: NoulQuestion) -> None:
+    if q.criteria is not None:
+        unknown = {k for k in q.criteria if k.lower() not in ("true", "false")}
+        if unknown:
+            raise ValidationFailed.at(
+                [*loc, "criteria"], f"noul criteria keys must be 'true'/'false', got {unknown}"
+            )
+    if q.labels is not None:
+        false, true = q.labels.false.strip(), q.labels.true.strip()
+        if not false or not true or false == true:
+            raise ValidationFailed.at([*loc, "labels"], "labels must be distinct non-empty strings")
+
+
+def _questions(raw: dict[str, msgspec.Raw], limits: Limits) -> dict[str, Question]:
+    if not raw:
+        raise ValidationFailed.at(["questions"], "at least one question is required")
+    if len(raw) > limits.max_questions:
+        raise PayloadTooLarge(f"{len(raw)} questions; at most {limits.max_questions} allowed")
+    questions = {
+        qid: _decode(question_decoder, body, ["questions", qid])
+        for qid, body in raw.items()
+    }
+    for qid, q in questions.items():
+        _check_question(qid, q, limits)
+    total = sum(2 if isinstance(q, NoulQuestion) else len(q.criteria) for q in questions.values())
+    if total > limits.max_total_options:
+        raise PayloadTooLarge(f"{total} options in total; at most {limits.max_total_options}")
+    return questions
+
+
+def check_state(state: Any, loc: list[str | int], limits: Limits = LIMITS) -> None:
+    if isinstance(state, str):
+        size = len(state)
+    else:
+        check_json_value(state, loc, limits)
+        size = len(msgspec.json.encode(state))
+    if size > limits.max_state_chars:
+        raise PayloadTooLarge(f"state too large ({size} > {limits.max_state_chars} characters)")
+
+
+def parse_envelope(body: bytes) -> RequestEnvelope:
+    if not body.strip():
+        raise MalformedBody("request body is empty")
+    return _decode(envelope_decoder, body, [])
+
+
+def parse_questions(env: RequestEnvelope, limits: Limits = LIMITS) -> dict[str, Question]:
+    return _questions(env.questions, limits)
+
+
+def controls_of(env: RequestEnvelope) -> Controls:
+    return Controls(
+        max_len=env.max_len,
+        head_max_len=env.head_max_len,
+        task=env.task,
+        lang=env.lang,
+        lang_guess=env.lang_guess,
+        min_confidence=env.min_confidence,
+    )

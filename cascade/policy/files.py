@@ -1,0 +1,316 @@
+"""Reading and checking policy files: every finding at once, each with its key's line.
+
+``check_text`` decodes and validates a policy's TOML text; ``load_policy`` reads a file and
+raises ``PolicyError`` (``FILE:LINE: error: ...`` lines) when it cannot be used;
+``cascade policy check`` prints the same findings, warnings included.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from cascade.policy.model import (
+    Bands,
+    BreakerConfig,
+    Checkpoints,
+    ClefTier,
+    LayaTier,
+    Policy,
+    Thresholds,
+    Tier,
+)
+from cascade.policy.toml_keys import KeyPath, key_lines, locate
+from cascade.questions import BAND_MAX_OPTIONS, Band
+from cascade.schema import QuestionType
+
+
+class Finding(msgspec.Struct, frozen=True):
+    """One problem in a policy; ``path`` is the TOML key path it concerns."""
+
+    severity: Literal["error", "warning"]
+    path: KeyPath
+    message: str
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be used; ``messages`` are ``FILE:LINE: error: ...`` lines."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = messages
+
+
+def _err(path: KeyPath, message: str) -> Finding:
+    return Finding("error", path, message)
+
+
+def _warn(path: KeyPath, message: str) -> Finding:
+    return Finding("warning", path, message)
+
+
+def _shape(value: Any, tp: Any, path: KeyPath) -> Iterator[Finding]:
+    """Every unknown key and wrong-typed value, with the exact key path (msgspec stops at one)."""
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        yield from _shape_struct(value, tp, path)
+    elif typing.get_origin(tp) is dict:
+        if not isinstance(value, dict):
+            yield _err(path, f"`{'.'.join(path)}` must be a table")
+            return
+        for key, item in value.items():
+            yield from _shape(item, typing.get_args(tp)[1], (*path, key))
+    elif tp == Tier:
+        kinds = {c.__struct_config__.tag: c for c in typing.get_args(Tier)}
+        kind = value.get("kind") if isinstance(value, dict) else None
+        if kind not in kinds:
+            yield _err((*path, "kind"), f"tier `{path[-1]}`: kind must be one of {sorted(kinds)}")
+            return
+        yield from _shape_struct(value, kinds[kind], path)
+    else:
+        try:
+            msgspec.convert(value, tp)
+        except msgspec.ValidationError as exc:
+            what = str(exc).split(" - at ")[0]
+            yield _err(path, f"`{'.'.join(path)}`: {what}")
+
+
+def _shape_struct(value: Any, cls: type[msgspec.Struct], path: KeyPath) -> Iterator[Finding]:
+    if not isinstance(value, dict):
+        yield _err(path, f"`{'.'.join(path) or 'policy'}` must be a table")
+        return
+    fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
+    tag_field = cls.__struct_config__.tag_field
+    known = ", ".join(sorted([*fields, *([tag_field] if tag_field else [])]))
+    for key, item in value.items():
+        if key == tag_field:
+            continue
+        if key not in fields:
+            yield _err((*path, key), f"unknown key `{key}` (known: {known})")
+            continue
+        yield from _shape(item, fields[key].type, (*path, key))
+    for name, info in fields.items():
+        required = info.default is msgspec.NODEFAULT and info.default_factory is msgspec.NODEFAULT
+        if required and name not in value:
+            yield _err(path, f"`{'.'.join(path) or 'policy'}` is missing the key `{name}`")
+
+
+def _unit(path: KeyPath, value: float) -> Iterator[Finding]:
+    if not 0.0 <= value <= 1.0:
+        yield _err(path, f"`{'.'.join(path)}` = {value} is outside [0, 1]")
+
+
+def _threshold_findings(th: Thresholds) -> Iterator[Finding]:
+    for qtype in typing.get_args(QuestionType):
+        for kind in ("confidence", "margin"):
+            bands: Bands = getattr(th, kind).of(qtype)
+            for band, value in bands.items():
+                path = ("thresholds", kind, qtype, band)
+                if qtype == "noul" and band != "2":
+                    yield _err(path, f"noul questions are always band \"2\"; band {band!r} "
+                               "never applies")
+                    continue
+                if not 0.0 <= value <= 1.0:
+                    yield _err(path, f"{kind} threshold {value} is outside [0, 1]")
+                    continue
+                yield from _threshold_effect(path, kind, band, value)
+
+
+def _threshold_effect(path: KeyPath, kind: str, band: Band, value: float) -> Iterator[Finding]:
+    if value >= 1.0:
+        yield _warn(path, f"{kind} threshold {value} escalates every question of band {band}")
+    elif kind == "margin" and value <= 0.0:
+        yield _warn(path, "margin threshold 0 never escalates (a margin is never below 0)")
+    elif kind == "confidence":
+        # max p >= 1/n; with more options allowed in the band, 1/n only gets smaller.
+        widest = BAND_MAX_OPTIONS[band]
+        floor = 0.0 if widest is None else 1.0 / widest
+        if value <= floor:
+            yield _warn(path, f"confidence threshold {value} can never be undercut in band "
+                        f"{band} (max p >= {floor:.3g} there): it never escalates")
+
+
+def validate(policy: Policy) -> list[Finding]:
+    """Cross-references and thresholds of a decoded policy: errors first, then warnings."""
+    found: list[Finding] = []
+    route, tiers = policy.route, policy.tiers
+    if not tiers:
+        found.append(_err(("tiers",), "a policy needs at least one tier"))
+    for slot in ("cheap", "strong"):
+        name = getattr(route, slot)
+        if name is not None and name not in tiers:
+            found.append(_err(("route", slot), f"route.{slot} names an undefined tier `{name}`"))
+    if route.cheap is None and route.strong is None:
+        found.append(_err(("route",), "route needs a cheap or a strong tier"))
+    if route.cheap is not None and route.cheap == route.strong:
+        found.append(_err(("route", "strong"), "cheap and strong must be different tiers"))
+    found += _strong_needed(policy)
+    for name, tier in tiers.items():
+        found += _tier_findings(name, tier)
+        if name not in (route.cheap, route.strong):
+            found.append(_warn(("tiers", name), f"tier `{name}` is not used by [route]"))
+    for name in policy.breaker:
+        if name not in tiers:
+            found.append(_err(("breaker", name), f"breaker for an undefined tier `{name}`"))
+    for name, config in policy.breaker.items():
+        found += _breaker_findings(name, config)
+    found += _model_findings(policy)
+    found += _threshold_findings(policy.thresholds)
+    if route.max_choice_options < 2:
+        found.append(_err(("route", "max_choice_options"), "max_choice_options must be >= 2"))
+    found += _unit(("shadow", "fraction"), policy.shadow.fraction)
+    if policy.shadow.max_concurrent < 1:
+        found.append(_err(("shadow", "max_concurrent"), "max_concurrent must be >= 1"))
+    if policy.degrade.retry_after_s <= 0:
+        found.append(_err(("degrade", "retry_after_s"), "retry_after_s must be > 0"))
+    return sorted(found, key=lambda f: f.severity != "error")
+
+
+def _strong_needed(policy: Policy) -> Iterator[Finding]:
+    """Rules that send questions to the strong tier need one."""
+    if policy.route.strong is not None:
+        return
+    th = policy.thresholds
+    needs: list[tuple[KeyPath, str]] = [
+        (("route", "strong_types"), "route.strong_types"),
+        (("models", "strong_only"), "models.strong_only"),
+    ]
+    for path, label in needs:
+        if getattr(policy.route if path[0] == "route" else policy.models, path[1]):
+            yield _err(path, f"{label} needs a strong tier, but route.strong is not set")
+    for kind in ("confidence", "margin"):
+        for qtype in typing.get_args(QuestionType):
+            if any(True for _ in getattr(th, kind).of(qtype).items()):
+                yield _err(("thresholds", kind, qtype),
+                           f"thresholds.{kind}.{qtype} needs a strong tier to escalate to")
+    if policy.shadow.fraction > 0:
+        yield _err(("shadow", "fraction"), "shadow sampling needs a strong tier")
+
+
+def _tier_findings(name: str, tier: Tier) -> Iterator[Finding]:
+    base = ("tiers", name)
+    if tier.timeout_s <= 0:
+        yield _err((*base, "timeout_s"), "timeout_s must be > 0")
+    if tier.max_queue < 1:
+        yield _err((*base, "max_queue"), "max_queue must be >= 1")
+    if isinstance(tier, LayaTier):
+        named = tier.checkpoints.named()
+        if not named:
+            yield _err((*base, "checkpoints"), "a laya tier needs at least one checkpoint")
+        elif tier.default_checkpoint not in named:
+            yield _err((*base, "default_checkpoint"),
+                       f"default_checkpoint `{tier.default_checkpoint}` is not in checkpoints")
+    elif isinstance(tier, ClefTier):
+        if tier.max_length < 1:
+            yield _err((*base, "max_length"), "max_length must be >= 1")
+    else:
+        if not tier.urls:
+            yield _err((*base, "urls"), "an upstream tier needs at least one URL")
+        for url in tier.urls:
+            if not url.startswith(("http://", "https://")):
+                yield _err((*base, "urls"), f"`{url}` is not an http(s) URL")
+        if tier.connect_timeout_s <= 0 or tier.read_timeout_s <= 0:
+            yield _err((*base, "read_timeout_s"), "connect/read timeouts must be > 0")
+
+
+def _breaker_findings(name: str, config: BreakerConfig) -> Iterator[Finding]:
+    base = ("breaker", name)
+    if not 0.0 < config.failure_ratio <= 1.0:
+        yield _err((*base, "failure_ratio"), "failure_ratio must be in (0, 1]")
+    for key in ("window_s", "cooldown_s"):
+        if getattr(config, key) <= 0:
+            yield _err((*base, key), f"{key} must be > 0")
+    for key in ("min_calls", "half_open_probes"):
+        if getattr(config, key) < 1:
+            yield _err((*base, key), f"{key} must be >= 1")
+
+
+def _model_findings(policy: Policy) -> Iterator[Finding]:
+    seen: dict[str, str] = {}
+    for mode in ("cascade", "cheap_only", "strong_only"):
+        for alias in getattr(policy.models, mode):
+            if alias in seen:
+                yield _err(("models", mode), f"model `{alias}` is listed in both "
+                           f"models.{seen[alias]} and models.{mode}")
+            seen[alias] = mode
+    if policy.models.cheap_only and policy.route.cheap is None:
+        yield _err(("models", "cheap_only"), "models.cheap_only needs a cheap tier")
+    if "jev-latest" not in seen and policy.models.unknown == "reject":
+        yield _warn(("models",), "`jev-latest` (the SDKs' default model) is not accepted")
+
+
+# ---------------------------------------------------------------- loading
+
+
+def check_text(text: str) -> tuple[Policy | None, list[Finding]]:
+    """Decode and validate a policy's TOML text. The policy is None when it has errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return None, [_err((), f"invalid TOML: {exc}")]
+    found = list(_shape(data, Policy, ()))
+    if found:
+        return None, found
+    try:
+        policy = msgspec.convert(data, Policy)
+    except msgspec.ValidationError as exc:  # a constraint _shape does not model
+        return None, [_err((), str(exc))]
+    found = validate(policy)
+    if any(f.severity == "error" for f in found):
+        return None, found
+    return policy, found
+
+
+def format_finding(filename: str, text: str, finding: Finding) -> str:
+    """``FILE:LINE: severity: message``; LINE is that of the key, or of its nearest parent."""
+    line = locate(key_lines(text), finding.path)
+    if finding.message.startswith("invalid TOML"):
+        line = _toml_error_line(finding.message) or line
+    return f"{filename}:{line}: {finding.severity}: {finding.message}"
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read, decode and validate ``path``. Raises ``PolicyError`` listing every error.
+
+    Relative local paths of checkpoints and releases come back absolute, anchored at the
+    policy file's directory, so a policy means the same from any working directory.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    policy, found = check_text(text)
+    if policy is None:
+        raise PolicyError([format_finding(str(path), text, f) for f in found
+                           if f.severity == "error"])
+    return _anchored(policy, path.parent.resolve())
+
+
+def _anchored(policy: Policy, base: Path) -> Policy:
+    def local(ref: str) -> str:
+        if ref.startswith("~"):
+            return str(Path(ref).expanduser())
+        if ref.startswith(("./", "../")):
+            return str((base / ref).resolve())
+        return ref
+
+    tiers: dict[str, Tier] = {}
+    for name, tier in policy.tiers.items():
+        if isinstance(tier, LayaTier):
+            named = {ck: local(ref) for ck, ref in tier.checkpoints.named().items()}
+            tiers[name] = msgspec.structs.replace(tier, checkpoints=Checkpoints.of(named))
+        elif isinstance(tier, ClefTier):
+            tiers[name] = msgspec.structs.replace(tier, release=local(tier.release))
+        else:
+            tiers[name] = tier
+    return msgspec.structs.replace(policy, tiers=tiers)
+
+
+def _toml_error_line(message: str) -> int | None:
+    # tomllib: "... (at line 3, column 7)"
+    marker = "(at line "
+    if marker not in message:
+        return None
+    return int(message.split(marker, 1)[1].split(",", 1)[0].rstrip(")"))

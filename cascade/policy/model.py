@@ -1,0 +1,229 @@
+"""Routing policies: the frozen Structs ``policies/*.toml`` decode into.
+
+A policy is data only. It names its tiers (``[tiers.NAME]``, tagged by ``kind``), which request
+``model`` names mean the cascade or one tier (``[models]``), the pre-routing rules (``[route]``),
+the escalation thresholds (``[thresholds]``), per-tier breakers (``[breaker.NAME]``), shadow
+sampling (``[shadow]``) and degradation (``[degrade]``). The decisions live in
+``cascade.policy.routing``; reading and checking files is ``cascade.policy.files``'s job.
+
+Decoding is strict (``forbid_unknown_fields``): a typo fails at boot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+from msgspec import field
+
+from cascade.questions import BANDS, Band
+from cascade.schema import QuestionType
+
+Mode = Literal["cascade", "cheap_only", "strong_only"]
+Checkpoint = Literal["english", "multilingual", "typed-decisions"]
+
+
+class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every policy Struct: immutable, keyword-only, unknown keys rejected."""
+
+
+# ---------------------------------------------------------------- tiers
+
+
+class Checkpoints(_Strict):
+    """Laya checkpoints by name: a local path (``/``, ``./``, ``../`` or ``~``; relative to the
+    policy file) or a hub id such as ``convaiinnovations/laya/multilingual``."""
+
+    english: str | None = None
+    multilingual: str | None = None
+    typed_decisions: str | None = field(default=None, name="typed-decisions")
+
+    def named(self) -> dict[Checkpoint, str]:
+        """The configured checkpoints, by their policy name."""
+        pairs: list[tuple[Checkpoint, str | None]] = [
+            ("english", self.english),
+            ("multilingual", self.multilingual),
+            ("typed-decisions", self.typed_decisions),
+        ]
+        return {name: ref for name, ref in pairs if ref is not None}
+
+    @classmethod
+    def of(cls, named: Mapping[str, str | Path]) -> Checkpoints:
+        """The inverse of ``named``: checkpoints from policy names to references."""
+        return cls(**{name.replace("-", "_"): str(ref) for name, ref in named.items()})
+
+
+class _Tier(_Strict, kw_only=True, tag_field="kind"):
+    timeout_s: float = 5.0  # the whole call, queue wait included; then EngineTimeout
+    # Waiting work beyond this is refused with Overloaded: question rows for Laya, connections
+    # for an upstream, requests for Clef.
+    max_queue: int = 256
+
+
+class LayaTier(_Tier, kw_only=True, tag="laya"):
+    """Laya in process on ONNX Runtime (CPU)."""
+
+    checkpoints: Checkpoints
+    default_checkpoint: Checkpoint = "english"  # the one previewed and run first
+    max_batch_size: int = 32  # rows per ONNX run
+    max_wait_s: float = 0.002  # how long a partial batch waits for more rows
+    intra_op_threads: int | None = None  # ONNX Runtime threads per session; None: all cores
+
+
+class ClefTier(_Tier, kw_only=True, tag="clef"):
+    """Clef-flash in process on torch."""
+
+    release: str = "Cloudflare/clef-flash"  # hub id, or a local path as in Checkpoints
+    # A hub id not in the local hub cache is downloaded only when this is true (about 19 GB).
+    download: bool = False
+    max_length: int = 16384  # tokens, media included
+    overlong: Literal["reject", "truncate"] = "reject"
+    device: str = "cuda"  # "auto": CUDA when present, else the CPU (fp32)
+    max_batch_size: int = 8  # requests per device batch
+    max_batch_tokens: int = 32768  # padded tokens per device batch
+    # Refuse (413) a request whose estimated activations exceed this; None: 85 % of the GPU
+    # memory free after loading.
+    memory_budget_bytes: int | None = None
+
+
+class UpstreamTier(_Tier, kw_only=True, tag="upstream"):
+    """Another ``/v1/systemone`` server. Several URLs are load-balanced with health checks."""
+
+    urls: list[str]
+    model: str | None = None  # forwarded as the request's model; None keeps the caller's
+    api_key_env: str | None = None  # name of the env variable holding the bearer token
+    connect_timeout_s: float = 1.0
+    read_timeout_s: float = 10.0
+    health_path: str = "/health"
+    health_interval_s: float = 5.0
+
+
+Tier = LayaTier | ClefTier | UpstreamTier
+
+
+# ---------------------------------------------------------------- rules
+
+
+class Models(_Strict):
+    """Which request ``model`` names mean the cascade, the cheap tier only, or the strong only."""
+
+    cascade: list[str] = field(default_factory=lambda: ["jev-latest", "jev-preview", "jev-1.13.0"])
+    cheap_only: list[str] = field(default_factory=list)
+    strong_only: list[str] = field(default_factory=list)
+    unknown: Literal["reject", "cascade"] = "reject"  # reject: 400 api_usage_error
+
+
+class Route(_Strict):
+    """Pre-routing: which tier runs each question first."""
+
+    cheap: str | None = None
+    strong: str | None = None
+    # Laya's option spans collapse beyond about head_max_len/4 options (192/4 for English).
+    max_choice_options: int = 48
+    strong_types: list[QuestionType] = field(default_factory=list)
+    # questions: only the escalated questions go to the strong tier, in one call;
+    # request: any escalation sends the whole request there, for joint consistency.
+    escalate: Literal["questions", "request"] = "questions"
+    # Text the cheap checkpoint cannot read: the multilingual checkpoint if configured, or strong.
+    unreadable: Literal["multilingual", "strong"] = "multilingual"
+
+
+_BAND_FIELD: dict[Band, str] = {
+    "2": "two", "3-5": "three_five", "6-10": "six_ten", "11+": "eleven_plus"
+}
+
+
+class Bands(_Strict):
+    """One threshold per option band; an absent band never escalates."""
+
+    two: float | None = field(default=None, name="2")
+    three_five: float | None = field(default=None, name="3-5")
+    six_ten: float | None = field(default=None, name="6-10")
+    eleven_plus: float | None = field(default=None, name="11+")
+
+    def get(self, band: Band) -> float | None:
+        return getattr(self, _BAND_FIELD[band])
+
+    def items(self) -> Iterator[tuple[Band, float]]:
+        for band in BANDS:
+            value = self.get(band)
+            if value is not None:
+                yield band, value
+
+
+class TypeBands(_Strict):
+    choice: Bands = field(default_factory=Bands)
+    score: Bands = field(default_factory=Bands)
+    noul: Bands = field(default_factory=Bands)
+
+    def of(self, qtype: QuestionType) -> Bands:
+        return {"choice": self.choice, "score": self.score, "noul": self.noul}[qtype]
+
+
+class Thresholds(_Strict):
+    """Post-rules on the cheap answer: escalate when a signal fires.
+
+    ``confidence``: escalate when ``answer_confidence`` (max p) is below the band's value.
+    ``margin``: escalate when the top-two probability gap is below it.
+    ``truncated`` / ``collapsed``: escalate on Laya's truncation and option-collapse signals
+    (and pre-route on them when the preview already shows them).
+    """
+
+    confidence: TypeBands = field(default_factory=TypeBands)
+    margin: TypeBands = field(default_factory=TypeBands)
+    truncated: bool = True
+    collapsed: bool = True
+
+
+class BreakerConfig(_Strict):
+    """Open when ``failure_ratio`` of at least ``min_calls`` calls in ``window_s`` failed."""
+
+    window_s: float = 30.0
+    min_calls: int = 5
+    failure_ratio: float = 0.5
+    cooldown_s: float = 10.0  # open -> half-open
+    half_open_probes: int = 1  # successes needed to close; also the concurrent probe limit
+
+
+class Shadow(_Strict):
+    """Mirror ``fraction`` of cheap-final requests to the strong tier, off the response path."""
+
+    fraction: float = 0.0
+    max_concurrent: int = 2  # beyond this a sampled request is skipped, never queued
+    seed: int = 0
+
+
+class Degrade(_Strict):
+    """When the strong tier is down: return cheap answers marked degraded, or refuse."""
+
+    cheap_answers: bool = True
+    retry_after_s: float = 5.0
+
+
+class Policy(_Strict, kw_only=True):
+    description: str = ""
+    tiers: dict[str, Tier]
+    models: Models = field(default_factory=Models)
+    route: Route = field(default_factory=Route)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    breaker: dict[str, BreakerConfig] = field(default_factory=dict)
+    shadow: Shadow = field(default_factory=Shadow)
+    degrade: Degrade = field(default_factory=Degrade)
+
+    @classmethod
+    def single_tier(cls, tier_name: str, tier: Tier) -> Policy:
+        """A one-tier policy: every model name is accepted and every question goes to ``tier``.
+
+        A Laya tier fills the cheap slot, any other kind the strong slot.
+        """
+        route = Route(cheap=tier_name) if isinstance(tier, LayaTier) else Route(strong=tier_name)
+        return cls(tiers={tier_name: tier}, route=route, models=Models(unknown="cascade"))
+
+    def breaker_for(self, tier: str) -> BreakerConfig:
+        """The tier's breaker settings, or the defaults."""
+        return self.breaker.get(tier, BreakerConfig())
+
+    def cheap_tier(self) -> Tier | None:
+        return self.tiers[self.route.cheap] if self.route.cheap else None
