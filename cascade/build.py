@@ -154,4 +154,5 @@ def build_gateway(settings: Settings) -> Gateway:
     if settings.demo:
         log.warning(DEMO_BANNER)
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
-    return Gateway(policy, engines, profile=settings.profile, demo=settings.demo)
+    return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
+                   admission_deadline_s=settings.admission_deadline_s)

@@ -31,7 +31,7 @@ def call(*questions: object) -> EngineCall:
                       questions={f"q{i}": q for i, q in enumerate(questions)})  # type: ignore[misc]
 
 
-def test_engine_bugs_count_against_the_breaker() -> None:
+def test_engine_bugs_degrade_and_count_against_the_breaker() -> None:
     def broken(call: EngineCall) -> EngineAnswer:
         raise ValueError("a bug in the engine")
 
@@ -41,8 +41,9 @@ def test_engine_bugs_count_against_the_breaker() -> None:
     async def run() -> None:
         await gateway.start()
         for _ in range(2):
-            with pytest.raises(ValueError):
-                await gateway.systemone(call(CHOICE))
+            outcome = await gateway.systemone(call(CHOICE))  # not a 500: the cheap tier stands in
+            assert outcome.label == "degraded"
+            assert outcome.response.x_cascade["degraded"] == {"q0": "strong_failed"}
         assert gateway.breakers["clef"].state(gateway.clock()) == "open"
 
     asyncio.run(run())

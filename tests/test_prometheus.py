@@ -149,7 +149,8 @@ def traffic(url: str) -> None:
     assert set(image["x_cascade"]["tiers"].values()) == {STRONG}
     assert post({"state": "bad", "questions": {}}).status_code == 422
     Switch.down = True
-    # 5 successes sit in the breaker's window: the 5th failure opens it (ratio 0.5).
+    # 2 successes sit in the breaker's window (shadow calls never count): the 2nd failure opens
+    # it (ratio 0.5).
     for _ in range(7):
         degraded = post({"state": "hard", "questions": HARD})
         assert degraded.status_code == 200
@@ -181,6 +182,7 @@ FAMILIES = [
     'cascade_shadow_requests_total{outcome="sent"}',
     "cascade_shadow_choice_agreement_total",
     "cascade_shadow_delta_count",
+    "cascade_shadow_tvd_count",
     'cascade_hop_duration_seconds_count{hop="decode"}',
     'cascade_hop_duration_seconds_count{hop="validate"}',
     'cascade_hop_duration_seconds_count{hop="pre_route"}',
@@ -208,8 +210,8 @@ def test_prometheus_sees_every_family(stack: tuple[str, str]) -> None:
     assert delta("cascade_requests_total", route=route, outcome="overloaded", status="503") == 1
     assert delta("cascade_escalations_total", reason="images", type="choice") == 1
     assert delta("cascade_escalations_total", reason="low_confidence", type="choice") == 2
-    assert delta("cascade_degraded_answers_total", reason="strong_failed", type="choice") == 5
-    assert delta("cascade_degraded_answers_total", reason="breaker_open", type="choice") == 2
+    assert delta("cascade_degraded_answers_total", reason="strong_failed", type="choice") == 2
+    assert delta("cascade_degraded_answers_total", reason="breaker_open", type="choice") == 5
     assert delta("cascade_shadow_requests_total", outcome="sent") == 3
 
     # Prometheus scraped the same numbers the gateway shows.

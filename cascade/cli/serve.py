@@ -17,6 +17,11 @@ def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
         help="confidence profile: laya (default; Laya extras) or jev (exact Jev shape)",
     )
     parser.add_argument("--log-level", default=None, help="debug, info (default), warning")
+    parser.add_argument(
+        "--admission-deadline", type=float, metavar="SECONDS", dest="admission_deadline_s",
+        help="refuse at once (503 + Retry-After) a request the measured work ahead would keep "
+        "waiting longer than this (default 8; CASCADE_ADMISSION_DEADLINE_S)",
+    )
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -76,7 +81,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "policy": args.policy, "upstream": args.upstream,
             "upstream_model": args.upstream_model, "laya": laya, "clef": args.clef,
             "clef_overlong": args.overlong, "clef_max_length": args.max_length,
-            "demo": args.demo,
+            "demo": args.demo, "admission_deadline_s": args.admission_deadline_s,
         },
         args.log_level,
     )

@@ -2,16 +2,25 @@
 
 ``submit(items)`` queues all rows of one request and resolves when every row has its output.
 One worker task on the event loop forms batches (up to ``max_batch_items`` rows and
-``max_batch_cost`` padded cost, waiting at most ``max_wait_s`` after the oldest row arrived for
-more to come) and hands each batch to ``run_batch`` in ONE dedicated thread, so the loop never
-runs model code. Contracts:
+``max_batch_cost`` padded cost, waiting at most ``max_wait_s`` after the first row in line
+arrived for more to come) and hands each batch to ``run_batch`` in ONE dedicated thread, so the
+loop never runs model code. Contracts:
 
-- Overload fails fast: when ``max_queue`` rows are already waiting, ``submit`` raises
-  ``Overloaded`` with a ``retry_after`` estimated from recent throughput.
+- Fair shares. Rows are served in start-time fair queuing order: every request belongs to a
+  *flow* (``submit(..., flow=)``; a batch request's states share one), and a flow's rows are
+  tagged with the work its earlier rows already claimed, so a request of one row that arrives
+  behind a batch of 512 rows is served in the next batch, not after the 512.
+- Admission by expected wait (``deadline``). The cost of the other flows' rows that will run
+  before this request's last row, times the measured seconds per unit of cost (``cost``), plus
+  what is left of the batch in flight, is the wait this request would suffer. When that passes
+  the deadline, ``submit`` raises ``Overloaded`` at once with a ``retry_after`` of the excess;
+  what it accepts runs to the end (no whole-call timeout throws accepted work away). A flow's
+  own rows never count against it, so an idle batcher accepts any request.
+- ``max_queue`` bounds the other flows' rows waiting (memory), also with ``Overloaded``.
 - A cancelled caller's queued rows are dropped before they are batched (``dropped_rows``).
 - An exception from ``run_batch`` (or a wrong output count) goes to every caller in that batch.
-- With ``sort_key``, rows near the oldest one in length are grouped to cut padding; the batch
-  always contains the oldest waiting row, so no row starves.
+- With ``sort_key``, rows near the first in line in length are grouped to cut padding; the
+  batch always contains that first row, so no row starves.
 - Metrics: batch size, batch compute time, queue wait (per request) and queue depth, labelled
   with the tier: the part of ``name`` before any ``/`` (``laya/english`` -> ``laya``). A tier's
   batchers share its depth gauge, each adding the rows it queues and taking away those that leave.
@@ -23,13 +32,16 @@ runs model code. Contracts:
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from cascade import metrics
+from cascade.engines.cost import CostModel
 from cascade.errors import EngineFailed, EngineUnavailable, Overloaded
 
 In = TypeVar("In")
@@ -43,6 +55,7 @@ class _Request:
     results: list[Any]
     remaining: int
     arrived: float
+    flow: Hashable
     waited: bool = False  # its queue wait is recorded once, when its first row is batched
 
 
@@ -53,10 +66,21 @@ class _Row:
     item: Any
     cost: int
     key: int = field(default=0)
+    tag: float = 0.0  # fair-queuing start tag, in units of cost
+    seq: int = 0  # arrival order, breaks ties between equal tags
+
+
+def _order(row: _Row) -> tuple[float, int]:
+    return row.tag, row.seq
 
 
 class MicroBatcher(Generic[In, Out]):
-    """Batches rows for ``run_batch(list[In]) -> list[Out]`` (same length, same order)."""
+    """Batches rows for ``run_batch(list[In]) -> list[Out]`` (same length, same order).
+
+    ``calibration``: ``(costs, seconds)`` of runs made before serving (warm-up: the costs of
+    the rows each run held), the first data of ``cost_model``; each batch then refines it.
+    Without any, admission by deadline starts once the first batch has been measured.
+    """
 
     def __init__(
         self,
@@ -71,6 +95,7 @@ class MicroBatcher(Generic[In, Out]):
         sort_key: Callable[[In], int] | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
         max_pad_fraction: float | None = None,
+        calibration: Sequence[tuple[Sequence[int], float]] = (),
     ) -> None:
         self.name = name
         self._run_batch = run_batch
@@ -79,13 +104,20 @@ class MicroBatcher(Generic[In, Out]):
         self.max_wait_s, self.max_queue = max_wait_s, max_queue
         self._on_batch = on_batch
         self.max_pad_fraction = max_pad_fraction
-        self._pending: list[_Row] = []
+        self._pending: list[_Row] = []  # sorted by (tag, seq): the serving order
         self._inflight: list[_Row] = []
+        self._inflight_since = 0.0
+        self._inflight_expected = 0.0
         self._wakeup = asyncio.Event()
         self._worker: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batcher-{name}")
         self._closed = False
-        self._row_seconds = 0.01  # moving estimate, used only for Retry-After
+        self.cost_model = CostModel()
+        for costs, seconds in calibration:
+            self.cost_model.observe(costs, seconds)
+        self._vtime = 0.0  # the fair queue's virtual time: the tag of the last row served
+        self._finish: dict[Hashable, float] = {}  # each flow's last claimed tag
+        self._seq = itertools.count()
         self.dropped_rows = 0
         self.batches = 0
         tier = name.split("/", 1)[0]
@@ -98,24 +130,46 @@ class MicroBatcher(Generic[In, Out]):
         """Rows waiting to be batched (rows in flight not included)."""
         return len(self._pending)
 
-    async def submit(self, items: list[In]) -> list[Out]:
-        """Outputs for ``items`` in order; raises ``Overloaded`` at once when the queue is full."""
+    def expected_wait(self, now: float, *, flow: Hashable | None = None,
+                      before_tag: float | None = None) -> float:
+        """Seconds the work ahead would keep a new request of ``flow`` waiting: the batch in
+        flight (unless it holds only rows of ``flow``), plus the other flows' rows served before
+        ``before_tag`` (all when None), as ``cost_model`` predicts them.
+
+        A batch running longer than expected is assumed to need as long again as it has
+        overrun, so a stuck engine soon refuses new work instead of queueing it forever.
+        """
+        ahead = [r.cost for r in self._pending
+                 if r.request.flow != flow and (before_tag is None or r.tag <= before_tag)]
+        wait = self.cost_model.seconds(ahead) or 0.0
+        if any(r.request.flow != flow for r in self._inflight):
+            wait += abs(self._inflight_expected - (now - self._inflight_since))
+        return wait
+
+    async def submit(self, items: list[In], *, flow: Hashable | None = None,
+                     deadline: float | None = None) -> list[Out]:
+        """Outputs for ``items`` in order.
+
+        ``flow``: the fairness key (None: a flow of its own). ``deadline``: a loop-clock
+        (``time.monotonic()``) instant; raises ``Overloaded`` at once when the expected wait
+        would pass it, or when ``max_queue`` rows of other flows are already waiting.
+        """
         if self._closed:
             raise EngineUnavailable(f"{self.name}: batcher closed")
         if not items:
             return []
-        if self._pending and len(self._pending) + len(items) > self.max_queue:
-            wait = len(self._pending) * self._row_seconds
-            raise Overloaded(
-                f"{self.name}: {len(self._pending)} rows queued",
-                retry_after=max(1.0, round(wait, 1)),
-            )
         loop = asyncio.get_running_loop()
-        request = _Request(loop.create_future(), [None] * len(items), len(items), loop.time())
-        self._pending += [
-            _Row(request, i, item, self._cost(item), self._sort_key(item) if self._sort_key else 0)
-            for i, item in enumerate(items)
-        ]
+        flow = object() if flow is None else flow
+        costs = [self._cost(item) for item in items]
+        start = max(self._vtime, self._finish.get(flow, self._vtime))
+        tags = list(itertools.accumulate(costs[:-1], initial=start))
+        self._admit(loop.time(), flow, tags[-1], deadline)
+        request = _Request(loop.create_future(), [None] * len(items), len(items), loop.time(), flow)
+        for i, (item, cost, tag) in enumerate(zip(items, costs, tags, strict=True)):
+            key = self._sort_key(item) if self._sort_key else 0
+            row = _Row(request, i, item, cost, key, tag, next(self._seq))
+            bisect.insort(self._pending, row, key=_order)
+        self._finish[flow] = tags[-1] + costs[-1]
         self._depth.inc(len(items))
         if self._worker is None:
             self._worker = loop.create_task(self._work(), name=f"batcher-{self.name}")
@@ -125,6 +179,23 @@ class MicroBatcher(Generic[In, Out]):
         except asyncio.CancelledError:
             self._forget(request, count=True)
             raise
+
+    def _admit(self, now: float, flow: Hashable, last_tag: float,
+               deadline: float | None) -> None:
+        others = sum(1 for r in self._pending if r.request.flow != flow)
+        if others and others + 1 > self.max_queue:
+            wait = self.expected_wait(now)
+            raise Overloaded(f"{self.name}: {others} rows queued",
+                             retry_after=max(1.0, round(wait, 1)))
+        if deadline is None:
+            return
+        wait = self.expected_wait(now, flow=flow, before_tag=last_tag)
+        if now + wait > deadline:
+            budget = max(0.0, deadline - now)
+            raise Overloaded(
+                f"{self.name}: about {wait:.1f} s of work ahead; this request may wait "
+                f"{budget:.1f} s", retry_after=max(1.0, round(wait - budget, 1)),
+            )
 
     def _forget(self, request: _Request, *, count: bool) -> None:
         kept = [r for r in self._pending if r.request is not request]
@@ -149,7 +220,8 @@ class MicroBatcher(Generic[In, Out]):
         return padded - real <= self.max_pad_fraction * padded
 
     def _take(self) -> list[_Row]:
-        """The oldest row plus its nearest neighbours by sort key, within the batch limits."""
+        """The first row in fair order plus its nearest neighbours by sort key, within the
+        batch limits."""
         oldest = self._pending[0]
         window = self._pending[: self.max_batch_items * LOOKAHEAD]
         if self._sort_key is not None:
@@ -180,6 +252,9 @@ class MicroBatcher(Generic[In, Out]):
         taken = set(map(id, batch))
         self._pending = [r for r in self._pending if id(r) not in taken]
         self._depth.dec(len(batch))
+        self._vtime = max(self._vtime, oldest.tag)
+        if len(self._finish) > 4 * len(self._pending) + 64:  # forget flows that are all served
+            self._finish = {f: t for f, t in self._finish.items() if t > self._vtime}
         return batch
 
     async def _work(self) -> None:
@@ -207,7 +282,10 @@ class MicroBatcher(Generic[In, Out]):
                 self._wait.observe(now - request.arrived)
         self._size.observe(len(batch))
         started = time.perf_counter()
+        costs = [r.cost for r in batch]
         self._inflight = batch
+        self._inflight_since = now
+        self._inflight_expected = self.cost_model.seconds(costs) or 0.0
         try:
             outputs = await loop.run_in_executor(
                 self._executor, self._run_batch, [r.item for r in batch]
@@ -230,7 +308,7 @@ class MicroBatcher(Generic[In, Out]):
         seconds = time.perf_counter() - started
         self._compute.observe(seconds)
         self.batches += 1
-        self._row_seconds = 0.8 * self._row_seconds + 0.2 * seconds / len(batch)
+        self.cost_model.observe(costs, seconds)
         if self._on_batch is not None:
             self._on_batch(len(batch), len(batch) * max(r.cost for r in batch), seconds)
 

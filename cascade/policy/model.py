@@ -107,9 +107,14 @@ Tier = LayaTier | ClefTier | UpstreamTier
 
 
 class Models(_Strict):
-    """Which request ``model`` names mean the cascade, the cheap tier only, or the strong only."""
+    """Which request ``model`` names mean the cascade, the cheap tier only, or the strong only.
 
-    cascade: list[str] = field(default_factory=lambda: ["jev-latest", "jev-preview", "jev-1.13.0"])
+    Names match in any case; one with ``*`` or ``?`` is a pattern (``jev-*``). An exact name
+    wins over a pattern (``cascade.policy.routing.resolve_model``). ``/v1/models`` lists the
+    exact names.
+    """
+
+    cascade: list[str] = field(default_factory=lambda: ["jev-latest", "jev-*"])
     cheap_only: list[str] = field(default_factory=list)
     strong_only: list[str] = field(default_factory=list)
     unknown: Literal["reject", "cascade"] = "reject"  # reject: 400 api_usage_error
