@@ -214,7 +214,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
     async def gone() -> None:
         while (await request.receive())["type"] != "http.disconnect":
-            pass
+            await asyncio.sleep(0.05)  # a server that answers at once must not spin the loop
 
     watcher = asyncio.ensure_future(gone())
     try:
@@ -223,8 +223,8 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         watcher.cancel()
         if not task.done():
             task.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
     if task.cancelled():
-        await asyncio.gather(task, return_exceptions=True)
         raise ClientGone()
     return task.result()
 
