@@ -29,7 +29,8 @@ VALIDATE = Path(sys.executable).parent / "kubernetes-validate"
 # Pod volume sources that name another object of the overlay: (its kind, the naming field).
 REFERENCES = {"configMap": ("ConfigMap", "name"), "secret": ("Secret", "secretName"),
               "persistentVolumeClaim": ("PersistentVolumeClaim", "claimName")}
-# The oldest Kubernetes these manifests claim (README) and kubernetes-validate's newest schemas.
+# The Kubernetes versions the README says the manifests are validated against: 1.29 (an old
+# release still widely run) and kubernetes-validate's newest schemas.
 VERSIONS = ("1.29", "1.37")
 
 
