@@ -89,7 +89,7 @@ STATES = ["I was charged twice for my March invoice", "The app crashes when I up
 
 
 def traffic(url: str) -> int:
-    """About 80 bounded requests from 4 threads: short states (cheap-final, low-confidence
+    """74 bounded requests from 4 threads: short states (cheap-final, low-confidence
     escalations), a few long ones and an image (strong tier), the batch route, and invalid
     bodies. Fixed request ids make the shadow sampling (a hash of the id) the same every run."""
     spam = {"type": "choice", "instructions": "Spam?", "criteria": ["yes", "no"]}
