@@ -35,11 +35,10 @@ VERSIONS = ("1.29", "1.37")
 
 
 def render(path: Path) -> list[dict[str, Any]]:
-    """``kubectl kustomize`` with this repo's generator plugin (README, Deploy)."""
-    env = {**os.environ, "KUSTOMIZE_PLUGIN_HOME": str(K8S / "plugins")}
+    """Plain ``kubectl kustomize`` (README, Deploy)."""
     result = subprocess.run(
-        [require_tool("kubectl"), "kustomize", "--enable-alpha-plugins", str(path)],
-        capture_output=True, text=True, env=env, timeout=60,
+        [require_tool("kubectl"), "kustomize", str(path)],
+        capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
