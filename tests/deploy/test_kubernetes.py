@@ -10,7 +10,6 @@ installed; without it these tests fail.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
