@@ -132,7 +132,7 @@ def accuracy_threshold(scored: Sequence[tuple[float, bool]], target: float
         correct.append(correct[-1] + ok)
     for j in range(len(ranked), 0, -1):  # accept the j most confident
         # I_A(k, j-k+1) <= alpha  <=>  the lower bound is at least A
-        if betainc(correct[j], j - correct[j] + 1, target) <= ALPHA and correct[j] > 0:
+        if correct[j] > 0 and betainc(correct[j], j - correct[j] + 1, target) <= ALPHA:
             t = 0.0 if j == len(ranked) else (ranked[j - 1][0] + ranked[j][0]) / 2
             return t, j, correct[j]
     return 1.0, 0, 0
