@@ -62,9 +62,7 @@ def _reliability(plt: Any, path: Path, scored: Mapping[str, Sequence[Scored]], t
                title=f"{name} (n={len(rows)})")
         ax.legend(loc="upper left", fontsize=7)
     fig.suptitle(f"{title}: reliability (bar labels: questions per bin)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def _deferral(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
@@ -83,10 +81,7 @@ def _deferral(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
                    label=f"strong tier alone ({strong['accuracy']:.3f})")
     ax.set(xlim=(0, 1), xlabel="escalation rate (share of questions the strong tier answers)",
            ylabel="cascade accuracy", title=f"{title}: deferral curve")
-    ax.legend(loc="best", fontsize=8, framealpha=0.6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path, ax)
 
 
 def _cost(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
@@ -109,7 +104,12 @@ def _cost(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
     prices = ", ".join(f"{k} {v:g}" for k, v in cost["per_1k_tokens"].items())
     ax.set(xlabel=f"cost (per 1k input tokens: {prices})", ylabel="accuracy",
            title=f"{title}: cost against accuracy")
-    ax.legend(loc="best", fontsize=8, framealpha=0.6)
+    _save(plt, fig, path, ax)
+
+
+def _save(plt: Any, fig: Any, path: Path, ax: Any = None) -> None:
+    if ax is not None:
+        ax.legend(loc="best", fontsize=8, framealpha=0.6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

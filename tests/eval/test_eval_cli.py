@@ -113,8 +113,9 @@ def test_calibrate_stamps_the_weights_and_eval_applies_or_refuses_it(tmp_path: P
     assert set(cal.stamp.checkpoints) == {"laya", "clef"}
     assert (cal.stamp.items, cal.stamp.target, cal.stamp.value) == (30, "escalation", 0.3)
     assert cal.thresholds.noul.get("2") is not None and cal.thresholds.choice.get("3-5")
-    fitted = [f.escalation for f in cal.fit.values()]
-    assert all(abs(e - 0.3) <= 0.05 for e in fitted)  # on its own data, per cell
+    fitted = [f.escalation for f in cal.fit.values() if f.n]
+    assert fitted and all(abs(e - 0.3) <= 0.05 for e in fitted)  # on its own data, per cell
+    assert cal.fit["score:2"].n == 0 and cal.thresholds.score.get("2") is not None  # its band's
     out = tmp_path / "out"
     assert main(["eval", str(data), "--demo", "--out", str(out), "--calibration",
                  str(cal_file), "--no-progress"]) == 0
