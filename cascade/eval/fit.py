@@ -4,10 +4,10 @@ All per (question type x option band) cell, over the questions that reach the co
 (the cheap tier answered them and nothing else sent them strong). A cell with fewer than
 ``min_cell`` questions (default 30) is too small to fit alone: it gets the pooled fit of its
 option band (all question types of the band, which share a range of max p), or of everything
-when the band is small too; a cell the data lacks gets its band's fit (no threshold, so no
-confidence escalation, when the whole band is missing). For an accuracy target, 30 answers
-that are all right give a one-sided 95 % lower bound of 0.905: fewer could not certify 0.9 even
-when perfect.
+when the band is small too (a temperature needs ``min_cell`` labels somewhere, else it stays
+1.0); a cell the data lacks gets its band's fit (no threshold, so no confidence escalation,
+when the whole band is missing). For an accuracy target, 30 answers that are all right give a
+one-sided 95 % lower bound of 0.905: fewer could not certify 0.9 even when perfect.
 
 - Temperature: the T in Laya's range [0.5, 5] (``cascade.laya.config.clamp_temperature``) that
   minimizes the negative log-likelihood of the gold labels under ``p^(1/T)`` (golden-section
@@ -173,8 +173,10 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
     def labelled_enough(members: list[ItemRow]) -> bool:
         return len(_labelled(members)) >= min_cell
 
-    temperatures = {cell: fit_temperature(_labelled(pool(cell, labelled_enough)[0]))
-                    for cell in cells}
+    temperatures = {}
+    for cell in cells:  # no temperature (1.0) unless some pool has enough labels
+        labelled = _labelled(pool(cell, labelled_enough)[0])
+        temperatures[cell] = fit_temperature(labelled) if len(labelled) >= min_cell else 1.0
 
     def gate(row: ItemRow, t: float) -> float:
         assert row.cheap is not None

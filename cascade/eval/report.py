@@ -36,7 +36,7 @@ def render(summary: Mapping[str, Any]) -> str:
     cascade = tiers["cascade"]
     out = ["# cascade eval", ""]
     if summary.get("demo"):
-        out += [f"> **DEMO**: {summary['warning']}", ""]
+        out += [f"> **{summary['warning']}**", ""]
     out += [
         f"Data: `{summary['data']}`: {summary['items']} items, {summary['questions']} questions"
         f" ({cascade['questions']} answered by the cascade). Policy: {summary['policy']}."
