@@ -29,6 +29,7 @@ COMMANDS = (
     "cascade.cli.bench",
     "cascade.cli.policy",
     "cascade.cli.route",
+    "cascade.cli.distill",
 )
 
 
