@@ -32,9 +32,10 @@ def register(groups: dict[str, Any]) -> None:
     source.add_argument("source", nargs="?", type=Path, metavar="SOURCE",
                         help="request file, one JSON object per line: id, state, questions "
                         "(gold and anything else ignored)")
-    source.add_argument("--from-log", type=Path, metavar="FILE",
+    source.add_argument("--from-log", type=Path, action="append", metavar="FILE",
                         help="a decision log with state text: learn from the rows the strong "
-                        "tier answered (shadow samples and escalations)")
+                        "tier answered, shadow samples and escalations weighted back to traffic "
+                        "(repeat for rotated files)")
     tiers = parser.add_mutually_exclusive_group(required=True)
     tiers.add_argument("--policy", metavar="P", help="policy file: its strong tier teaches, its "
                        "default Laya checkpoint learns")
@@ -79,7 +80,7 @@ def run_distill(args: argparse.Namespace) -> int:
         print("cascade distill: --held-back must be between 0 and 1", file=sys.stderr)
         return CANNOT_START
     options = distill.Options(
-        source=args.source, from_log=args.from_log,
+        source=args.source, from_log=args.from_log or [],
         settings=from_env(policy=args.policy, demo=args.demo or None,
                           clef_overlong=args.overlong, clef_max_length=args.max_length),
         laya=args.laya, out=args.out, run_dir=args.run_dir, held_back=args.held_back,

@@ -42,7 +42,7 @@ class DistillError(RuntimeError):
 
 class Options(msgspec.Struct, kw_only=True):
     source: Path | None = None  # a request file
-    from_log: Path | None = None  # a decision log (rows the strong tier answered)
+    from_log: list[Path] = []  # decision logs (rows the strong tier answered)
     settings: Settings  # policy or demo, as ``cascade serve`` reads them
     laya: str | None = None  # the student checkpoint, instead of the policy's default
     out: Path
@@ -117,7 +117,7 @@ def _teach(options: Options, policy: Policy, items: list[Item], run_dir: Path) -
 
 def _read(options: Options, policy: Policy) -> tuple[list[Item], dict[str, Any], dict[str, Any]]:
     """The items, what was left out of them, and the teacher's identity."""
-    if options.from_log is not None:
+    if options.from_log:
         from cascade.learn.logs import read_log
 
         return read_log(options.from_log)
@@ -185,7 +185,7 @@ def run(options: Options) -> Report:
         "cascade_version": __version__,
         "source": {"path": str(source), "content_hash": source_hash, "checkpoint": name},
         "teacher": about_teacher,
-        "data": {"source": str(options.from_log or options.source),
+        "data": {"source": [str(p) for p in options.from_log] or str(options.source),
                  "kind": "log" if options.from_log else "requests", "items": len(items),
                  "hash": data, "left_out": left_out, "held_back_fraction": options.held_back,
                  **examples.describe()},
