@@ -88,10 +88,16 @@ def run_distill(args: argparse.Namespace) -> int:
         config=TrainConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                            train=args.train, seed=args.seed),
     )
+    from cascade.errors import CascadeError
+
     try:
         report = distill.run(options)
     except (distill.DistillError, FileExistsError, ValueError, OSError) as exc:
         print(f"cascade distill: {exc}", file=sys.stderr)
+        return CANNOT_START
+    except CascadeError as exc:  # the teacher failed; its finished answers are cached
+        print(f"cascade distill: the strong tier failed: {exc.message}; run the same command "
+              "again to resume", file=sys.stderr)
         return CANNOT_START
     print(table(report))
     if not report.written:
@@ -106,8 +112,9 @@ def run_distill(args: argparse.Namespace) -> int:
 def table(report: Any) -> str:
     data, before, after = report.meta["data"], report.before, report.after
     lines = [
-        f"data: {data['items']} items; {data['train_rows']} training and "
-        f"{data['held_back_rows']} held-back questions; skipped {data['skipped'] or 'none'}",
+        f"data: {data['items']} items (left out: {data['left_out'] or 'none'}); "
+        f"{data['train_rows']} training and {data['held_back_rows']} held-back questions "
+        f"(skipped: {data['skipped'] or 'none'})",
         f"{'held back':<16}{'before':>10}{'after':>10}",
         f"{'agreement':<16}{before.agreement:>10.1%}{after.agreement:>10.1%}",
         f"{'mean KL (nats)':<16}{before.mean_kl:>10.4f}{after.mean_kl:>10.4f}",

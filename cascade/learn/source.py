@@ -3,8 +3,9 @@
 A request file is the evaluation format, one JSON object per line: ``id``, ``state``,
 ``questions`` and optional Laya controls (``max_len``...), validated exactly as the gateway
 validates a body; ``gold`` and anything else are ignored: the teacher is the strong tier, which
-distil runs itself. Lines with images are left out (Laya reads text only, so the teacher's
-answer would rest on what the student cannot see). Each item's ``key`` is the sha256 of its
+distil runs itself. Lines the gateway would refuse are left out and counted (the first refusal
+is quoted), as are lines with images (Laya reads text only, so the teacher's answer would rest
+on what the student cannot see). Each item's ``key`` is the sha256 of its
 canonical (state, questions, controls) JSON, so the teacher cache and the held-back split follow
 the content, not the line order or the ids. ``data_hash`` fingerprints a whole data set.
 """
@@ -54,7 +55,7 @@ def read_requests(path: Path) -> tuple[list[Item], dict[str, Any]]:
     """The text items of a request file in file order (repeated content kept once), and what
     was left out."""
     items: dict[str, Item] = {}
-    with_images = 0
+    left_out: dict[str, Any] = {}
     try:
         lines = path.read_bytes().splitlines()
     except OSError as exc:
@@ -66,15 +67,17 @@ def read_requests(path: Path) -> tuple[list[Item], dict[str, Any]]:
             meta = msgspec.json.decode(line, type=_Meta)
             env, call = text_call(line, request_id=str(meta.id or f"line-{number}"))
         except (msgspec.DecodeError, msgspec.ValidationError, ClientError) as exc:
-            raise SourceError(f"{path}:{number}: not a valid request ({exc})") from exc
+            left_out["invalid"] = left_out.get("invalid", 0) + 1
+            left_out.setdefault("first_invalid", f"line {number}: {exc}")
+            continue
         if env.images or env.assets:
-            with_images += 1
+            left_out["with_images"] = left_out.get("with_images", 0) + 1
             continue
         key = content_key(call)
         items.setdefault(key, Item(key=key, call=call))
     if not items:
-        raise SourceError(f"{path}: no text requests")
-    return list(items.values()), {"with_images": with_images}
+        raise SourceError(f"{path}: no usable text requests {left_out or ''}".rstrip())
+    return list(items.values()), left_out
 
 
 def data_hash(items: list[Item]) -> str:
