@@ -166,8 +166,8 @@ def run(options: Options) -> Report:
             previewer.checkpoints[name].cfg.encoder.hidden))
     student = Student(source, previewer.checkpoints[name].tok.pad_id, device=device,
                       train=options.config.train)
-    view, by_key, model = routing_view(policy, name, source), {i.key: i for i in taught}, \
-        cascade_model(policy)
+    view, model = routing_view(policy, name, source), cascade_model(policy)
+    by_key = {item.key: item for item in taught}
 
     def held_back_figures() -> Figures:
         probs = predict(student, examples.held_back)
