@@ -2,9 +2,12 @@
 
 All per (question type x option band) cell, over the questions that reach the confidence gate
 (the cheap tier answered them and nothing else sent them strong). A cell with fewer than
-``min_cell`` questions (default 30) is too small to fit alone: it gets the pooled fit (all cells
-together). For an accuracy target, 30 answers that are all right give a one-sided 95 % lower
-bound of 0.905: fewer could not certify 0.9 even when perfect.
+``min_cell`` questions (default 30) is too small to fit alone: it gets the pooled fit of its
+option band (all question types of the band, which share a range of max p), or of everything
+when the band is small too; a cell the data lacks gets its band's fit (no threshold, so no
+confidence escalation, when the whole band is missing). For an accuracy target, 30 answers
+that are all right give a one-sided 95 % lower bound of 0.905: fewer could not certify 0.9 even
+when perfect.
 
 - Temperature: the T in Laya's range [0.5, 5] (``cascade.laya.config.clamp_temperature``) that
   minimizes the negative log-likelihood of the gold labels under ``p^(1/T)`` (golden-section
@@ -21,17 +24,19 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from cascade.eval.decide import ItemRow, reaches_gate
 from cascade.laya.config import TEMP_MAX, TEMP_MIN, clamp_temperature
 from cascade.policy.calibration import CellFit, temper
+from cascade.questions import BANDS
 
 Target = Literal["escalation", "accuracy"]
 ALPHA = 0.05
 MIN_CELL = 30
 Cell = tuple[str, str]
+ALL_CELLS: tuple[Cell, ...] = (*((t, b) for t in ("choice", "score") for b in BANDS), ("noul", "2"))
 
 
 # ---------------------------------------------------------------- temperatures
@@ -132,7 +137,7 @@ def accuracy_threshold(scored: Sequence[tuple[float, bool]], target: float
         correct.append(correct[-1] + ok)
     for j in range(len(ranked), 0, -1):  # accept the j most confident
         # I_A(k, j-k+1) <= alpha  <=>  the lower bound is at least A
-        if betainc(correct[j], j - correct[j] + 1, target) <= ALPHA and correct[j] > 0:
+        if correct[j] > 0 and betainc(correct[j], j - correct[j] + 1, target) <= ALPHA:
             t = 0.0 if j == len(ranked) else (ranked[j - 1][0] + ranked[j][0]) / 2
             return t, j, correct[j]
     return 1.0, 0, 0
@@ -145,40 +150,51 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
         ) -> tuple[dict[Cell, float], dict[Cell, float], dict[str, CellFit]]:
     """``(thresholds, temperatures, diagnostics)`` per (type, band) cell of the gated rows.
 
-    Temperatures need gold labels (rows without are used for escalation quantiles only)."""
+    A cell with too little data is fitted on its option band (every type: the same range of
+    max p), and a band with too little on everything. Temperatures need gold labels (rows
+    without one count for escalation quantiles only)."""
     cells: dict[Cell, list[ItemRow]] = defaultdict(list)
     for row in rows:
         if reaches_gate(row):
             cells[(row.type, row.band)].append(row)
-    everything = [r for members in cells.values() for r in members]
-    pooled_t = fit_temperature(_labelled(everything))
-    temperatures = {}
-    for cell, members in cells.items():
-        labelled = _labelled(members)
-        temperatures[cell] = fit_temperature(labelled) if len(labelled) >= min_cell else pooled_t
+    seen_bands = {band for _, band in cells}
+    for cell in ALL_CELLS:  # a cell the data lacks gets its band's fit, when the band has data
+        if cell[1] in seen_bands:
+            cells.setdefault(cell, [])
+
+    def pool(cell: Cell, enough: Callable[[list[ItemRow]], bool]) -> tuple[list[ItemRow], bool]:
+        """The cell's rows, else its band's, else everything; and whether it was pooled."""
+        members = cells[cell]
+        if enough(members):
+            return members, False
+        band = [r for (_, b), rs in cells.items() if b == cell[1] for r in rs]
+        return (band if enough(band) else [r for rs in cells.values() for r in rs]), True
+
+    def labelled_enough(members: list[ItemRow]) -> bool:
+        return len(_labelled(members)) >= min_cell
+
+    temperatures = {cell: fit_temperature(_labelled(pool(cell, labelled_enough)[0]))
+                    for cell in cells}
 
     def gate(row: ItemRow, t: float) -> float:
         assert row.cheap is not None
         return max(temper(row.cheap.probabilities, t))
 
-    def threshold(members: list[ItemRow], tempers: dict[Cell, float]) -> float:
-        confs = [gate(r, tempers[(r.type, r.band)]) for r in members]
-        if target == "escalation":
-            return quantile_threshold(confs, value)
-        pairs = [(c, r.cheap.answer == r.gold)  # type: ignore[union-attr]
-                 for c, r in zip(confs, members, strict=True) if r.gold_index is not None]
-        return accuracy_threshold(pairs, value)[0]
-
-    pooled_threshold = threshold(everything, temperatures)
     thresholds, diagnostics = {}, {}
-    for cell, members in sorted(cells.items()):
-        sample = members if target == "escalation" else [r for r in members
-                                                         if r.gold_index is not None]
-        small = len(sample) < min_cell
-        t = pooled_threshold if small else threshold(members, temperatures)
+    for cell in sorted(cells):
+        if target == "escalation":
+            members, pooled = pool(cell, lambda m: len(m) >= min_cell)
+            t = quantile_threshold([gate(r, temperatures[(r.type, r.band)]) for r in members],
+                                   value)
+        else:
+            members, pooled = pool(cell, labelled_enough)
+            pairs = [(gate(r, temperatures[(r.type, r.band)]),
+                      r.cheap.answer == r.gold)  # type: ignore[union-attr]
+                     for r in members if r.gold_index is not None]
+            t = accuracy_threshold(pairs, value)[0]
         thresholds[cell] = t
-        diagnostics[f"{cell[0]}:{cell[1]}"] = _diagnose(members, t, temperatures[cell], small,
-                                                          gate)
+        diagnostics[f"{cell[0]}:{cell[1]}"] = _diagnose(cells[cell], t, temperatures[cell],
+                                                          pooled, gate)
     return thresholds, temperatures, diagnostics
 
 
@@ -195,7 +211,7 @@ def _diagnose(members: Sequence[ItemRow], threshold: float, temperature: float, 
     right = sum(r.cheap.answer == r.gold for r in judged)  # type: ignore[union-attr]
     return CellFit(
         n=len(members), pooled=pooled, temperature=temperature, threshold=threshold,
-        escalation=1 - len(kept) / len(members),
+        escalation=1 - len(kept) / len(members) if members else 0.0,
         accepted_accuracy=right / len(judged) if judged else None,
         lower_bound=round(lower_bound(right, len(judged)), 6) if judged else None,
     )

@@ -3,7 +3,8 @@
 - ``reliability.png``: a reliability diagram per tier (accuracy against mean max p per
   equal-width bin, bar widths showing the bins, the diagonal for perfect calibration);
 - ``deferral.png``: cascade accuracy against escalation rate over the sweep, the operating point
-  and the strong tier alone marked;
+  and the strong tier alone marked (the operating point uses the policy's per type x band
+  thresholds, the sweep one confidence order: it need not lie on the curve);
 - ``cost.png``: accuracy against cost over the same sweep, with the cheapest point that reaches
   the strong tier's accuracy.
 """
@@ -61,9 +62,7 @@ def _reliability(plt: Any, path: Path, scored: Mapping[str, Sequence[Scored]], t
                title=f"{name} (n={len(rows)})")
         ax.legend(loc="upper left", fontsize=7)
     fig.suptitle(f"{title}: reliability (bar labels: questions per bin)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def _deferral(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
@@ -82,10 +81,7 @@ def _deferral(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
                    label=f"strong tier alone ({strong['accuracy']:.3f})")
     ax.set(xlim=(0, 1), xlabel="escalation rate (share of questions the strong tier answers)",
            ylabel="cascade accuracy", title=f"{title}: deferral curve")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path, ax)
 
 
 def _cost(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
@@ -102,11 +98,18 @@ def _cost(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
                 label="strong tier alone")
     at = cost["at_strong_accuracy"]
     if at is not None:
+        saves = "" if at["saved"] is None else f" (saves {at['saved']:.0%})"
         ax.plot([at["cost"]], [at["accuracy"]], "D", color="orange",
-                label=f"cheapest at strong accuracy (saves {at['saved']:.0%})")
-    ax.set(xlabel=f"cost (per 1k tokens: {cost['per_1k_tokens']})", ylabel="accuracy",
+                label=f"cheapest at strong accuracy{saves}")
+    prices = ", ".join(f"{k} {v:g}" for k, v in cost["per_1k_tokens"].items())
+    ax.set(xlabel=f"cost (per 1k input tokens: {prices})", ylabel="accuracy",
            title=f"{title}: cost against accuracy")
-    ax.legend(loc="lower right", fontsize=8)
+    _save(plt, fig, path, ax)
+
+
+def _save(plt: Any, fig: Any, path: Path, ax: Any = None) -> None:
+    if ax is not None:
+        ax.legend(loc="best", fontsize=8, framealpha=0.6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

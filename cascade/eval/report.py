@@ -20,6 +20,10 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f} %"
 
 
+def _prices(prices: Mapping[str, float]) -> str:
+    return ", ".join(f"{slot} {value:g}" for slot, value in prices.items())
+
+
 def _table(rows: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
     out = ["| | n | accuracy | macro-F1 | Brier | ECE |", "|---|---:|---:|---:|---:|---:|"]
     out += [f"| {name} | {s['n']} | {_f(s['accuracy'])} | {_f(s['macro_f1'])} | "
@@ -61,7 +65,8 @@ def render(summary: Mapping[str, Any]) -> str:
         "questions the cheap tier answered escalated on confidence",
         f"- fixed: {cascade['fixed']} (cheap wrong, cascade right); broke: {cascade['broke']} "
         "(cheap right, cascade wrong)",
-        f"- cost (per 1k input tokens {cost['per_1k_tokens']}): cascade {_f(cost['cascade'], 4)}"
+        f"- cost (per 1k input tokens: {_prices(cost['per_1k_tokens'])}): cascade "
+        f"{_f(cost['cascade'], 4)}"
         f" against {_f(cost['strong_only'], 4)} for the strong tier alone: saves "
         f"{_pct(cost['saved'])}",
         "- at the strong tier's accuracy: " + (
@@ -70,6 +75,10 @@ def render(summary: Mapping[str, Any]) -> str:
             f"{_pct(at['saved'])}"),
         "",
         "### Deferral curve (threshold sweep over the gated questions)",
+        "",
+        "The k least confident questions that reached the cheap tier's gate go strong, for 11 "
+        "even steps of k; the operating point applies the policy's per type × band thresholds "
+        "instead, so it need not lie on the curve.",
         "",
         "| escalation rate | accuracy | cost |",
         "|---:|---:|---:|",

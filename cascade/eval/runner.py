@@ -65,8 +65,11 @@ class TierCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.runs: dict[str, TierRun] = {}
+        torn = False
         if path.exists():
-            for raw in path.read_bytes().splitlines():
+            text = path.read_bytes()
+            torn = bool(text) and not text.endswith(b"\n")
+            for raw in text.splitlines():
                 try:
                     line = msgspec.json.decode(raw, type=_Line)
                 except (msgspec.DecodeError, msgspec.ValidationError):
@@ -74,6 +77,8 @@ class TierCache:
                 self.runs[line.key] = line.run
         path.parent.mkdir(parents=True, exist_ok=True)
         self._handle = path.open("ab")
+        if torn:  # an interrupted write: end it, so the next line starts clean
+            self._handle.write(b"\n")
 
     def put(self, key: str, item_id: str, run: TierRun) -> None:
         self.runs[key] = run

@@ -107,7 +107,8 @@ def write_calibration(path: str | Path, cal: CalibrationFile, header: str = "") 
                 out += [f"{_toml(band)} = {value!r}" for band, value in cells]
     for cell, fit in cal.fit.items():
         out += ["", f"[fit.{_toml(cell)}]"]
-        out += [f"{k} = {_toml(v)}" for k, v in msgspec.to_builtins(fit).items()]
+        out += [f"{k} = {_toml(v)}" for k, v in msgspec.to_builtins(fit).items()
+                if v is not None]  # TOML has no null: an absent key reads back as None
     Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
 
 

@@ -168,6 +168,11 @@ def validate(policy: Policy) -> list[Finding]:
         found.append(_err(("shadow", "max_concurrent"), "max_concurrent must be >= 1"))
     if policy.degrade.retry_after_s <= 0:
         found.append(_err(("degrade", "retry_after_s"), "retry_after_s must be > 0"))
+    for qtype in typing.get_args(QuestionType):
+        for band, value in policy.calibration.temperatures.of(qtype).items():
+            if not value > 0:
+                found.append(_err(("calibration", "temperatures", qtype, band),
+                                  f"temperature {value} must be > 0"))
     for name, cost in policy.cost.items():
         if name not in tiers:
             found.append(_err(("cost", name), f"cost for an undefined tier `{name}`"))
