@@ -34,7 +34,6 @@ class Example(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float
     teacher: list[float]  # the teacher's probabilities in the row's slot order
     weight: float
-    held_back: bool
 
 
 class Dataset(msgspec.Struct, kw_only=True):
@@ -87,7 +86,6 @@ def build(previewer: Previewer, checkpoint: str, items: Iterable[Item],
                 key=item.key, qid=qid, row=row, state_tokens=plan.state_tokens,
                 temperature=cfg.temperature_for(row.qtype, len(row.markers)),
                 teacher=slot_order(probabilities, question.order), weight=item.weight,
-                held_back=side,
             )
             (back if side else train).append(example)
     return Dataset(train=train, held_back=back, skipped=dict(skipped))

@@ -48,10 +48,10 @@ class Student:
 
     def __init__(self, ckpt: Path, pad_id: int, *, device: torch.device,
                  train: Trained = "all") -> None:
-        self.cfg = load_config(ckpt)
+        cfg = load_config(ckpt)
         header, _ = read_header(ckpt / "model.safetensors")
         self.dtypes = {name: TORCH_DTYPES[info["dtype"]] for name, info in header.items()}
-        self.model = TorchLaya(self.cfg, load_weights(ckpt, self.cfg)).to(device)
+        self.model = TorchLaya(cfg, load_weights(ckpt, cfg)).to(device)
         self.pad_id = pad_id
         self.device = device
         self.trained = {
