@@ -31,6 +31,7 @@ COMMANDS = (
     "cascade.cli.route",
     "cascade.cli.eval",
     "cascade.cli.calibrate",
+    "cascade.cli.distill",
 )
 
 

@@ -48,7 +48,8 @@ def data_flags(parser: argparse.ArgumentParser) -> None:
 def tier_flags(parser: argparse.ArgumentParser, *, url: bool) -> None:
     parser.add_argument("--policy", type=Path, metavar="P", help="the policy to evaluate")
     parser.add_argument("--laya", type=Path, metavar="DIR",
-                        help="with --policy: a Laya bundle instead of the policy's checkpoints")
+                        help="with --policy or --demo: a Laya bundle instead of the policy's "
+                        "checkpoints (e.g. a `cascade distill` NEWDIR)")
     parser.add_argument("--demo", action="store_true",
                         help="the demo tiers (tiny RANDOM weights: the figures mean nothing)")
     if url:
@@ -77,6 +78,7 @@ def check_source(args: argparse.Namespace) -> None:
 def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
     """The policy and settings the tier flags describe, calibration applied and checked."""
     from cascade.build import demo_policy, fingerprints
+    from cascade.cli.route import laya_checkpoints
     from cascade.policy.calibration import check_checkpoints, with_calibration_file
     from cascade.policy.files import load_policy
     from cascade.policy.model import UpstreamTier
@@ -93,11 +95,9 @@ def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
         tier = UpstreamTier(urls=[url], model=args.model, timeout_s=120.0, read_timeout_s=120.0)
         policy = Policy.single_tier("upstream", tier)
     else:
-        from cascade.cli.route import laya_checkpoints
-
         policy = load_policy(args.policy)
-        if args.laya is not None:
-            policy, _ = laya_checkpoints(policy, args.laya)
+    if args.laya is not None and not url:
+        policy, _ = laya_checkpoints(policy, args.laya)
     if args.calibration is not None:
         policy = with_calibration_file(policy, args.calibration)
         check_checkpoints(policy, fingerprints(policy))
