@@ -65,6 +65,8 @@ def render(summary: Mapping[str, Any]) -> str:
         "questions the cheap tier answered escalated on confidence",
         f"- fixed: {cascade['fixed']} (cheap wrong, cascade right); broke: {cascade['broke']} "
         "(cheap right, cascade wrong)",
+        f"- cheap-strong agreement: {_pct(summary['agreement']['cheap_strong'])} of the "
+        f"{summary['agreement']['questions']} questions both tiers answered (no gold needed)",
         f"- cost (per 1k input tokens: {_prices(cost['per_1k_tokens'])}): cascade "
         f"{_f(cost['cascade'], 4)}"
         f" against {_f(cost['strong_only'], 4)} for the strong tier alone: saves "

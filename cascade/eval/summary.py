@@ -9,7 +9,9 @@ pre-routing, truncation or option-collapse rule sent the question strong; ``gate
 counts them), ``fixed`` / ``broke`` (over questions with a cheap answer and a gold label:
 cheap wrong and cascade right, and the reverse), the ``deferral_curve``
 (``cascade.eval.sweep``) with its ``operating_point``, and ``cost``. A tier that is not
-configured is null.
+configured is null. ``agreement`` needs no gold: over the questions both tiers answered, the
+share where the cheap tier's answer equals the strong tier's (what ``cascade distill`` raises),
+overall and per question type.
 """
 
 from __future__ import annotations
@@ -81,7 +83,20 @@ def summarize(rows: Sequence[ItemRow], *, slots: Sequence[str], price: Mapping[s
         "operating_point": msgspec.to_builtins(operating),
         "cost": cost_summary(sweep, operating, strong_accuracy, price),
     }
-    return {**meta, "items": len({r.id for r in rows}), "questions": len(rows), "tiers": tiers}
+    return {**meta, "items": len({r.id for r in rows}), "questions": len(rows), "tiers": tiers,
+            "agreement": agreement(rows)}
+
+
+def agreement(rows: Sequence[ItemRow]) -> dict[str, Any]:
+    """Cheap-strong agreement (same answer) over the questions both tiers answered."""
+    both = [r for r in rows if r.cheap is not None and r.strong is not None]
+
+    def share(group: Sequence[ItemRow]) -> float | None:
+        return _share(group, lambda r: r.cheap.answer == r.strong.answer)
+
+    types = sorted({r.type for r in both})
+    return {"questions": len(both), "cheap_strong": share(both),
+            "by_type": {t: share([r for r in both if r.type == t]) for t in types}}
 
 
 def _right(row: ItemRow, out: Any) -> bool:

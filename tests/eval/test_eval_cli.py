@@ -56,6 +56,7 @@ def _recomputed(items: list[dict]) -> dict:
     gated = [r for r in cascade if r["cheap"] is not None and not r["cascade"]["pre_routed"]
              and r["cascade"]["reason"] in (None, *CONFIDENCE)]
     judged = [r for r in cascade if r["cheap"] is not None and r["gold_index"] is not None]
+    both = [r for r in items if r["cheap"] is not None and r["strong"] is not None]
     return {
         "cheap": acc([r for r in scored if r["cheap"]], lambda r: r["cheap"]),
         "strong": acc([r for r in scored if r["strong"]], lambda r: r["strong"]),
@@ -67,6 +68,7 @@ def _recomputed(items: list[dict]) -> dict:
                      for r in judged),
         "broke": sum(r["cheap"]["answer"] == r["gold"] and r["cascade"]["answer"] != r["gold"]
                      for r in judged),
+        "agreement": sum(r["cheap"]["answer"] == r["strong"]["answer"] for r in both) / len(both),
     }
 
 
@@ -85,6 +87,7 @@ def test_eval_demo_end_to_end_agrees_with_its_items_and_resumes(tmp_path: Path, 
     assert tiers["cascade"]["accuracy"] == figures["cascade"]
     for key in ("escalation_rate", "confidence_escalation_rate", "fixed", "broke"):
         assert tiers["cascade"][key] == figures[key], key
+    assert summary["agreement"]["cheap_strong"] == figures["agreement"]
     assert 0 < figures["escalation_rate"] < 1  # the demo shows both paths
     assert len(tiers["cascade"]["deferral_curve"]) >= 10
     for name in ("reliability.png", "deferral.png", "cost.png"):

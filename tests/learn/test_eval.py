@@ -16,11 +16,14 @@ from tests.learn.generate import write
 
 
 def agreement(out: Path) -> float:
-    """Share of the questions both tiers answered on which their answers agree."""
+    """summary.json's cheap-strong agreement, checked against its items.jsonl."""
     rows = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     both = [r for r in rows if r["cheap"] and r["strong"]]
     assert len(both) >= 60
-    return sum(r["cheap"]["answer"] == r["strong"]["answer"] for r in both) / len(both)
+    share = sum(r["cheap"]["answer"] == r["strong"]["answer"] for r in both) / len(both)
+    reported = json.loads((out / "summary.json").read_text())["agreement"]
+    assert reported["questions"] == len(both) and reported["cheap_strong"] == share
+    return share
 
 
 def evaluate(demo_dir: Path, data: Path, out: Path, *laya: str | Path) -> float:
