@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cu
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: serve test bench check clean
+.PHONY: serve test bench check clean k8s-rules
 
 $(STAMP):
 	rm -f $(VENV)/.installed-*
@@ -31,3 +31,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# The Kubernetes PrometheusRule is the Prometheus rule file wrapped; tests/deploy fails on drift.
+k8s-rules: $(STAMP)
+	$(BIN)/python -c 'import sys, yaml; rules = yaml.safe_load(open("deploy/prometheus/alerts.yml")); \
+	print("# Generated from deploy/prometheus/alerts.yml by make k8s-rules: edit that file, not this."); \
+	yaml.safe_dump({"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", \
+	"metadata": {"name": "cascade"}, "spec": rules}, sys.stdout, sort_keys=False, width=100)' \
+	> deploy/k8s/base/prometheusrule.yaml

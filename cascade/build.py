@@ -7,12 +7,15 @@ labelled as a demo everywhere); ``--laya DIR`` and/or ``--clef DIR`` (in-process
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
 from pathlib import Path
 
 from cascade.engines.base import Engine
 from cascade.gateway import Gateway
+from cascade.policy.calibration import check_checkpoints, with_calibration_file
 from cascade.policy.files import load_policy
 from cascade.policy.model import (
     Bands,
@@ -43,6 +46,14 @@ class NoTiers(SystemExit):
 
 
 def policy_from_settings(settings: Settings) -> Policy:
+    """The policy the settings describe, with ``--calibration FILE`` applied when given."""
+    policy = _policy(settings)
+    if settings.calibration:
+        policy = with_calibration_file(policy, settings.calibration)
+    return policy
+
+
+def _policy(settings: Settings) -> Policy:
     if settings.policy:
         return load_policy(Path(settings.policy))
     if settings.upstream:
@@ -96,7 +107,9 @@ def demo_policy(root: Path, settings: Settings) -> Policy:
         models=Models(cheap_only=["laya"], strong_only=["clef-flash"], unknown="cascade"),
         # Low enough that the tiny random Laya keeps some answers and escalates others, so the
         # demo shows both paths (real checkpoints need thresholds fitted on real traffic).
-        thresholds=Thresholds(confidence=TypeBands(
+        # The tiny Laya reads 96 tokens (head 48): it answers truncated rows and collapsed
+        # options itself, or nearly every request would go strong and the gate show nothing.
+        thresholds=Thresholds(truncated=False, collapsed=False, confidence=TypeBands(
             choice=Bands(two=0.6, three_five=0.55, six_ten=0.4, eleven_plus=0.3),
             score=Bands(two=0.6, three_five=0.4, six_ten=0.3, eleven_plus=0.25),
             noul=Bands(two=0.6),
@@ -149,10 +162,43 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
     )
 
 
+def fingerprints(policy: Policy) -> dict[str, str]:
+    """Content hashes of the weights of every in-process tier, by tier name (an upstream's
+    weights are not visible from here: upstream tiers are left out)."""
+    found = {}
+    for name, tier in policy.tiers.items():
+        if isinstance(tier, LayaTier):
+            hashes = {ck: _laya_hash(str(resolve_laya(ref)))
+                      for ck, ref in tier.checkpoints.named().items()}
+            found[name] = next(iter(hashes.values())) if len(hashes) == 1 else hashlib.sha256(
+                "".join(f"{ck}={h}\n" for ck, h in sorted(hashes.items())).encode()).hexdigest()
+        elif isinstance(tier, ClefTier):
+            found[name] = _clef_hash(str(resolve_clef(tier.release, tier.download)))
+    return found
+
+
+@functools.cache
+def _laya_hash(path: str) -> str:
+    from cascade.laya.checkpoint import content_hash
+
+    return content_hash(Path(path))
+
+
+@functools.cache
+def _clef_hash(path: str) -> str:
+    from cascade.clef.release import content_hash
+
+    return content_hash(Path(path))
+
+
 def build_gateway(settings: Settings) -> Gateway:
+    """The gateway of ``settings``. Raises ``CalibrationMismatch`` (exits, naming both hashes)
+    when the policy's calibration was fitted for other weights."""
     policy = policy_from_settings(settings)
     if settings.demo:
         log.warning(DEMO_BANNER)
+    if policy.calibration.checkpoints:
+        check_checkpoints(policy, fingerprints(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
     return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
                    admission_deadline_s=settings.admission_deadline_s)

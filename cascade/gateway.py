@@ -40,7 +40,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -59,6 +59,7 @@ from cascade.errors import (
     Overloaded,
 )
 from cascade.policy.breaker import CircuitBreaker
+from cascade.policy.calibration import returned_results
 from cascade.policy.model import Policy, UpstreamTier
 from cascade.policy.routing import (
     PreRoute,
@@ -97,8 +98,21 @@ def subcall(call: EngineCall, qids: Iterable[str]) -> EngineCall:
     )
 
 
+class DecisionSink(Protocol):
+    """Where answered requests are logged (``cascade.eval.decision_log.DecisionLog``); both
+    calls must return at once (never block the event loop)."""
+
+    def record(self, call: EngineCall, routes: Mapping[str, QuestionRoute],
+               answers: Mapping[str, EngineAnswer], degraded: Mapping[str, str],
+               checkpoint: str | None, latency_s: float) -> None: ...
+
+    def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None: ...
+
+
 class Gateway:
     """Owns the engines of one policy; ``systemone`` answers one validated call."""
+
+    decisions: DecisionSink | None = None  # set by ``cascade serve --decision-log``
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
                  demo: bool = False, clock: Any = time.monotonic,
@@ -272,11 +286,14 @@ class Gateway:
                 metrics.ESCALATIONS.labels(reason=route.reason, type=call.questions[qid].type).inc()
 
         t_merge = time.perf_counter()
-        results = merge(call, routes, answers)
         tiers = {q: r.tier for q, r in routes.items()}
+        results = returned_results(policy, merge(call, routes, answers), tiers)
         models = [a.model for a in answers.values()]
         response = self._response(call, results, tiers, usages, models, routes, degraded, timings)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - t_merge)
+        if self.decisions is not None:
+            self.decisions.record(call, routes, answers, degraded, pre.cheap_checkpoint,
+                                  time.perf_counter() - started)
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
         if cheap_answer is not None and shadow_questions(policy, pre, escalated, key):
             self._shadow(call, cheap_answer)
@@ -458,6 +475,8 @@ class Gateway:
             metrics.SHADOW.labels(outcome="failed").inc()
             return
         metrics.SHADOW.labels(outcome="sent").inc()
+        if self.decisions is not None:
+            self.decisions.shadowed(call, strong)
         for found in compare(cheap, strong).values():
             metrics.SHADOW_TVD.labels(type=found.type, band=found.band).observe(found.tvd)
             if found.metric == "top1":

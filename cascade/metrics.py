@@ -118,3 +118,9 @@ SHADOW_TVD = Histogram(
 BUILD = Info(
     "cascade_build", "Version, tiers, checkpoints, revisions and whether this is a demo."
 )
+DECISION_LOG_ROWS = Counter(
+    "cascade_decision_log_rows_total",
+    "Decision log rows (one per answered question) by outcome: written; dropped (the writer's "
+    "queue was full, the request was not slowed); failed (the database refused the write).",
+    ["outcome"],
+)

@@ -56,6 +56,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_body_bytes: int = 16 * 1024 * 1024
     body_read_timeout_s: float = 10.0
     log_level: str = "info"
+    # A calibration file from ``cascade calibrate`` (overrides the policy's [calibration] file).
+    calibration: str | None = None
+    # A SQLite decision log, one row per answered question (overrides [decision_log] file).
+    decision_log: str | None = None
 
     def __repr__(self) -> str:
         fields = msgspec.structs.asdict(self)

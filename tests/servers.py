@@ -1,14 +1,16 @@
-"""Start real servers on loopback for tests: our app under uvicorn, or any command."""
+"""Start real servers on loopback for tests: our app under uvicorn, any command, Prometheus."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -79,3 +81,27 @@ def run_process(cmd: Sequence[str], *, ready_url: str, env: dict[str, str] | Non
                 proc.kill()
                 proc.wait()
         log.close()
+
+
+def require_tool(name: str) -> str:
+    """The path of a system tool the tests start; a missing one is an error, never a skip
+    (``.ci/run`` installs them)."""
+    path = shutil.which(name)
+    if path is None:
+        raise RuntimeError(f"{name} is not installed; .ci/run installs it (see README)")
+    return path
+
+
+@contextlib.contextmanager
+def run_prometheus(config: Path, workdir: Path, *, timeout_s: float = 60.0) -> Iterator[str]:
+    """Debian's ``prometheus`` on a free loopback port with ``config``; yield its base URL.
+
+    Its TSDB lives in ``workdir``; it is stopped on exit.
+    """
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [require_tool("prometheus"), f"--config.file={config}",
+           f"--storage.tsdb.path={workdir / 'tsdb'}",
+           f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    with run_process(cmd, ready_url=url + "/-/ready", timeout_s=timeout_s):
+        yield url

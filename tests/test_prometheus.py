@@ -2,15 +2,14 @@
 
 The cascade here runs two fake tiers with unique names, so the label sets are this test's own
 even though the metric registry is process-wide; expected values are deltas from a baseline
-read before the traffic. Without a ``prometheus`` binary the test reports itself as skipped
-(README: ``apt-get install prometheus``); ``.ci/run`` installs it, so CI always runs it.
+read before the traffic. Without a ``prometheus`` binary the test fails (README:
+``apt-get install prometheus``); ``.ci/run`` installs it.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,13 +37,9 @@ from cascade.policy.model import (
     TypeBands,
 )
 from cascade.settings import Settings
-from tests.servers import free_port, run_process, serve_app
+from tests.servers import run_prometheus, serve_app
 
 CHEAP, STRONG = "laya_prom", "clef_prom"
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="Debian's prometheus is not installed (apt-get install prometheus)"
-)
 
 
 def cheap_handler(call: EngineCall) -> EngineAnswer:
@@ -96,12 +91,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, str]]:
             "scrape_configs:\n  - job_name: cascade\n    static_configs:\n"
             f"      - targets: ['127.0.0.1:{port}']\n"
         )
-        prom_port = free_port()
-        prom = f"http://127.0.0.1:{prom_port}"
-        cmd = [str(PROMETHEUS), f"--config.file={config}",
-               f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-               f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"]
-        with run_process(cmd, ready_url=prom + "/-/ready", timeout_s=60):
+        with run_prometheus(config, tmp_path) as prom:
             yield url, prom
 
 

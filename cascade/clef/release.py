@@ -10,6 +10,7 @@ and it keeps the span means and cosine scores of long prompts out of bf16 roundi
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,21 @@ def resolve_release(release: str | Path, *, allow_download: bool = False,
     if missing:
         raise ReleaseError(f"{path} is not a Clef release: missing {', '.join(missing)}")
     return path
+
+
+def content_hash(path: Path) -> str:
+    """sha256 over the files that define the release's outputs (every top-level ``*.json`` and
+    ``*.safetensors``: configs, tokenizer, head and backbone weights), each preceded by its name,
+    as ``cascade.laya.checkpoint.content_hash`` does for Laya. Reads every byte (about 19 GB for
+    Clef-flash), so callers compute it once, only when a calibration or decision log asks."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.iterdir() if p.suffix in (".json", ".safetensors"))
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        with file.open("rb") as fh:
+            while chunk := fh.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _from_hub(repo_id: str, allow_download: bool, cache_dir: Path | None) -> Path:

@@ -29,6 +29,9 @@ COMMANDS = (
     "cascade.cli.bench",
     "cascade.cli.policy",
     "cascade.cli.route",
+    "cascade.cli.eval",
+    "cascade.cli.calibrate",
+    "cascade.cli.distill",
 )
 
 

@@ -20,6 +20,11 @@ import msgspec
 from cascade.calls import EngineCall, Image
 from cascade.errors import ClientError
 from cascade.http.intake import text_call
+from cascade.policy.calibration import (
+    CalibrationError,
+    check_checkpoints,
+    with_calibration_file,
+)
 from cascade.policy.files import PolicyError, load_policy
 from cascade.policy.model import Checkpoint, Checkpoints, LayaTier, Policy
 from cascade.policy.routing import PreRoute, pre_route, preview_call
@@ -39,6 +44,10 @@ def register(groups: dict[str, Any]) -> None:
     route.add_argument("--laya", type=Path, metavar="DIR",
                        help="a Laya checkpoint bundle (DIR = english, DIR/multilingual, "
                        "DIR/typed-decisions) instead of the policy's checkpoints")
+    route.add_argument("--calibration", type=Path, metavar="FILE",
+                       help="apply a calibration file, checked against the cheap tier's "
+                       "weights (its thresholds act after inference: the dry run's split "
+                       "does not change)")
     route.add_argument("--json", action="store_true", help="print JSON instead of tables")
     route.set_defaults(func=route_command)
 
@@ -64,10 +73,16 @@ def route_command(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 1
     try:
-        policy, checkpoints = _checkpoints(policy, args.laya)
+        policy, checkpoints = laya_checkpoints(policy, args.laya)
     except ValueError as exc:  # CheckpointError: not a checkpoint, or not in the local cache
         print(f"{args.policy}: error: {exc}; pass --laya DIR", file=sys.stderr)
         return 1
+    if args.calibration is not None:
+        try:
+            policy = _calibrated(policy, args.calibration)
+        except CalibrationError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     from cascade.laya.preview import Previewer
 
     tier = policy.cheap_tier()
@@ -89,6 +104,19 @@ def route_command(args: argparse.Namespace) -> int:
         _count(split, policy, source, pre)
     print(msgspec.json.encode(split).decode() if args.json else render(split, policy))
     return 0
+
+
+def _calibrated(policy: Policy, path: Path) -> Policy:
+    """``policy`` with the calibration at ``path``, refused (``CalibrationMismatch``) when it
+    was fitted for other cheap-tier weights."""
+    from cascade.build import fingerprints
+
+    policy = with_calibration_file(policy, path)
+    cheap = policy.route.cheap
+    if cheap is not None:
+        only = msgspec.structs.replace(policy, tiers={cheap: policy.tiers[cheap]})
+        check_checkpoints(policy, fingerprints(only))
+    return policy
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -119,7 +147,8 @@ def _call(line: bytes, lineno: int) -> EngineCall:
     return msgspec.structs.replace(call, images=images)
 
 
-def _checkpoints(policy: Policy, laya: Path | None) -> tuple[Policy, dict[str, Path]]:
+def laya_checkpoints(policy: Policy, laya: Path | None
+                     ) -> tuple[Policy, dict[str, Path]]:
     """The cheap tier's checkpoints as local paths, and the policy narrowed to those found.
 
     ``--laya DIR`` replaces the policy's references with a bundle's layout. Otherwise each

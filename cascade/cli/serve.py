@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cascade.settings import from_env, parse_map
+from cascade.settings import Settings, from_env, parse_map
+
+if TYPE_CHECKING:
+    from cascade.eval.decision_log import DecisionLog
+    from cascade.gateway import Gateway
 
 
 def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
@@ -43,6 +47,11 @@ def register(groups: dict[str, Any]) -> None:
     clef_flags(serve)
     serve.add_argument("--demo", action="store_true", default=None,
                        help="serve tiny random checkpoints of both tiers (a demo, not a model)")
+    serve.add_argument("--calibration", metavar="FILE",
+                       help="thresholds and temperatures from `cascade calibrate` (refused at "
+                       "boot when fitted for other weights)")
+    serve.add_argument("--decision-log", metavar="FILE",
+                       help="log every answered question to this SQLite file (off by default)")
     serve.set_defaults(func=run_serve)
 
 
@@ -57,16 +66,42 @@ def clef_flags(parser: argparse.ArgumentParser) -> None:
 def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int:
     import uvicorn
 
+    from cascade.build import build_gateway
     from cascade.http.app import create_app
 
     settings = from_env(**settings_overrides)
     level = (log_level or settings.log_level).upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
-    app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=level.lower(),
-                workers=1, lifespan="on")
+    gateway = build_gateway(settings)
+    gateway.decisions = open_decision_log(settings, gateway)
+    app = create_app(settings, gateway)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=level.lower(),
+                    workers=1, lifespan="on")
+    finally:
+        if gateway.decisions is not None:
+            gateway.decisions.close()
     return 0
+
+
+def open_decision_log(settings: Settings, gateway: Gateway) -> DecisionLog | None:
+    """The decision log ``--decision-log`` or the policy's ``[decision_log]`` asks for."""
+    from cascade.build import fingerprints
+    from cascade.eval.decision_log import DecisionLog, policy_hash
+
+    policy = gateway.policy
+    config = policy.decision_log
+    path = settings.decision_log or config.file
+    if not path:
+        return None
+    logging.getLogger("cascade").info("decision log: %s (state stored as %s)", path, config.state)
+    return DecisionLog(
+        path, cheap=policy.route.cheap, strong=policy.route.strong,
+        policy_hash=policy_hash(policy), checkpoints=fingerprints(policy),
+        state_mode=config.state, max_bytes=config.max_bytes, keep=config.keep,
+        queue_size=config.queue_size,
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -81,7 +116,8 @@ def run_serve(args: argparse.Namespace) -> int:
             "policy": args.policy, "upstream": args.upstream,
             "upstream_model": args.upstream_model, "laya": laya, "clef": args.clef,
             "clef_overlong": args.overlong, "clef_max_length": args.max_length,
-            "demo": args.demo, "admission_deadline_s": args.admission_deadline_s,
+            "demo": args.demo, "calibration": args.calibration,
+            "decision_log": args.decision_log, "admission_deadline_s": args.admission_deadline_s,
         },
         args.log_level,
     )

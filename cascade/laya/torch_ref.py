@@ -2,6 +2,8 @@
 
 The encoder is transformers' ``ModernBertModel`` (eager attention) built from our parsed
 ``EncoderConfig``; the decision head, scorer and act head are written here from spec §2.6-§2.7.
+``logits`` is differentiable: ``tensors()`` names every weight as the checkpoint does, so
+``cascade distill`` trains this graph and writes the weights back under the same names.
 Needs the ``export`` extra (torch, transformers); never imported by the serving path.
 """
 
@@ -49,7 +51,8 @@ def _encoder(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> ModernBertModel
 
 
 class TorchLaya:
-    """``forward(feeds) -> (logits, act_logits)`` as numpy, in fp32 on the CPU."""
+    """``forward(feeds) -> (logits, act_logits)`` as numpy, in fp32 on the CPU; ``logits`` is
+    the same graph on tensors, with autograd."""
 
     def __init__(self, cfg: LayaConfig, weights: dict[str, np.ndarray]) -> None:
         self.cfg = cfg
@@ -63,7 +66,7 @@ class TorchLaya:
         heads = max(1, d // 64)
         q, k, v = F.linear(h, self.w[p + "in_proj_weight"], self.w[p + "in_proj_bias"]).chunk(3, -1)
         q, k, v = (t.unflatten(-1, (heads, d // heads)).transpose(1, 2) for t in (q, k, v))
-        mask = torch.zeros(pad.shape, dtype=h.dtype).masked_fill(pad, float("-inf"))
+        mask = torch.zeros(pad.shape, dtype=h.dtype, device=h.device).masked_fill(pad, -torch.inf)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
         out = out.transpose(1, 2).flatten(2)
         return F.linear(out, self.w[p + "out_proj.weight"], self.w[p + "out_proj.bias"])
@@ -74,9 +77,24 @@ class TorchLaya:
     def _lin(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return F.linear(x, self.w[name + ".weight"], self.w[name + ".bias"])
 
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every weight under its checkpoint name (the live tensors, not copies)."""
+        encoder = {"encoder." + k: v for k, v in self.encoder.named_parameters()}
+        return encoder | self.w
+
+    def to(self, device: torch.device | str) -> TorchLaya:
+        """Move every weight to ``device`` in place (the weights stay leaves)."""
+        self.encoder.to(device)
+        self.w = {k: v.to(device).detach() for k, v in self.w.items()}
+        return self
+
     @torch.no_grad()
     def forward(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        t = {k: torch.from_numpy(v) for k, v in feeds.items()}
+        logits, act = self.logits({k: torch.from_numpy(v) for k, v in feeds.items()})
+        return logits.numpy(), act.numpy()
+
+    def logits(self, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Option logits (``-1e4`` past each row's markers) and act logits, on tensors."""
         h = self.encoder(
             input_ids=t["input_ids"], attention_mask=t["attention_mask"]
         ).last_hidden_state
@@ -93,11 +111,11 @@ class TorchLaya:
         logits = self._lin(F.gelu(self._lin(self._ln(m, "scorer.0"), "scorer.1")), "scorer.3")
         logits = logits.squeeze(-1).masked_fill(~t["marker_mask"], -1e4)
         p = torch.softmax(logits, -1)
-        k = t["marker_mask"].sum(-1).clamp(min=2).float()
+        k = t["marker_mask"].sum(-1).clamp(min=2).to(h.dtype)
         ent = -(p * torch.log(p.clamp_min(1e-9))).sum(-1) / torch.log(k)
         top = p.topk(2, -1).values
         feats = torch.stack([top[:, 0], top[:, 0] - top[:, 1], ent, k / 255.0], -1)
         act = self._lin(
             F.gelu(self._lin(torch.cat([h[:, 0], feats], -1), "act_head.0")), "act_head.2"
         )
-        return logits.numpy(), act.numpy()
+        return logits, act

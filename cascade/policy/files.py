@@ -16,6 +16,7 @@ from typing import Any, Literal
 import msgspec
 
 from cascade.errors import UnknownModel
+from cascade.policy.calibration import CalibrationError, with_calibration_file
 from cascade.policy.model import (
     Bands,
     BreakerConfig,
@@ -169,6 +170,19 @@ def validate(policy: Policy) -> list[Finding]:
         found.append(_err(("shadow", "max_concurrent"), "max_concurrent must be >= 1"))
     if policy.degrade.retry_after_s <= 0:
         found.append(_err(("degrade", "retry_after_s"), "retry_after_s must be > 0"))
+    for qtype in typing.get_args(QuestionType):
+        for band, value in policy.calibration.temperatures.of(qtype).items():
+            if not value > 0:
+                found.append(_err(("calibration", "temperatures", qtype, band),
+                                  f"temperature {value} must be > 0"))
+    for name, cost in policy.cost.items():
+        if name not in tiers:
+            found.append(_err(("cost", name), f"cost for an undefined tier `{name}`"))
+        elif cost < 0:
+            found.append(_err(("cost", name), "a cost must be >= 0"))
+    for key in ("max_bytes", "keep", "queue_size"):
+        if getattr(policy.decision_log, key) < 1:
+            found.append(_err(("decision_log", key), f"decision_log.{key} must be >= 1"))
     return sorted(found, key=lambda f: f.severity != "error")
 
 
@@ -281,8 +295,9 @@ def format_finding(filename: str, text: str, finding: Finding) -> str:
 def load_policy(path: str | Path) -> Policy:
     """Read, decode and validate ``path``. Raises ``PolicyError`` listing every error.
 
-    Relative local paths of checkpoints and releases come back absolute, anchored at the
-    policy file's directory, so a policy means the same from any working directory.
+    Relative local paths of checkpoints, releases, the calibration and the decision log come
+    back absolute, anchored at the policy file's directory, so a policy means the same from any
+    working directory. A ``[calibration] file`` is read and applied here.
     """
     path = Path(path)
     text = path.read_text(encoding="utf-8")
@@ -290,7 +305,14 @@ def load_policy(path: str | Path) -> Policy:
     if policy is None:
         raise PolicyError([format_finding(str(path), text, f) for f in found
                            if f.severity == "error"])
-    return _anchored(policy, path.parent.resolve())
+    policy = _anchored(policy, path.parent.resolve())
+    if policy.calibration.file is not None:
+        try:
+            policy = with_calibration_file(policy, policy.calibration.file)
+        except CalibrationError as exc:
+            finding = _err(("calibration", "file"), str(exc))
+            raise PolicyError([format_finding(str(path), text, finding)]) from exc
+    return policy
 
 
 def _anchored(policy: Policy, base: Path) -> Policy:
@@ -301,6 +323,9 @@ def _anchored(policy: Policy, base: Path) -> Policy:
             return str((base / ref).resolve())
         return ref
 
+    def local_path(ref: str) -> str:  # a file, never a hub id: any relative path is local
+        return str((base / Path(ref).expanduser()).resolve())
+
     tiers: dict[str, Tier] = {}
     for name, tier in policy.tiers.items():
         if isinstance(tier, LayaTier):
@@ -310,7 +335,14 @@ def _anchored(policy: Policy, base: Path) -> Policy:
             tiers[name] = msgspec.structs.replace(tier, release=local(tier.release))
         else:
             tiers[name] = tier
-    return msgspec.structs.replace(policy, tiers=tiers)
+    files = {
+        "calibration": policy.calibration.file and msgspec.structs.replace(
+            policy.calibration, file=local_path(policy.calibration.file)),
+        "decision_log": policy.decision_log.file and msgspec.structs.replace(
+            policy.decision_log, file=local_path(policy.decision_log.file)),
+    }
+    return msgspec.structs.replace(policy, tiers=tiers,
+                                   **{k: v for k, v in files.items() if v})
 
 
 def _toml_error_line(message: str) -> int | None:

@@ -3,7 +3,8 @@
 A policy is data only. It names its tiers (``[tiers.NAME]``, tagged by ``kind``), which request
 ``model`` names mean the cascade or one tier (``[models]``), the pre-routing rules (``[route]``),
 the escalation thresholds (``[thresholds]``), per-tier breakers (``[breaker.NAME]``), shadow
-sampling (``[shadow]``) and degradation (``[degrade]``). The decisions live in
+sampling (``[shadow]``), degradation (``[degrade]``), a fitted calibration (``[calibration]``)
+and the decision log (``[decision_log]``). The decisions live in
 ``cascade.policy.routing``; reading and checking files is ``cascade.policy.files``'s job.
 
 Decoding is strict (``forbid_unknown_fields``): a typo fails at boot.
@@ -207,6 +208,32 @@ class Degrade(_Strict):
     retry_after_s: float = 5.0
 
 
+class Calibration(_Strict):
+    """``[calibration]``: thresholds and temperatures fitted by ``cascade calibrate``.
+
+    A policy names only ``file`` (relative to the policy) and ``apply``. Loading reads the file
+    (``cascade.policy.calibration``): its confidence thresholds replace ``[thresholds]``'s
+    confidence and margin ones, and ``temperatures`` and ``checkpoints`` come from it.
+    ``apply``: ``gate`` (default) tempers the cheap tier's probabilities only where the
+    confidence gate reads them, so answers stay Laya's; ``probabilities`` also returns them.
+    """
+
+    file: str | None = None
+    apply: Literal["gate", "probabilities"] = "gate"
+    temperatures: TypeBands = field(default_factory=TypeBands)  # from the file
+    checkpoints: dict[str, str] = field(default_factory=dict)  # {tier: content hash} it fits
+
+
+class DecisionLog(_Strict):
+    """``[decision_log]``: one SQLite row per answered question (``cascade.eval.decision_log``)."""
+
+    file: str | None = None  # relative to the policy file; None: off (unless --decision-log)
+    state: Literal["text", "hash", "none"] = "hash"  # how each row stores the request's state
+    max_bytes: int = 1 << 30  # then the file rotates to FILE.1, FILE.2, ...
+    keep: int = 3  # rotated files kept
+    queue_size: int = 10_000  # requests waiting for the writer; beyond, rows are dropped
+
+
 class Policy(_Strict, kw_only=True):
     description: str = ""
     tiers: dict[str, Tier]
@@ -216,6 +243,11 @@ class Policy(_Strict, kw_only=True):
     breaker: dict[str, BreakerConfig] = field(default_factory=dict)
     shadow: Shadow = field(default_factory=Shadow)
     degrade: Degrade = field(default_factory=Degrade)
+    calibration: Calibration = field(default_factory=Calibration)
+    decision_log: DecisionLog = field(default_factory=DecisionLog)
+    # ``[cost]``: what each tier costs per 1000 input tokens, by tier name, for ``cascade
+    # eval``'s cost model; a tier not listed gets its kind's default (cascade.eval.costs).
+    cost: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def single_tier(cls, tier_name: str, tier: Tier) -> Policy:

@@ -34,6 +34,7 @@ import msgspec
 
 from cascade.calls import EngineAnswer, EngineCall, QuestionResult
 from cascade.errors import EngineFailed, EngineUnavailable, UnknownModel, ValidationFailed
+from cascade.policy.calibration import gate_view
 from cascade.policy.model import LayaTier, Mode, Policy
 from cascade.questions import n_options, option_band
 from cascade.schema import Question
@@ -282,6 +283,7 @@ def post_route(
 def _post_reason(policy: Policy, qid: str, result: QuestionResult, cheap: EngineAnswer,
                  row: RowPreview | None) -> Reason | None:
     th, usage = policy.thresholds, cheap.usage
+    result = gate_view(policy, result)  # a calibration's temperatures, when the policy has one
     truncated = qid in usage.truncated_questions or (row is not None and
                                                      row.state_tokens_dropped > 0)
     collapsed = qid in usage.options or (row is not None and row.collapsed)

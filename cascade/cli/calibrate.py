@@ -1,0 +1,98 @@
+"""``cascade calibrate``: fit per (type x band) thresholds and temperatures into a TOML file.
+
+The cheap tier runs on the data (cached with ``--cache DIR``; the strong tier is not needed),
+or the rows of a decision log are read (``--from-log FILE --teacher strong``). The fit is
+``cascade.eval.fit``'s; the file (``cascade.policy.calibration``) is stamped with both tiers'
+content hashes and the data's size, and is used by ``[calibration] file = "..."`` in a policy or
+``--calibration FILE`` on ``serve``, ``eval`` and ``route``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cascade.cli.eval import UsageError, check_source, data_flags, tier_flags, tier_policy
+
+
+def register(groups: dict[str, Any]) -> None:
+    cal = groups["<top>"].add_parser(
+        "calibrate", help="fit thresholds and temperatures per question type and option band",
+        description="Fit per (question type x option band) temperatures (NLL) and confidence "
+        "thresholds for one target, and write them as a calibration file stamped with the "
+        "tiers' weights.",
+    )
+    data_flags(cal)
+    cal.add_argument("--out", type=Path, required=True, metavar="FILE",
+                     help="the calibration file to write (TOML)")
+    tier_flags(cal, url=False)
+    target = cal.add_mutually_exclusive_group(required=True)
+    target.add_argument("--target-escalation", type=float, metavar="R",
+                        help="escalate a share R of the questions the cheap tier answers")
+    target.add_argument("--target-accuracy", type=float, metavar="A",
+                        help="the lowest escalation whose kept answers reach accuracy A "
+                        "(one-sided 95 %% Clopper-Pearson lower bound)")
+    cal.add_argument("--min-cell", type=int, default=30, metavar="N",
+                     help="a (type x band) with fewer questions gets the pooled fit (default 30)")
+    cal.add_argument("--cache", type=Path, metavar="DIR",
+                     help="cache the cheap tier's outputs here (e.g. an eval --out DIR)")
+    cal.set_defaults(func=calibrate_command)
+
+
+def calibrate_command(args: argparse.Namespace) -> int:
+    from cascade.build import fingerprints
+    from cascade.eval.data import load_items
+    from cascade.eval.decide import reaches_gate
+    from cascade.eval.evaluate import run_tiers
+    from cascade.eval.fit import fit
+    from cascade.eval.from_log import log_rows
+    from cascade.policy.calibration import CalibrationFile, Stamp, bands_of, write_calibration
+    from cascade.policy.model import Calibration, Thresholds
+
+    check_source(args)
+    if args.calibration is not None:
+        raise UsageError("calibrate fits a new calibration; drop --calibration")
+    target = "escalation" if args.target_escalation is not None else "accuracy"
+    value = args.target_escalation if target == "escalation" else args.target_accuracy
+    if not 0.0 <= value <= 1.0:
+        raise UsageError(f"the target must be in [0, 1], got {value}")
+    policy, settings = tier_policy(args)
+    # Fit on the raw gate: no earlier calibration, no confidence or margin threshold.
+    thresholds = msgspec.structs.replace(policy.thresholds, confidence=Thresholds().confidence,
+                                         margin=Thresholds().margin)
+    gateless = msgspec.structs.replace(policy, thresholds=thresholds, calibration=Calibration())
+    if args.from_log:
+        rows = log_rows(args.from_log, gateless, labelled_only=False)
+        n_items = len({r.id for r in rows})
+    else:
+        model = policy.models.cascade[0] if policy.models.cascade else "jev-latest"
+        items = load_items(args.data, model=model, limit=args.limit)
+        rows, _ = asyncio.run(run_tiers(items, gateless, settings, args.cache, slots=["cheap"],
+                                        progress=not args.no_progress))
+        n_items = len(items)
+    found, temperatures, diagnostics = fit(rows, target, value, min_cell=args.min_cell)
+    gated = sum(reaches_gate(r) for r in rows)
+    if not gated:
+        raise SystemExit("calibrate: no question reached the cheap tier's confidence gate; "
+                         "nothing to fit")
+    source = ", ".join(map(str, args.from_log)) if args.from_log else str(args.data)
+    cal = CalibrationFile(
+        stamp=Stamp(checkpoints=fingerprints(policy), items=n_items, questions=gated,
+                    target=target, value=value,  # type: ignore[arg-type]
+                    teacher="strong" if args.from_log else "gold", min_cell=args.min_cell,
+                    data=source),
+        thresholds=bands_of(found), temperatures=bands_of(temperatures), fit=diagnostics,
+    )
+    header = (f"cascade calibration: target {target} {value}, fitted on {gated} gated questions "
+              f"of {n_items} items ({source}).\nUse it with `[calibration] file = \"...\"` in a "
+              "policy, or --calibration FILE on serve, eval and route.")
+    if args.demo:
+        header += "\nDEMO: fitted on tiny random weights; it means nothing."
+    write_calibration(args.out, cal, header)
+    print(msgspec.json.encode({"out": str(args.out), "target": target, "value": value,
+                               "gated_questions": gated, "cells": diagnostics}).decode())
+    return 0

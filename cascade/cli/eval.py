@@ -1,0 +1,164 @@
+"""``cascade eval``: measure each tier and the cascade on labelled data (or a decision log).
+
+The tier flags (``--policy P [--laya DIR]``, ``--demo``, ``--url URL [--model M]``,
+``--calibration FILE``) are shared with ``cascade calibrate``, which imports them from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cascade.policy.model import Policy
+
+
+def register(groups: dict[str, Any]) -> None:
+    ev = groups["<top>"].add_parser(
+        "eval", help="measure each tier and the cascade on labelled requests",
+        description="Run each tier once on every item (cached under --out, so reruns resume), "
+        "compute the cascade exactly as the gateway routes, sweep the thresholds, and write "
+        "items.jsonl, summary.json, summary.md and PNG plots into --out.",
+    )
+    data_flags(ev)
+    ev.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    tier_flags(ev, url=True)
+    ev.add_argument("--cost", action="append", default=[], metavar="TIER=PRICE",
+                    help="price per 1000 input tokens of a tier (name, or cheap/strong); "
+                    "default: the policy's [cost], else laya 1, clef/upstream 20")
+    ev.set_defaults(func=eval_command)
+
+
+def data_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("data", type=Path, nargs="?", metavar="DATA.jsonl",
+                        help='labelled requests: {"id", "state", "questions", "gold"} per line')
+    parser.add_argument("--limit", type=int, metavar="N", help="the first N items only")
+    parser.add_argument("--from-log", type=Path, action="append", default=[], metavar="FILE",
+                        help="a decision log instead of DATA (repeat for rotated files); "
+                        "needs --teacher strong")
+    parser.add_argument("--teacher", choices=["strong"],
+                        help="with --from-log: the strong tier's shadow answers stand in for gold")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def tier_flags(parser: argparse.ArgumentParser, *, url: bool) -> None:
+    parser.add_argument("--policy", type=Path, metavar="P", help="the policy to evaluate")
+    parser.add_argument("--laya", type=Path, metavar="DIR",
+                        help="with --policy or --demo: a Laya bundle instead of the policy's "
+                        "checkpoints (e.g. a `cascade distill` NEWDIR)")
+    parser.add_argument("--demo", action="store_true",
+                        help="the demo tiers (tiny RANDOM weights: the figures mean nothing)")
+    if url:
+        parser.add_argument("--url", metavar="URL",
+                            help="evaluate any /v1/systemone server as a single tier")
+        parser.add_argument("--model", metavar="M", help="with --url: the model name to send")
+    parser.add_argument("--calibration", type=Path, metavar="FILE",
+                        help="apply a calibration from `cascade calibrate` (checked against "
+                        "the weights)")
+
+
+class UsageError(SystemExit):
+    """Bad flags: exits with status 1 and the message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"cascade: error: {message}")
+
+
+def check_source(args: argparse.Namespace) -> None:
+    if bool(args.data) == bool(args.from_log):
+        raise UsageError("give DATA.jsonl or --from-log FILE (one of them)")
+    if args.from_log and args.teacher != "strong":
+        raise UsageError("--from-log needs --teacher strong (the log has no human labels)")
+
+
+def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
+    """The policy and settings the tier flags describe, calibration applied and checked."""
+    from cascade.build import demo_policy, fingerprints
+    from cascade.cli.route import laya_checkpoints
+    from cascade.policy.calibration import check_checkpoints, with_calibration_file
+    from cascade.policy.files import load_policy
+    from cascade.policy.model import UpstreamTier
+    from cascade.settings import from_env
+
+    url = getattr(args, "url", None)
+    if sum(map(bool, (args.policy, args.demo, url))) != 1:
+        raise UsageError("give one of --policy P, --demo" + (", --url URL" if
+                                                                hasattr(args, "url") else ""))
+    settings = from_env(demo=args.demo or None)
+    if args.demo:
+        policy = demo_policy(Path(settings.demo_dir), settings)
+    elif url:
+        tier = UpstreamTier(urls=[url], model=args.model, timeout_s=120.0, read_timeout_s=120.0)
+        policy = Policy.single_tier("upstream", tier)
+    else:
+        policy = load_policy(args.policy)
+    if args.laya is not None and not url:
+        policy, _ = laya_checkpoints(policy, args.laya)
+    if args.calibration is not None:
+        policy = with_calibration_file(policy, args.calibration)
+        check_checkpoints(policy, fingerprints(policy))
+    return policy, settings
+
+
+def meta(args: argparse.Namespace, policy: Policy) -> dict[str, Any]:
+    from cascade.gateway import DEMO_WARNING
+
+    source = ", ".join(map(str, args.from_log)) if args.from_log else str(args.data)
+    described = ("the demo tiers" if args.demo else f"`{args.policy}`" if args.policy
+                 else f"the server at {getattr(args, 'url', '')}")
+    return {
+        "demo": bool(args.demo),
+        **({"warning": DEMO_WARNING} if args.demo else {}),
+        "data": source + (" (teacher: the strong tier's shadow answers)" if args.from_log else ""),
+        "policy": described,
+        "calibration": str(args.calibration) if args.calibration else None,
+        "tier_names": {s: n for s in ("cheap", "strong")
+                       if (n := getattr(policy.route, s)) is not None},
+    }
+
+
+def _prices(pairs: list[str]) -> dict[str, float]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise UsageError(f"--cost wants TIER=PRICE, got {pair!r}")
+    return out
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    from cascade.eval.data import load_items
+    from cascade.eval.evaluate import run_tiers, slots_of, write_outputs
+    from cascade.eval.from_log import log_rows
+    from cascade.eval.sweep import costs
+
+    check_source(args)
+    policy, settings = tier_policy(args)
+    slots = slots_of(policy)
+    if args.from_log:
+        rows = log_rows(args.from_log, policy, labelled_only=True)
+        errors: list[str] = []
+    else:
+        model = policy.models.cascade[0] if policy.models.cascade else "jev-latest"
+        items = load_items(args.data, model=model, limit=args.limit)
+        rows, errors = asyncio.run(run_tiers(items, policy, settings, args.out, slots=slots,
+                                             progress=not args.no_progress))
+    for line in errors:
+        print(f"eval: a tier failed on {line}", file=sys.stderr)
+    summary = write_outputs(args.out, rows, slots=slots, price=costs(policy, _prices(args.cost)),
+                            meta={**meta(args, policy), "failed_items": len(errors)})
+    cascade = summary["tiers"]["cascade"]
+    print(msgspec.json.encode({
+        "out": str(args.out), "questions": summary["questions"],
+        "accuracy": cascade["accuracy"], "escalation_rate": cascade["escalation_rate"],
+        "demo": summary["demo"],
+    }).decode())
+    return 0

@@ -1,0 +1,305 @@
+"""The decision log: one SQLite row per answered question, written off the event loop.
+
+Off by default (``cascade serve --decision-log FILE`` or ``[decision_log]`` in a policy). The
+gateway calls ``record`` once per answered request and ``shadowed`` when a shadow answer of the
+strong tier arrives; both only put a small tuple on a bounded queue (``put_nowait``): a full
+queue drops the request's rows and counts them (``cascade_decision_log_rows_total{outcome=
+"dropped"}``), so the log never blocks or slows a request. One writer thread owns the
+connection: it serializes rows (state hashing included), inserts them and commits each drained
+batch at once, so a committed row trails its response by milliseconds (well under the one
+second the contract allows).
+
+Crash safety: WAL journal with ``synchronous=NORMAL``. A commit is in the WAL file when it
+returns, so after ``kill -9`` every committed row is readable and ``pragma integrity_check``
+passes (only an OS crash or power loss can lose the last commits). Size cap: when the database
+passes ``max_bytes`` it is checkpointed, closed and renamed ``FILE.1`` (older files shift to
+``FILE.2`` ... ``FILE.<keep>``; the oldest is deleted) and a fresh ``FILE`` starts.
+
+The table (agreed with ``cascade distill --from-log``; read it through ``read_rows`` only)::
+
+    decisions(id INTEGER PRIMARY KEY, request_id TEXT, ts REAL, model TEXT, policy_hash TEXT,
+              checkpoints TEXT,  -- JSON {tier name: content hash}
+              question_id TEXT, type TEXT, band TEXT,
+              question TEXT,     -- JSON of the wire question
+              state TEXT, state_mode TEXT,  -- text: the state as JSON; hash: sha256 hex; none
+              cheap TEXT,        -- JSON {"tier", "checkpoint", "probabilities"} or NULL
+              strong TEXT,       -- JSON {"tier", "probabilities"} or NULL
+              final_tier TEXT, reason TEXT, degraded INTEGER, shadow INTEGER, latency_s REAL)
+
+``shadow = 1``: the strong answer came from shadow sampling (a random sample of cheap-final
+requests; the client got the cheap answer). It is filled in by an UPDATE of the request's rows
+(the latest rows with that request id) when the shadow answer arrives; a shadow call that
+fails or is skipped leaves ``shadow = 0`` and ``strong`` NULL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from cascade import metrics
+from cascade.calls import EngineAnswer, EngineCall
+from cascade.policy.model import Policy
+from cascade.questions import n_options, option_band
+
+log = logging.getLogger(__name__)
+
+StateMode = Literal["text", "hash", "none"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY,
+    request_id TEXT, ts REAL, model TEXT, policy_hash TEXT, checkpoints TEXT,
+    question_id TEXT, type TEXT, band TEXT, question TEXT,
+    state TEXT, state_mode TEXT, cheap TEXT, strong TEXT,
+    final_tier TEXT, reason TEXT, degraded INTEGER, shadow INTEGER, latency_s REAL
+);
+CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
+"""
+COLUMNS = (
+    "request_id", "ts", "model", "policy_hash", "checkpoints", "question_id", "type", "band",
+    "question", "state", "state_mode", "cheap", "strong", "final_tier", "reason", "degraded",
+    "shadow", "latency_s",
+)
+INSERT = f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+SHADOW_UPDATE = (
+    "UPDATE decisions SET strong = ?, shadow = 1 WHERE id = (SELECT max(id) FROM decisions "
+    "WHERE request_id = ? AND question_id = ?)"
+)
+MAX_BATCH = 1024  # queue items per transaction
+
+
+class CheapEntry(msgspec.Struct, kw_only=True):
+    tier: str
+    checkpoint: str | None
+    probabilities: list[float]
+
+
+class StrongEntry(msgspec.Struct, kw_only=True):
+    tier: str
+    probabilities: list[float]
+
+
+class LogRow(msgspec.Struct, kw_only=True):
+    """One ``decisions`` row with its JSON columns decoded (``degraded``/``shadow`` as bools)."""
+
+    id: int
+    request_id: str
+    ts: float
+    model: str
+    policy_hash: str
+    checkpoints: dict[str, str]
+    question_id: str
+    type: str
+    band: str
+    question: dict[str, Any]  # the wire question (msgspec.convert(..., Question) to type it)
+    state: Any  # state_mode text: the state; hash: sha256 hex of its canonical JSON; none: None
+    state_mode: StateMode
+    cheap: CheapEntry | None
+    strong: StrongEntry | None
+    final_tier: str
+    reason: str | None
+    degraded: bool
+    shadow: bool
+    latency_s: float
+
+
+def policy_hash(policy: Policy) -> str:
+    """sha256 hex of the policy as loaded (calibration included), in canonical JSON."""
+    return hashlib.sha256(msgspec.json.encode(policy, order="sorted")).hexdigest()
+
+
+def state_hash(state: Any) -> str:
+    """sha256 hex of the state's canonical JSON (sorted keys, no whitespace)."""
+    return hashlib.sha256(msgspec.json.encode(state, order="sorted")).hexdigest()
+
+
+def read_rows(path: str | Path) -> Iterator[LogRow]:
+    """Every row of one log file, oldest first. Rotated files (``FILE.1`` ...) are read by
+    passing their own paths. Safe while a gateway is writing (WAL readers see committed rows)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no decision log there")
+    conn = sqlite3.connect(path)
+    try:
+        cursor = conn.execute(f"SELECT id, {', '.join(COLUMNS)} FROM decisions ORDER BY id")
+        names = ["id", *COLUMNS]
+        for values in cursor:
+            raw = dict(zip(names, values, strict=True))
+            for key in ("checkpoints", "question", "cheap", "strong"):
+                if raw[key] is not None:
+                    raw[key] = msgspec.json.decode(raw[key])
+            if raw["state_mode"] == "text" and raw["state"] is not None:
+                raw["state"] = msgspec.json.decode(raw["state"])
+            raw["degraded"], raw["shadow"] = bool(raw["degraded"]), bool(raw["shadow"])
+            yield msgspec.convert(raw, LogRow)
+    finally:
+        conn.close()
+
+
+class DecisionLog:
+    """The writer: ``record``/``shadowed`` from the event loop (non-blocking), one thread writes.
+
+    ``cheap``/``strong``: the policy's tier names; ``checkpoints``: {tier: content hash};
+    ``queue_size``: requests waiting to be written before new ones are dropped.
+    """
+
+    def __init__(
+        self, path: str | Path, *, cheap: str | None, strong: str | None, policy_hash: str,
+        checkpoints: Mapping[str, str], state_mode: StateMode = "hash",
+        max_bytes: int = 1 << 30, keep: int = 3, queue_size: int = 10_000,
+    ) -> None:
+        self.path = Path(path)
+        self.cheap, self.strong = cheap, strong
+        self.policy_hash = policy_hash
+        self._checkpoints = msgspec.json.encode(dict(checkpoints)).decode()
+        self.state_mode: StateMode = state_mode
+        self.max_bytes, self.keep = max_bytes, max(1, keep)
+        self.dropped = 0
+        self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue(maxsize=queue_size)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = self._open()  # opened here so a bad path fails at boot, not later
+        self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ the request path
+
+    def record(
+        self, call: EngineCall, routes: Mapping[str, Any], answers: Mapping[str, EngineAnswer],
+        degraded: Mapping[str, str], checkpoint: str | None, latency_s: float,
+    ) -> None:
+        """Queue the rows of one answered request (``routes``: question id -> QuestionRoute)."""
+        self._put(("record", call, dict(routes), dict(answers), set(degraded), checkpoint,
+                   latency_s, time.time()))
+
+    def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None:
+        """Queue the strong tier's shadow answer for a request already recorded."""
+        self._put(("shadow", call, strong))
+
+    def _put(self, item: tuple[Any, ...]) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.dropped += 1
+            metrics.DECISION_LOG_ROWS.labels(outcome="dropped").inc(len(item[1].questions))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Write what is queued, then stop the thread and close the file (idempotent)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+
+    # ------------------------------------------------------------ the writer thread
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(SCHEMA)
+        return conn
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            batch = [self._queue.get()]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = None in batch
+            self._write([item for item in batch if item is not None])
+        self._conn.close()
+
+    def _write(self, batch: list[tuple[Any, ...]]) -> None:
+        if not batch:
+            return
+        written = 0
+        try:
+            self._conn.execute("BEGIN")
+            for item in batch:
+                if item[0] == "record":
+                    rows = self._rows(*item[1:])
+                    self._conn.executemany(INSERT, rows)
+                    written += len(rows)
+                else:
+                    self._conn.executemany(SHADOW_UPDATE, self._shadow_rows(*item[1:]))
+            self._conn.execute("COMMIT")
+        except (sqlite3.Error, ValueError, TypeError) as exc:
+            log.warning("decision log: could not write %d requests: %s", len(batch), exc)
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            metrics.DECISION_LOG_ROWS.labels(outcome="failed").inc(
+                sum(len(item[1].questions) for item in batch if item[0] == "record"))
+            return
+        metrics.DECISION_LOG_ROWS.labels(outcome="written").inc(written)
+        self._rotate_if_full()
+
+    def _rows(self, call: EngineCall, routes: dict[str, Any], answers: dict[str, EngineAnswer],
+              degraded: set[str], checkpoint: str | None, latency_s: float,
+              ts: float) -> list[tuple[Any, ...]]:
+        state = self._state(call.state)
+        cheap = answers.get(self.cheap or "")
+        strong = answers.get(self.strong or "")
+        rows = []
+        for qid, question in call.questions.items():
+            route = routes[qid]
+            cheap_json = strong_json = None
+            if cheap is not None and qid in cheap.results:
+                cheap_json = _json(CheapEntry(tier=self.cheap or "", probabilities=cheap.results[
+                    qid].probabilities, checkpoint=checkpoint or cheap.model))
+            if strong is not None and qid in strong.results:
+                strong_json = _json(StrongEntry(tier=self.strong or "",
+                                                probabilities=strong.results[qid].probabilities))
+            rows.append((
+                call.request_id, ts, call.model, self.policy_hash, self._checkpoints, qid,
+                question.type, option_band(n_options(question)), _json(question), state,
+                self.state_mode, cheap_json, strong_json, route.tier, route.reason,
+                int(qid in degraded), 0, latency_s,
+            ))
+        return rows
+
+    def _shadow_rows(self, call: EngineCall, strong: EngineAnswer) -> list[tuple[Any, ...]]:
+        return [
+            (_json(StrongEntry(tier=self.strong or "", probabilities=result.probabilities)),
+             call.request_id, qid)
+            for qid, result in strong.results.items()
+        ]
+
+    def _state(self, state: Any) -> str | None:
+        if self.state_mode == "text":
+            return _json(state)
+        if self.state_mode == "hash":
+            return state_hash(state)
+        return None
+
+    def _rotate_if_full(self) -> None:
+        (pages,) = self._conn.execute("PRAGMA page_count").fetchone()
+        (size,) = self._conn.execute("PRAGMA page_size").fetchone()
+        if pages * size < self.max_bytes:
+            return
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._conn.close()
+        for n in range(self.keep - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{n}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{n + 1}"))
+        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        for suffix in ("-wal", "-shm"):
+            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+        self._conn = self._open()
+        log.info("decision log: %s passed %d bytes; rotated", self.path, self.max_bytes)
+
+
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()

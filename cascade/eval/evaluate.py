@@ -1,0 +1,61 @@
+"""``cascade eval`` end to end: run the tiers, decide the cascade, write every output.
+
+``DIR/items.jsonl`` (``cascade.eval.decide.ItemRow`` per question), ``DIR/summary.json``
+(``cascade.eval.summary``), ``DIR/summary.md`` (``cascade.eval.report``) and the PNG plots
+(``cascade.eval.plots``). The tiers' raw outputs are cached under ``DIR/cache/``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cascade.eval.data import Item
+from cascade.eval.decide import ItemRow, rows_of
+from cascade.eval.plots import write_plots
+from cascade.eval.report import render
+from cascade.eval.runner import Runner
+from cascade.eval.summary import scored, summarize
+from cascade.eval.sweep import Sweep
+from cascade.eval.tiers import identities, running
+from cascade.policy.model import Policy
+from cascade.settings import Settings
+
+
+def slots_of(policy: Policy) -> list[str]:
+    return [s for s in ("cheap", "strong") if getattr(policy.route, s) is not None]
+
+
+async def run_tiers(items: Sequence[Item], policy: Policy, settings: Settings,
+                    cache_dir: Path | None, *, slots: Sequence[str],
+                    progress: bool = True) -> tuple[list[ItemRow], list[str]]:
+    """The ``items.jsonl`` rows of ``items``, and one line per item a tier failed on."""
+    async with running(policy, settings, slots) as engines:
+        runner = Runner(policy, engines, identities(policy), cache_dir,
+                        slots=slots)  # type: ignore[arg-type]
+        outputs = await runner.run(items, progress=progress)
+    rows = [row for item, out in zip(items, outputs, strict=True)
+            for row in rows_of(policy, item, out)]
+    errors = [f"{item.id}: {out.error}" for item, out in zip(items, outputs, strict=True)
+              if out.error]
+    return rows, errors
+
+
+def write_outputs(out: Path, rows: Sequence[ItemRow], *, slots: Sequence[str],
+                  price: Mapping[str, float], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Write items.jsonl, summary.json, summary.md and the plots; return the summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "items.jsonl").open("wb") as handle:
+        for row in rows:
+            handle.write(msgspec.json.encode(row) + b"\n")
+    summary = summarize(rows, slots=slots, price=price, meta=meta)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.md").write_text(render(summary))
+    groups = {s: scored(rows, s) for s in (*slots, "cascade")}
+    title = "DEMO (random weights)" if meta.get("demo") else "cascade eval"
+    write_plots(out, summary, groups, Sweep(rows, price), title)
+    return summary

@@ -1,0 +1,219 @@
+"""Fitting a calibration: temperatures by NLL, thresholds for an escalation or accuracy target.
+
+All per (question type x option band) cell, over the questions that reach the confidence gate
+(the cheap tier answered them and nothing else sent them strong). A cell with fewer than
+``min_cell`` questions (default 30) is too small to fit alone: it gets the pooled fit of its
+option band (all question types of the band, which share a range of max p), or of everything
+when the band is small too (a temperature needs ``min_cell`` labels somewhere, else it stays
+1.0); a cell the data lacks gets its band's fit (no threshold, so no confidence escalation,
+when the whole band is missing). For an accuracy target, 30 answers that are all right give a
+one-sided 95 % lower bound of 0.905: fewer could not certify 0.9 even when perfect.
+
+- Temperature: the T in Laya's range [0.5, 5] (``cascade.laya.config.clamp_temperature``) that
+  minimizes the negative log-likelihood of the gold labels under ``p^(1/T)`` (golden-section
+  search on 1/T, where the NLL is convex). Labels needed.
+- ``--target-escalation R`` (RouteLLM-style quantiles): the threshold below which a share R of
+  the cell's tempered confidences fall (midway between the two neighbouring confidences). No
+  labels needed.
+- ``--target-accuracy A``: the lowest threshold (so the lowest escalation) whose accepted
+  answers (confidence at or above it) have a one-sided 95 % Clopper-Pearson lower bound on
+  their accuracy of at least A; 1.0 (escalate everything) when no threshold does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from cascade.eval.decide import ItemRow, reaches_gate
+from cascade.laya.config import TEMP_MAX, TEMP_MIN, clamp_temperature
+from cascade.policy.calibration import CellFit, temper
+from cascade.questions import BANDS
+
+Target = Literal["escalation", "accuracy"]
+ALPHA = 0.05
+MIN_CELL = 30
+Cell = tuple[str, str]
+ALL_CELLS: tuple[Cell, ...] = (*((t, b) for t in ("choice", "score") for b in BANDS), ("noul", "2"))
+
+
+# ---------------------------------------------------------------- temperatures
+
+
+def nll(pairs: Sequence[tuple[Sequence[float], int]], temperature: float) -> float:
+    """Mean negative log-likelihood of the gold indices under ``p^(1/T)``."""
+    total = 0.0
+    for p, gold in pairs:
+        q = temper(p, temperature)
+        total -= math.log(max(q[gold], 1e-300))
+    return total / len(pairs)
+
+
+def fit_temperature(pairs: Sequence[tuple[Sequence[float], int]]) -> float:
+    """The NLL-minimizing temperature in [0.5, 5] (1.0 without data)."""
+    if not pairs:
+        return 1.0
+    lo, hi = 1.0 / TEMP_MAX, 1.0 / TEMP_MIN  # over beta = 1/T
+    golden = (math.sqrt(5) - 1) / 2
+    a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    fa, fb = nll(pairs, 1 / a), nll(pairs, 1 / b)
+    for _ in range(48):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - golden * (hi - lo)
+            fa = nll(pairs, 1 / a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + golden * (hi - lo)
+            fb = nll(pairs, 1 / b)
+    return clamp_temperature(round(2 / (lo + hi), 4))
+
+
+# ---------------------------------------------------------------- thresholds
+
+
+def quantile_threshold(confidences: Sequence[float], rate: float) -> float:
+    """A threshold under which a share ``rate`` of ``confidences`` falls."""
+    c = sorted(confidences)
+    k = round(rate * len(c))
+    if k <= 0 or not c:
+        return 0.0
+    if k >= len(c):
+        return 1.0
+    return (c[k - 1] + c[k]) / 2
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - betainc(b, a, 1.0 - x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return front * h / a
+
+
+def lower_bound(correct: int, n: int, alpha: float = ALPHA) -> float:
+    """One-sided (1 - alpha) Clopper-Pearson lower bound of a binomial proportion: the p at
+    which P(X >= correct) = alpha (0 when nothing is correct)."""
+    if correct <= 0 or n <= 0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if betainc(correct, n - correct + 1, mid) > alpha:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+def accuracy_threshold(scored: Sequence[tuple[float, bool]], target: float
+                       ) -> tuple[float, int, int]:
+    """``(threshold, accepted, correct accepted)``: the lowest threshold whose accepted answers
+    reach ``target`` at the 95 % lower bound; ``(1.0, 0, 0)`` when none does."""
+    ranked = sorted(scored, key=lambda s: -s[0])
+    correct = [0]
+    for _, ok in ranked:
+        correct.append(correct[-1] + ok)
+    for j in range(len(ranked), 0, -1):  # accept the j most confident
+        # I_A(k, j-k+1) <= alpha  <=>  the lower bound is at least A
+        if correct[j] > 0 and betainc(correct[j], j - correct[j] + 1, target) <= ALPHA:
+            t = 0.0 if j == len(ranked) else (ranked[j - 1][0] + ranked[j][0]) / 2
+            return t, j, correct[j]
+    return 1.0, 0, 0
+
+
+# ---------------------------------------------------------------- a whole fit
+
+
+def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int = MIN_CELL
+        ) -> tuple[dict[Cell, float], dict[Cell, float], dict[str, CellFit]]:
+    """``(thresholds, temperatures, diagnostics)`` per (type, band) cell of the gated rows.
+
+    A cell with too little data is fitted on its option band (every type: the same range of
+    max p), and a band with too little on everything. Temperatures need gold labels (rows
+    without one count for escalation quantiles only)."""
+    cells: dict[Cell, list[ItemRow]] = defaultdict(list)
+    for row in rows:
+        if reaches_gate(row):
+            cells[(row.type, row.band)].append(row)
+    seen_bands = {band for _, band in cells}
+    for cell in ALL_CELLS:  # a cell the data lacks gets its band's fit, when the band has data
+        if cell[1] in seen_bands:
+            cells.setdefault(cell, [])
+
+    def pool(cell: Cell, enough: Callable[[list[ItemRow]], bool]) -> tuple[list[ItemRow], bool]:
+        """The cell's rows, else its band's, else everything; and whether it was pooled."""
+        members = cells[cell]
+        if enough(members):
+            return members, False
+        band = [r for (_, b), rs in cells.items() if b == cell[1] for r in rs]
+        return (band if enough(band) else [r for rs in cells.values() for r in rs]), True
+
+    def labelled_enough(members: list[ItemRow]) -> bool:
+        return len(_labelled(members)) >= min_cell
+
+    temperatures = {}
+    for cell in cells:  # no temperature (1.0) unless some pool has enough labels
+        labelled = _labelled(pool(cell, labelled_enough)[0])
+        temperatures[cell] = fit_temperature(labelled) if len(labelled) >= min_cell else 1.0
+
+    def gate(row: ItemRow, t: float) -> float:
+        assert row.cheap is not None
+        return max(temper(row.cheap.probabilities, t))
+
+    thresholds, diagnostics = {}, {}
+    for cell in sorted(cells):
+        if target == "escalation":
+            members, pooled = pool(cell, lambda m: len(m) >= min_cell)
+            t = quantile_threshold([gate(r, temperatures[(r.type, r.band)]) for r in members],
+                                   value)
+        else:
+            members, pooled = pool(cell, labelled_enough)
+            pairs = [(gate(r, temperatures[(r.type, r.band)]),
+                      r.cheap.answer == r.gold)  # type: ignore[union-attr]
+                     for r in members if r.gold_index is not None]
+            t = accuracy_threshold(pairs, value)[0]
+        thresholds[cell] = t
+        diagnostics[f"{cell[0]}:{cell[1]}"] = _diagnose(cells[cell], t, temperatures[cell],
+                                                          pooled, gate)
+    return thresholds, temperatures, diagnostics
+
+
+def _labelled(rows: Sequence[ItemRow]) -> list[tuple[Sequence[float], int]]:
+    return [(r.cheap.probabilities, r.gold_index) for r in rows  # type: ignore[union-attr]
+            if r.gold_index is not None]
+
+
+def _diagnose(members: Sequence[ItemRow], threshold: float, temperature: float, pooled: bool,
+              gate: object) -> CellFit:
+    confs = [gate(r, temperature) for r in members]  # type: ignore[operator]
+    kept = [r for r, c in zip(members, confs, strict=True) if c >= threshold]
+    judged = [r for r in kept if r.gold_index is not None]
+    right = sum(r.cheap.answer == r.gold for r in judged)  # type: ignore[union-attr]
+    return CellFit(
+        n=len(members), pooled=pooled, temperature=temperature, threshold=threshold,
+        escalation=1 - len(kept) / len(members) if members else 0.0,
+        accepted_accuracy=right / len(judged) if judged else None,
+        lower_bound=round(lower_bound(right, len(judged)), 6) if judged else None,
+    )

@@ -1,0 +1,107 @@
+"""``summary.json``: every figure computed from the ``items.jsonl`` rows alone.
+
+``tiers.cheap`` and ``tiers.strong`` score each tier on the questions it answered;
+``tiers.cascade`` scores the cascade's answers and adds ``escalation_rate`` (share of the
+questions the strong tier answered, pre-routed included), ``confidence_escalation_rate`` (share
+of the questions the cheap tier answered that its confidence gate escalated, on confidence or
+margin; "answered" as ``--target-escalation`` counts them: the cheap answer reached the gate, no
+pre-routing, truncation or option-collapse rule sent the question strong; ``gated_questions``
+counts them), ``fixed`` / ``broke`` (over questions with a cheap answer and a gold label:
+cheap wrong and cascade right, and the reverse), the ``deferral_curve``
+(``cascade.eval.sweep``) with its ``operating_point``, and ``cost``. A tier that is not
+configured is null. ``agreement`` needs no gold: over the questions both tiers answered, the
+share where the cheap tier's answer equals the strong tier's (what ``cascade distill`` raises),
+overall and per question type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from cascade.eval.decide import (
+    CONFIDENCE_REASONS,
+    ItemRow,
+    cascade_probabilities,
+    reaches_gate,
+)
+from cascade.eval.scores import Scored, breakdown
+from cascade.eval.sweep import Point, Sweep, cost_summary, question_cost
+
+
+def scored(rows: Sequence[ItemRow], slot: str) -> list[Scored]:
+    """The answers of ``slot`` (cheap, strong or cascade) that have a gold label."""
+    out = []
+    for row in rows:
+        if row.gold_index is None:
+            continue
+        if slot == "cascade":
+            answer = row.cascade.answer if row.cascade is not None else None
+            probabilities = cascade_probabilities(row)
+        else:
+            tier = row.cheap if slot == "cheap" else row.strong
+            answer = tier.answer if tier is not None else None
+            probabilities = tier.probabilities if tier is not None else None
+        if probabilities is None:
+            continue
+        out.append(Scored(type=row.type, band=row.band, question=row.question, gold=row.gold,
+                          answer=answer, gold_index=row.gold_index, probabilities=probabilities))
+    return out
+
+
+def summarize(rows: Sequence[ItemRow], *, slots: Sequence[str], price: Mapping[str, float],
+              meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary of ``rows``; ``slots``: the configured tiers (cheap, strong)."""
+    tiers: dict[str, Any] = {
+        slot: breakdown(scored(rows, slot)) if slot in slots else None
+        for slot in ("cheap", "strong")
+    }
+    population = [r for r in rows if r.cascade is not None]
+    cascade = breakdown(scored(rows, "cascade"))
+    gated = [r for r in population if reaches_gate(r)]
+    judged = [r for r in population if r.cheap is not None and r.gold_index is not None]
+    sweep = Sweep(rows, price)
+    operating = Point(
+        escalation_rate=_share(population, lambda r: r.cascade.tier == "strong") or 0.0,
+        accuracy=cascade["accuracy"],
+        cost=sum(question_cost(r, price, cheap=not r.cascade.pre_routed,  # type: ignore[union-attr]
+                       strong=r.cascade.tier == "strong") for r in population),  # type: ignore[union-attr]
+    )
+    strong_accuracy = tiers["strong"]["accuracy"] if tiers["strong"] else None
+    tiers["cascade"] = {
+        **cascade,
+        "questions": len(population),
+        "escalation_rate": operating.escalation_rate,
+        "gated_questions": len(gated),
+        "confidence_escalation_rate": _share(
+            gated, lambda r: r.cascade.reason in CONFIDENCE_REASONS),
+        "fixed": sum(not _right(r, r.cheap) and r.cascade.answer == r.gold for r in judged),
+        "broke": sum(_right(r, r.cheap) and r.cascade.answer != r.gold for r in judged),
+        "deferral_curve": msgspec.to_builtins(sweep.curve()),
+        "operating_point": msgspec.to_builtins(operating),
+        "cost": cost_summary(sweep, operating, strong_accuracy, price),
+    }
+    return {**meta, "items": len({r.id for r in rows}), "questions": len(rows), "tiers": tiers,
+            "agreement": agreement(rows)}
+
+
+def agreement(rows: Sequence[ItemRow]) -> dict[str, Any]:
+    """Cheap-strong agreement (same answer) over the questions both tiers answered."""
+    both = [r for r in rows if r.cheap is not None and r.strong is not None]
+
+    def share(group: Sequence[ItemRow]) -> float | None:
+        return _share(group, lambda r: r.cheap.answer == r.strong.answer)
+
+    types = sorted({r.type for r in both})
+    return {"questions": len(both), "cheap_strong": share(both),
+            "by_type": {t: share([r for r in both if r.type == t]) for t in types}}
+
+
+def _right(row: ItemRow, out: Any) -> bool:
+    return out is not None and out.answer == row.gold
+
+
+def _share(rows: Sequence[ItemRow], test: Any) -> float | None:
+    return sum(bool(test(r)) for r in rows) / len(rows) if rows else None

@@ -1,0 +1,134 @@
+"""The offline threshold sweep (deferral curve) and the cost model.
+
+The sweep moves only the questions the confidence gate decides: the cheap tier answered them,
+nothing else (pre-routing, truncation, option collapse, a whole-request escalation) sent them
+strong, and both tiers have an answer. Ordered by the gate's confidence (lowest first, ties in
+file order), the k least confident go to the strong tier; every other question keeps the
+cascade's decision. k = 0 is the cheap tier with pre-routing; k = all escalates every gated
+question. ``escalation_rate`` is then, as in the summary, the share of all questions the strong
+tier answers (pre-routed included).
+
+Cost model: each tier costs a price per 1000 input tokens (``[cost]`` in the policy or
+``--cost TIER=PRICE``; defaults by kind in ``DEFAULT_COST``, relative units: Laya 1, Clef or an
+upstream 20, about the ratio of their parameter counts, 0.42B and 9B). A question costs its
+share of its item's tokens on each tier that ran it: the cheap tier's when the cheap tier ran
+(escalated questions too: Laya ran first), the strong tier's when it answered. Item tokens are
+split evenly over the item's questions (the strong tier reads the state once per call, so a
+split item costs it a little more than this count says).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from cascade.eval.decide import ItemRow, reaches_gate
+from cascade.policy.model import ClefTier, LayaTier, Policy
+
+DEFAULT_COST = {"laya": 1.0, "clef": 20.0, "upstream": 20.0}
+CURVE_POINTS = 11  # escalation fractions 0.0, 0.1, ..., 1.0 of the gated questions
+
+
+class Point(msgspec.Struct, kw_only=True):
+    escalation_rate: float
+    accuracy: float | None
+    cost: float
+
+
+def costs(policy: Policy, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Price per 1000 input tokens of the cheap and strong slots: ``overrides`` (by tier name
+    or slot, ``cheap``/``strong``), then the policy's ``[cost]``, then ``DEFAULT_COST`` by the
+    tier's kind."""
+    overrides = overrides or {}
+    out = {}
+    for slot in ("cheap", "strong"):
+        name = getattr(policy.route, slot)
+        if name is None:
+            continue
+        tier = policy.tiers[name]
+        kind = ("laya" if isinstance(tier, LayaTier) else
+                "clef" if isinstance(tier, ClefTier) else "upstream")
+        default = policy.cost.get(name, DEFAULT_COST[kind])
+        out[slot] = overrides.get(name, overrides.get(slot, default))
+    return out
+
+
+def _gated(row: ItemRow) -> bool:
+    return reaches_gate(row) and row.strong is not None
+
+
+def question_cost(row: ItemRow, price: Mapping[str, float], *, cheap: bool, strong: bool) -> float:
+    total = 0.0
+    for slot, ran in (("cheap", cheap), ("strong", strong)):
+        if ran:
+            total += row.tokens.get(slot, 0.0) * price.get(slot, 0.0) / 1000
+    return total
+
+
+def _correct(row: ItemRow, slot: str) -> int:
+    out = row.cheap if slot == "cheap" else row.strong
+    return int(row.gold_index is not None and out is not None and out.answer == row.gold)
+
+
+class Sweep:
+    """Every point k = 0..m of the sweep over ``rows`` (those with a cascade answer)."""
+
+    def __init__(self, rows: Sequence[ItemRow], price: Mapping[str, float]) -> None:
+        population = [r for r in rows if r.cascade is not None]
+        gated = sorted((r for r in population if _gated(r)), key=lambda r: r.cheap.confidence)  # type: ignore[union-attr]
+        fixed = [r for r in population if not _gated(r)]
+        self.n = len(population)
+        self.n_scored = sum(r.gold_index is not None for r in population)
+        self.m = len(gated)
+        base_strong = sum(r.cascade.tier == "strong" for r in fixed)  # type: ignore[union-attr]
+        base_correct = sum(_correct(r, r.cascade.tier) for r in fixed)  # type: ignore[union-attr]
+        base_cost = sum(question_cost(r, price, cheap=not r.cascade.pre_routed,  # type: ignore[union-attr]
+                              strong=r.cascade.tier == "strong") for r in fixed)  # type: ignore[union-attr]
+        correct = base_correct + sum(_correct(r, "cheap") for r in gated)
+        cost = base_cost + sum(question_cost(r, price, cheap=True, strong=False) for r in gated)
+        self.points = [self._point(base_strong, correct, cost)]
+        for k, r in enumerate(gated, 1):
+            correct += _correct(r, "strong") - _correct(r, "cheap")
+            cost += question_cost(r, price, cheap=False, strong=True)
+            self.points.append(self._point(base_strong + k, correct, cost))
+        self.strong_only_cost = sum(question_cost(r, price, cheap=False, strong=True)
+                                    for r in population)
+
+    def _point(self, strong: int, correct: int, cost: float) -> Point:
+        return Point(escalation_rate=strong / self.n if self.n else 0.0,
+                     accuracy=correct / self.n_scored if self.n_scored else None, cost=cost)
+
+    def curve(self) -> list[Point]:
+        """``CURVE_POINTS`` points at even escalation fractions of the gated questions."""
+        steps = CURVE_POINTS - 1
+        return [self.points[(2 * i * self.m + steps) // (2 * steps)] for i in range(CURVE_POINTS)]
+
+    def cheapest_reaching(self, accuracy: float | None) -> Point | None:
+        """The cheapest point whose accuracy is at least ``accuracy`` (None: none is)."""
+        if accuracy is None:
+            return None
+        reaching = [p for p in self.points if p.accuracy is not None and p.accuracy >= accuracy]
+        return min(reaching, key=lambda p: p.cost) if reaching else None
+
+
+def cost_summary(sweep: Sweep, operating: Point, strong_accuracy: float | None,
+                 price: Mapping[str, float]) -> dict[str, Any]:
+    """The cost block of ``summary.json``."""
+    at = sweep.cheapest_reaching(strong_accuracy)
+    base = sweep.strong_only_cost
+
+    def saved(cost: float) -> float | None:
+        return 1.0 - cost / base if base > 0 else None
+
+    return {
+        "per_1k_tokens": dict(price),
+        "strong_only": base,
+        "cascade": operating.cost,
+        "saved": saved(operating.cost),
+        "at_strong_accuracy": None if at is None else {
+            "strong_accuracy": strong_accuracy, "escalation_rate": at.escalation_rate,
+            "accuracy": at.accuracy, "cost": at.cost, "saved": saved(at.cost),
+        },
+    }

@@ -1,0 +1,98 @@
+"""docker-compose.yml validates against the Compose Specification's JSON schema, and its
+services are complete: health checks everywhere, pinned images, the profiles the README names,
+mounts that exist. No Docker engine runs on these machines: this is what validates the file.
+
+The schema is ``shared/schemas/compose-spec.json`` beside the clone (``../shared`` from the
+repository root); without it the test fails rather than skipping.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+import jsonschema
+import pytest
+
+from tests.deploy import promql
+
+COMPOSE = promql.REPO / "docker-compose.yml"
+SCHEMA = promql.REPO.parent / "shared" / "schemas" / "compose-spec.json"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return promql.load_yaml(COMPOSE)
+
+
+def errors(document: dict[str, Any]) -> list[str]:
+    if not SCHEMA.exists():
+        pytest.fail(f"the Compose Specification schema is missing: {SCHEMA} (shared/ must sit "
+                    "beside the clone)")
+    schema = json.loads(SCHEMA.read_text())
+    # The file declares draft-07 by a URL jsonschema does not map; say it explicitly.
+    validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
+    return [f"{e.json_path}: {e.message}" for e in validator.iter_errors(document)]
+
+
+def test_validates_against_the_compose_spec(compose: dict[str, Any]) -> None:
+    assert errors(compose) == []
+
+
+def test_schema_rejects_a_misspelt_key(compose: dict[str, Any]) -> None:
+    broken = copy.deepcopy(compose)
+    broken["services"]["grafana"]["healthcheck"]["intervall"] = "10s"
+    assert any("intervall" in e for e in errors(broken))
+
+
+def test_every_service_has_a_health_check_and_a_pinned_image(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        check = service["healthcheck"]
+        assert check["test"][0] == "CMD" and not check.get("disable"), name
+        image = service["image"]
+        assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", image), (name, image)
+
+
+def test_profiles(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    profiles = {name: tuple(s.get("profiles", ())) for name, s in services.items()}
+    assert profiles == {
+        "gateway": ("gpu",), "clef": ("gpu",), "demo": ("demo",), "ollama": ("ollama",),
+        "gateway-ollama": ("ollama",), "prometheus": (), "grafana": (),
+    }
+    # The demo needs no GPU: nothing reserves one.
+    assert "deploy" not in services["demo"] and "--demo" in services["demo"]["entrypoint"]
+    # Ollama (>= 0.35.1 serves clef-flash on /v1/systemone) replaces the clef service.
+    version = tuple(int(p) for p in services["ollama"]["image"].split(":")[1].split("."))
+    assert version >= (0, 35, 1)
+    assert services["gateway-ollama"]["command"] == ["--policy", "policies/compose-ollama.toml"]
+    assert list(services["gateway-ollama"]["depends_on"]) == ["ollama"]
+    policy = (promql.REPO / "policies" / "compose-ollama.toml").read_text()
+    assert 'urls = ["http://ollama:11434"]' in policy
+
+
+def test_mounted_files_exist_and_agree(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("./") and source != "./models":
+                assert (promql.REPO / source).exists(), (name, volume)
+        build = service.get("build")
+        if build:
+            assert (promql.REPO / build["dockerfile"]).exists(), name
+        command = service.get("command") or []
+        if "--policy" in command:
+            assert (promql.REPO / command[command.index("--policy") + 1]).exists(), name
+    for secret in compose["secrets"].values():
+        assert (promql.REPO / secret["file"]).exists()
+    # Prometheus reads deploy/prometheus as /etc/prometheus (rule_files are relative to it).
+    assert "./deploy/prometheus:/etc/prometheus:ro" in services["prometheus"]["volumes"]
+    # Grafana's dashboard provider reads the folder the dashboards are mounted at.
+    (provider,) = promql.load_yaml(
+        promql.DEPLOY / "grafana" / "provisioning" / "dashboards" / "cascade.yml")["providers"]
+    mounts = dict(v.split(":")[:2] for v in services["grafana"]["volumes"])
+    assert mounts["./deploy/grafana/dashboards"] == provider["options"]["path"]
+    assert mounts["./deploy/grafana/provisioning"] == "/etc/grafana/provisioning"

@@ -1,0 +1,134 @@
+"""``cascade eval`` and ``cascade calibrate`` end to end on the demo tiers (tiny random weights):
+summary.json agrees exactly with items.jsonl, reruns resume from the cache, calibrations are
+stamped and checked."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from cascade.cli import main
+from cascade.policy.calibration import read_calibration, write_calibration
+
+CONFIDENCE = {"low_confidence", "low_margin"}
+
+
+def _data(path: Path, n: int, seed: int) -> Path:
+    rng = random.Random(seed)
+    teams = {"billing": "Payments", "tech": "Bugs", "sales": "Sales", "legal": "Legal"}
+    lines = []
+    for i in range(n):
+        state = f"ticket {i}: " + " ".join(rng.choice(["refund", "crash", "price", "login",
+                                                        "invoice", "contract"]) for _ in range(6))
+        questions = {
+            "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+            "team": {"type": "choice", "instructions": "Which team?", "criteria": teams},
+        }
+        gold = {"urgent": rng.random() < 0.5, "team": rng.choice(list(teams))}
+        lines.append(json.dumps({"id": f"t{i}", "state": state, "questions": questions,
+                                 "gold": gold, "source": "synthetic"}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture()
+def demo_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path_factory.getbasetemp() / "eval-demo-tiers"
+    monkeypatch.setenv("CASCADE_DEMO_DIR", str(root))
+    return root
+
+
+def _items(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
+
+
+def _recomputed(items: list[dict]) -> dict:
+    """The summary's headline figures, recomputed from items.jsonl by hand."""
+    def acc(rows: list[dict], pick) -> float:
+        return sum(pick(r)["answer"] == r["gold"] for r in rows) / len(rows)
+
+    scored = [r for r in items if r["gold_index"] is not None]
+    cascade = [r for r in items if r["cascade"] is not None]
+    gated = [r for r in cascade if r["cheap"] is not None and not r["cascade"]["pre_routed"]
+             and r["cascade"]["reason"] in (None, *CONFIDENCE)]
+    judged = [r for r in cascade if r["cheap"] is not None and r["gold_index"] is not None]
+    both = [r for r in items if r["cheap"] is not None and r["strong"] is not None]
+    return {
+        "cheap": acc([r for r in scored if r["cheap"]], lambda r: r["cheap"]),
+        "strong": acc([r for r in scored if r["strong"]], lambda r: r["strong"]),
+        "cascade": acc([r for r in scored if r["cascade"]], lambda r: r["cascade"]),
+        "escalation_rate": sum(r["cascade"]["tier"] == "strong" for r in cascade) / len(cascade),
+        "confidence_escalation_rate":
+            sum(r["cascade"]["reason"] in CONFIDENCE for r in gated) / len(gated),
+        "fixed": sum(r["cheap"]["answer"] != r["gold"] and r["cascade"]["answer"] == r["gold"]
+                     for r in judged),
+        "broke": sum(r["cheap"]["answer"] == r["gold"] and r["cascade"]["answer"] != r["gold"]
+                     for r in judged),
+        "agreement": sum(r["cheap"]["answer"] == r["strong"]["answer"] for r in both) / len(both),
+    }
+
+
+def test_eval_demo_end_to_end_agrees_with_its_items_and_resumes(tmp_path: Path, demo_dir: Path):
+    data = _data(tmp_path / "data.jsonl", 24, seed=1)
+    out = tmp_path / "out"
+    assert main(["eval", str(data), "--demo", "--out", str(out), "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    items = _items(out)
+    assert summary["demo"] is True and "DEMO" in (out / "summary.md").read_text()
+    assert len(items) == summary["questions"] == 48 and summary["items"] == 24
+    tiers = summary["tiers"]
+    figures = _recomputed(items)
+    assert tiers["cheap"]["accuracy"] == figures["cheap"]
+    assert tiers["strong"]["accuracy"] == figures["strong"]
+    assert tiers["cascade"]["accuracy"] == figures["cascade"]
+    for key in ("escalation_rate", "confidence_escalation_rate", "fixed", "broke"):
+        assert tiers["cascade"][key] == figures[key], key
+    assert summary["agreement"]["cheap_strong"] == figures["agreement"]
+    assert 0 < figures["escalation_rate"] < 1  # the demo shows both paths
+    assert len(tiers["cascade"]["deferral_curve"]) >= 10
+    for name in ("reliability.png", "deferral.png", "cost.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a rerun makes no tier call: every answer comes from the cache
+    cache = {p.name: p.read_bytes() for p in (out / "cache").iterdir()}
+    assert main(["eval", str(data), "--demo", "--out", str(out), "--no-progress"]) == 0
+    assert {p.name: p.read_bytes() for p in (out / "cache").iterdir()} == cache
+    assert _items(out) == items
+    # an interrupted run (a torn last line) resumes: only the missing items run again
+    cheap = out / "cache" / "cheap.jsonl"
+    lines = cache["cheap.jsonl"].splitlines(keepends=True)
+    cheap.write_bytes(b"".join(lines[:10]) + lines[10][:25])
+    assert main(["eval", str(data), "--demo", "--out", str(out), "--no-progress"]) == 0
+    assert len(cheap.read_bytes().splitlines()) == 11 + 14  # the torn line stays, ignored
+    assert _items(out) == items
+
+
+def test_calibrate_stamps_the_weights_and_eval_applies_or_refuses_it(tmp_path: Path,
+                                                                      demo_dir: Path):
+    data = _data(tmp_path / "data.jsonl", 30, seed=2)
+    cal_file = tmp_path / "cal.toml"
+    assert main(["calibrate", str(data), "--demo", "--out", str(cal_file),
+                 "--target-escalation", "0.3", "--min-cell", "10", "--no-progress"]) == 0
+    cal = read_calibration(cal_file)
+    assert set(cal.stamp.checkpoints) == {"laya", "clef"}
+    assert (cal.stamp.items, cal.stamp.target, cal.stamp.value) == (30, "escalation", 0.3)
+    assert cal.thresholds.noul.get("2") is not None and cal.thresholds.choice.get("3-5")
+    fitted = [f.escalation for f in cal.fit.values() if f.n]
+    assert fitted and all(abs(e - 0.3) <= 0.05 for e in fitted)  # on its own data, per cell
+    assert cal.fit["score:2"].n == 0 and cal.thresholds.score.get("2") is not None  # its band's
+    out = tmp_path / "out"
+    assert main(["eval", str(data), "--demo", "--out", str(out), "--calibration",
+                 str(cal_file), "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["calibration"] == str(cal_file)
+    assert summary["tiers"]["cascade"]["confidence_escalation_rate"] == pytest.approx(0.3,
+                                                                                    abs=0.05)
+    other = msgspec.structs.replace(cal, stamp=msgspec.structs.replace(
+        cal.stamp, checkpoints={**cal.stamp.checkpoints, "laya": "0" * 64}))
+    write_calibration(cal_file, other)
+    with pytest.raises(SystemExit, match=f"made for {'0' * 64}, the configured weights are "
+                       f"{cal.stamp.checkpoints['laya']}"):
+        main(["eval", str(data), "--demo", "--out", str(out), "--calibration", str(cal_file)])
