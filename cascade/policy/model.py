@@ -57,9 +57,14 @@ class Checkpoints(_Strict):
 
 
 class _Tier(_Strict, kw_only=True, tag_field="kind"):
-    timeout_s: float = 5.0  # the whole call, queue wait included; then EngineTimeout
-    # Waiting work beyond this is refused with Overloaded: question rows for Laya, connections
-    # for an upstream, requests for Clef.
+    # Upstream tiers: the whole call, then EngineTimeout (counted against the breaker).
+    # In-process tiers (laya, clef): the longest queue wait they accept, predicted from the
+    # measured cost of the work ahead at admission (within the request's own deadline, the
+    # gateway's admission_deadline_s); a call predicted to wait longer is refused at once with
+    # Overloaded, and accepted work is never cut off.
+    timeout_s: float = 5.0
+    # Waiting work of other requests beyond this is refused with Overloaded: question rows for
+    # Laya, connections for an upstream, requests for Clef.
     max_queue: int = 256
 
 

@@ -37,20 +37,17 @@ def test_a_batch_of_64_states_and_8_questions_is_answered(demo: str, model: str)
 
 
 def test_a_heavy_batch_does_not_starve_a_small_request(demo: str) -> None:
-    """64 long states all bound for the strong tier (several seconds of work each batch), then
-    one small request: it is served next (or degraded at once), never queued behind the batch."""
+    """64 long states for the strong tier (the tiny Clef on the CPU: seconds per device batch),
+    then one small request for it: it is served next, never queued behind the whole batch."""
     async def scenario() -> tuple[httpx.Response, float]:
         async with httpx.AsyncClient(base_url=demo, timeout=120) as client:
             states = ["the invoice was wrong " * 300 for _ in range(64)]
-            questions = {f"s{i}": {"type": "score", "instructions": "How bad?",
-                                   "criteria": [f"level {j}" for j in range(8)]}
-                         for i in range(4)}
             heavy = asyncio.create_task(client.post("/v1/systemone/batch", json={
-                "model": "jev-latest", "states": states, "questions": questions}))
+                "model": "clef-flash", "states": states, "questions": NOUL8}))
             await asyncio.sleep(1.0)
             started = time.monotonic()
             small = await client.post("/v1/systemone", json={
-                "model": "jev-latest", "state": "hello there",
+                "model": "clef-flash", "state": "hello there",
                 "questions": {"u": {"type": "noul", "instructions": "Urgent?"}}})
             took = time.monotonic() - started
             heavy.cancel()  # hang up: the gateway drops the batch's queued work
@@ -59,4 +56,4 @@ def test_a_heavy_batch_does_not_starve_a_small_request(demo: str) -> None:
 
     small, took = asyncio.run(scenario())
     assert small.status_code == 200, small.text
-    assert took < 8.0  # the admission deadline; FIFO behind the batch took ~20 s
+    assert took < 8.0  # the admission deadline; FIFO behind the batch took 20 s or more
