@@ -6,27 +6,31 @@ One worker task on the event loop forms batches (up to ``max_batch_items`` rows 
 arrived for more to come) and hands each batch to ``run_batch`` in ONE dedicated thread, so the
 loop never runs model code. Contracts:
 
-- Fair shares. Rows are served in start-time fair queuing order: every request belongs to a
-  *flow* (``submit(..., flow=)``; a batch request's states share one), and a flow's rows are
-  tagged with the work its earlier rows already claimed, so a request of one row that arrives
-  behind a batch of 512 rows is served in the next batch, not after the 512.
-- Admission by expected wait (``deadline``). The cost of the other flows' rows that will run
-  before this request's last row, times the measured seconds per unit of cost (``cost``), plus
-  what is left of the batch in flight, is the wait this request would suffer. When that passes
+- Fair shares. Requests are served in start-time fair queuing order: every request belongs to
+  a *flow* (``submit(..., flow=)``; a batch request's states share one), and a request is tagged
+  with the work its flow's earlier requests already claimed, so a one-row request that arrives
+  behind a batch of 64 states is served in the next batch, not after the 64. Between flows with
+  nothing else queued it is first come, first served, so a request's wait is predictable.
+- Admission by expected wait (``deadline``). The other flows' rows that will run before this
+  request (tagged no later), as ``cost_model`` predicts them, plus what is left of the batch in
+  flight, is the wait this request would suffer. When that passes
   the deadline, ``submit`` raises ``Overloaded`` at once with a ``retry_after`` of the excess;
   what it accepts runs to the end (no whole-call timeout throws accepted work away). A flow's
   own rows never count against it, so an idle batcher accepts any request.
 - ``max_queue`` bounds the other flows' rows waiting (memory), also with ``Overloaded``.
 - A cancelled caller's queued rows are dropped before they are batched (``dropped_rows``).
 - An exception from ``run_batch`` (or a wrong output count) goes to every caller in that batch.
-- With ``sort_key``, rows near the first in line in length are grouped to cut padding; the
-  batch always contains that first row, so no row starves.
+- With ``sort_key``, a request's rows queue in key order (length, say), and a batch is the
+  longest run at the head of the queue that fits the limits: similar rows share a forward pass,
+  and no row is ever taken out of turn (which would break the waits admission promised).
 - Metrics: batch size, batch compute time, queue wait (per request) and queue depth, labelled
   with the tier: the part of ``name`` before any ``/`` (``laya/english`` -> ``laya``). A tier's
   batchers share its depth gauge, each adding the rows it queues and taking away those that leave.
 - A batch's cost is ``len(batch) * max(cost(row))``: the padded size a forward pass pays. With
   ``max_pad_fraction``, a row joins only while padding stays under that share of the batch's
-  cost (on a CPU, padding is pure waste: batching saves little when rows are long).
+  cost (on a CPU, padding is pure waste: batching saves little when rows are long). With
+  ``max_batch_s``, a batch stops growing once ``cost_model`` predicts it would take longer: each
+  of its rows waits for all of it.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ from cascade.errors import EngineFailed, EngineUnavailable, Overloaded
 
 In = TypeVar("In")
 Out = TypeVar("Out")
-LOOKAHEAD = 4  # rows considered for grouping: this many batches' worth
+MIN_LEARNT_WAIT_S = 0.05  # shorter predicted waits are mostly noise: not learnt from
+_WAIT_EMA = 0.1
 
 
 @dataclass(eq=False)
@@ -57,6 +62,7 @@ class _Request:
     arrived: float
     flow: Hashable
     waited: bool = False  # its queue wait is recorded once, when its first row is batched
+    predicted: float = 0.0  # the wait admission predicted for it, in seconds
 
 
 @dataclass(eq=False)
@@ -66,12 +72,12 @@ class _Row:
     item: Any
     cost: int
     key: int = field(default=0)
-    tag: float = 0.0  # fair-queuing start tag, in units of cost
-    seq: int = 0  # arrival order, breaks ties between equal tags
+    tag: float = 0.0  # its request's fair-queuing start tag, in units of cost
+    seq: int = 0  # its request's arrival order, breaks ties between equal tags
 
 
-def _order(row: _Row) -> tuple[float, int]:
-    return row.tag, row.seq
+def _order(row: _Row) -> tuple[float, int, int]:
+    return row.tag, row.seq, row.key
 
 
 class MicroBatcher(Generic[In, Out]):
@@ -96,6 +102,7 @@ class MicroBatcher(Generic[In, Out]):
         on_batch: Callable[[int, int, float], None] | None = None,
         max_pad_fraction: float | None = None,
         calibration: Sequence[tuple[Sequence[int], float]] = (),
+        max_batch_s: float | None = None,
     ) -> None:
         self.name = name
         self._run_batch = run_batch
@@ -104,6 +111,7 @@ class MicroBatcher(Generic[In, Out]):
         self.max_wait_s, self.max_queue = max_wait_s, max_queue
         self._on_batch = on_batch
         self.max_pad_fraction = max_pad_fraction
+        self.max_batch_s = max_batch_s
         self._pending: list[_Row] = []  # sorted by (tag, seq): the serving order
         self._inflight: list[_Row] = []
         self._inflight_since = 0.0
@@ -113,6 +121,9 @@ class MicroBatcher(Generic[In, Out]):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batcher-{name}")
         self._closed = False
         self.cost_model = CostModel()
+        # Measured queue wait / predicted wait, learnt from the requests served: what the cost
+        # model misses (time between batches, other work on the machine) scales predictions.
+        self.wait_correction = 1.0
         for costs, seconds in calibration:
             self.cost_model.observe(costs, seconds)
         self._vtime = 0.0  # the fair queue's virtual time: the tag of the last row served
@@ -139,6 +150,9 @@ class MicroBatcher(Generic[In, Out]):
         A batch running longer than expected is assumed to need as long again as it has
         overrun, so a stuck engine soon refuses new work instead of queueing it forever.
         """
+        return self._raw_wait(now, flow, before_tag) * self.wait_correction
+
+    def _raw_wait(self, now: float, flow: Hashable | None, before_tag: float | None) -> float:
         ahead = [r.cost for r in self._pending
                  if r.request.flow != flow and (before_tag is None or r.tag <= before_tag)]
         wait = self.cost_model.seconds(ahead) or 0.0
@@ -161,15 +175,15 @@ class MicroBatcher(Generic[In, Out]):
         loop = asyncio.get_running_loop()
         flow = object() if flow is None else flow
         costs = [self._cost(item) for item in items]
-        start = max(self._vtime, self._finish.get(flow, self._vtime))
-        tags = list(itertools.accumulate(costs[:-1], initial=start))
-        self._admit(loop.time(), flow, tags[-1], deadline)
-        request = _Request(loop.create_future(), [None] * len(items), len(items), loop.time(), flow)
-        for i, (item, cost, tag) in enumerate(zip(items, costs, tags, strict=True)):
+        tag = max(self._vtime, self._finish.get(flow, self._vtime))
+        predicted = self._admit(loop.time(), flow, tag, deadline)
+        request = _Request(loop.create_future(), [None] * len(items), len(items), loop.time(), flow,
+                           predicted=predicted)
+        seq = next(self._seq)
+        for i, (item, cost) in enumerate(zip(items, costs, strict=True)):
             key = self._sort_key(item) if self._sort_key else 0
-            row = _Row(request, i, item, cost, key, tag, next(self._seq))
-            bisect.insort(self._pending, row, key=_order)
-        self._finish[flow] = tags[-1] + costs[-1]
+            bisect.insort(self._pending, _Row(request, i, item, cost, key, tag, seq), key=_order)
+        self._finish[flow] = tag + sum(costs)
         self._depth.inc(len(items))
         if self._worker is None:
             self._worker = loop.create_task(self._work(), name=f"batcher-{self.name}")
@@ -180,22 +194,28 @@ class MicroBatcher(Generic[In, Out]):
             self._forget(request, count=True)
             raise
 
-    def _admit(self, now: float, flow: Hashable, last_tag: float,
-               deadline: float | None) -> None:
+    def _admit(self, now: float, flow: Hashable, tag: float, deadline: float | None) -> float:
+        """Refuse (``Overloaded``) or return the wait predicted for the request, uncorrected."""
         others = sum(1 for r in self._pending if r.request.flow != flow)
         if others and others + 1 > self.max_queue:
             wait = self.expected_wait(now)
             raise Overloaded(f"{self.name}: {others} rows queued",
                              retry_after=max(1.0, round(wait, 1)))
-        if deadline is None:
-            return
-        wait = self.expected_wait(now, flow=flow, before_tag=last_tag)
-        if now + wait > deadline:
+        raw = self._raw_wait(now, flow, tag)
+        wait = raw * self.wait_correction
+        if deadline is not None and now + wait > deadline:
             budget = max(0.0, deadline - now)
             raise Overloaded(
                 f"{self.name}: about {wait:.1f} s of work ahead; this request may wait "
                 f"{budget:.1f} s", retry_after=max(1.0, round(wait - budget, 1)),
             )
+        return raw
+
+    def _learn_wait(self, predicted: float, actual: float) -> None:
+        """How the wait admission predicted came out: the correction follows the ratio."""
+        if predicted >= MIN_LEARNT_WAIT_S:
+            ratio = min(max(actual / predicted, 0.5), 3.0)
+            self.wait_correction += _WAIT_EMA * (ratio - self.wait_correction)
 
     def _forget(self, request: _Request, *, count: bool) -> None:
         kept = [r for r in self._pending if r.request is not request]
@@ -210,6 +230,14 @@ class MicroBatcher(Generic[In, Out]):
         padded = len(rows) * max(r.cost for r in rows)
         return len(rows) >= self.max_batch_items or padded >= self.max_batch_cost
 
+    def _too_slow(self, costs: list[int]) -> bool:
+        """Whether a batch of rows with these costs is predicted to take over ``max_batch_s``:
+        every row in it waits for all of it, and on a CPU a bigger batch is barely faster."""
+        if self.max_batch_s is None:
+            return False
+        seconds = self.cost_model.seconds(costs)
+        return seconds is not None and seconds > self.max_batch_s
+
     def _fits(self, batch: list[_Row], widest: int, pick: _Row) -> bool:
         padded = (len(batch) + 1) * max(widest, pick.cost)
         if padded > self.max_batch_cost:
@@ -220,37 +248,19 @@ class MicroBatcher(Generic[In, Out]):
         return padded - real <= self.max_pad_fraction * padded
 
     def _take(self) -> list[_Row]:
-        """The first row in fair order plus its nearest neighbours by sort key, within the
-        batch limits."""
-        oldest = self._pending[0]
-        window = self._pending[: self.max_batch_items * LOOKAHEAD]
-        if self._sort_key is not None:
-            window = sorted(window, key=lambda r: r.key)
-        lo = hi = window.index(oldest)
-        batch, widest = [oldest], oldest.cost
-        open_left, open_right = True, True
-        while len(batch) < self.max_batch_items and (open_left or open_right):
-            left = window[lo - 1] if open_left and lo > 0 else None
-            right = window[hi + 1] if open_right and hi + 1 < len(window) else None
-            if left is None and right is None:
+        """The longest run of rows at the head of the serving order that fits the batch limits.
+        Never rows from further back: a row taken out of turn would delay every request queued
+        before it past the wait it was admitted with."""
+        batch, widest = [self._pending[0]], self._pending[0].cost
+        costs = [widest]
+        for row in self._pending[1: self.max_batch_items]:
+            if not self._fits(batch, widest, row) or self._too_slow([*costs, row.cost]):
                 break
-            go_right = left is None or (
-                right is not None and right.key - oldest.key <= oldest.key - left.key
-            )
-            pick = right if go_right else left
-            assert pick is not None
-            if not self._fits(batch, widest, pick):
-                # neighbours further out on this side only differ more from the oldest row
-                open_right, open_left = (False, open_left) if go_right else (open_right, False)
-                continue
-            batch.append(pick)
-            widest = max(widest, pick.cost)
-            if go_right:
-                hi += 1
-            else:
-                lo -= 1
-        taken = set(map(id, batch))
-        self._pending = [r for r in self._pending if id(r) not in taken]
+            batch.append(row)
+            costs.append(row.cost)
+            widest = max(widest, row.cost)
+        oldest = batch[0]
+        del self._pending[: len(batch)]
         self._depth.dec(len(batch))
         self._vtime = max(self._vtime, oldest.tag)
         if len(self._finish) > 4 * len(self._pending) + 64:  # forget flows that are all served
@@ -280,6 +290,7 @@ class MicroBatcher(Generic[In, Out]):
             if not request.waited:
                 request.waited = True
                 self._wait.observe(now - request.arrived)
+                self._learn_wait(request.predicted, now - request.arrived)
         self._size.observe(len(batch))
         started = time.perf_counter()
         costs = [r.cost for r in batch]

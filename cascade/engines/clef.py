@@ -25,6 +25,9 @@ from cascade.clef.prompt import question_type
 from cascade.errors import CascadeError, EngineUnavailable, ValidationFailed
 
 WARMUP_STATE = "warm-up"
+# A device batch stops growing past this much predicted compute (every request in it waits for
+# all of it); on a GPU the token budget binds first.
+MAX_BATCH_S = 2.0
 
 
 class ClefEngine:
@@ -64,6 +67,7 @@ class ClefEngine:
             max_batch_cost=self.max_batch_tokens, cost=lambda job: job.length,
             max_wait_s=self.max_wait_s, max_queue=self.max_queue,
             sort_key=lambda job: job.length, calibration=self._parts.calibration,
+            max_batch_s=MAX_BATCH_S,
         )
         self._ready = True
 

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 # On a CPU a padded token costs as much as a real one and batching barely raises GEMM
 # efficiency, so rows are batched only while padding stays under this share of the batch.
 MAX_PAD_FRACTION = 0.2
+# ... and a batch stops growing past this much predicted compute: every row waits for the whole
+# batch, so on a CPU a big batch only adds latency.
+MAX_BATCH_S = 0.5
 # Lengths of the timed warm-up rows: enough spread to tell a row's fixed cost, its cost per token
 # and the part that grows with its square apart.
 WARMUP_TOKENS = (16, 128, 512)
@@ -137,6 +140,7 @@ class LayaEngine:
                 sort_key=lambda r: len(r.ids),
                 max_pad_fraction=MAX_PAD_FRACTION,
                 calibration=timed,
+                max_batch_s=MAX_BATCH_S,
                 **self._limits,
             )
             log.info("laya: %s ready (%s, %d threads)", name, export, session.threads)

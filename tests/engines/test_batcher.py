@@ -196,22 +196,24 @@ async def test_batchers_of_one_tier_share_the_queue_depth_gauge() -> None:
 # ---------------------------------------------------------------- fair shares and admission
 
 
-async def test_a_small_request_behind_a_big_one_is_served_next() -> None:
-    """Fair queuing: one row arriving behind 40 queued rows of another request runs in the next
-    batch, not after the 40."""
+async def test_a_small_request_behind_a_big_batch_is_served_next() -> None:
+    """Fair queuing: a one-row request arriving behind a 10-state batch request (one flow, 40
+    rows) is served after the batch's first state, not after all of it."""
     run = Recorder()
     run.gate.clear()
     b = MicroBatcher(run, name="t", max_batch_items=4, max_batch_cost=10**6, max_wait_s=0)
     first = asyncio.create_task(b.submit([0]))
     await asyncio.sleep(0.05)  # row 0 is in flight, the worker blocked in it
-    big = asyncio.create_task(b.submit(list(range(100, 140)), flow="batch"))
+    states = [asyncio.create_task(b.submit(list(range(100 + 4 * s, 104 + 4 * s)), flow="batch"))
+              for s in range(10)]
     await asyncio.sleep(0.01)
     small = asyncio.create_task(b.submit([7]))
     await asyncio.sleep(0.01)
     run.gate.set()
     assert await small == [70]
-    assert 7 in run.batches[1]  # the batch right after the one in flight
-    await asyncio.gather(first, big)
+    await asyncio.gather(first, *states)
+    served = [row for batch in run.batches for row in batch]
+    assert served.index(7) <= 1 + 4 + 1  # row 0, the first state's 4 rows, then it
     await b.aclose()
 
 
@@ -250,4 +252,26 @@ async def test_an_idle_batcher_accepts_any_request_and_learns_its_cost() -> None
     assert await b.submit(list(range(20)), deadline=loop.time() + 0.001) == [
         i * 10 for i in range(20)]
     assert b.cost_model.seconds([1]) is not None
+    await b.aclose()
+
+
+async def test_a_batch_stops_growing_past_its_time_budget() -> None:
+    """Every row of a batch waits for all of it: at 0.05 s a row, a 0.12 s budget takes two
+    rows at a time."""
+    class Slow(Recorder):
+        def __call__(self, items: list[int]) -> list[int]:
+            time.sleep(0.05 * len(items))
+            return super().__call__(items)
+
+    run = Slow()
+    b = MicroBatcher(run, name="t", max_batch_items=8, max_batch_cost=10**6, max_wait_s=0,
+                     calibration=[([1], 0.05), ([1, 1], 0.1)], max_batch_s=0.12)
+    run.gate.clear()
+    first = asyncio.create_task(b.submit([0]))
+    await asyncio.sleep(0.05)
+    rest = [asyncio.create_task(b.submit([i])) for i in range(1, 7)]
+    await asyncio.sleep(0.01)
+    run.gate.set()
+    await asyncio.gather(first, *rest)
+    assert [len(batch) for batch in run.batches] == [1, 2, 2, 2]
     await b.aclose()
