@@ -67,6 +67,7 @@ from cascade.policy.routing import (
     fallback,
     final_routes,
     merge,
+    needs_preview,
     post_route,
     pre_route,
     preview_call,
@@ -243,7 +244,7 @@ class Gateway:
         started = time.perf_counter()
         policy = self.policy
         preview = None
-        if self._previewer is not None:
+        if self._previewer is not None and needs_preview(policy, call):
             # Tokenizing a long state takes milliseconds: keep it off the event loop.
             preview = await asyncio.to_thread(preview_call, policy, call, self._previewer)
         pre = pre_route(policy, call, preview)

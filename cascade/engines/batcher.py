@@ -12,11 +12,14 @@ loop never runs model code. Contracts:
   behind a batch of 64 states is served in the next batch, not after the 64. Between flows with
   nothing else queued it is first come, first served, so a request's wait is predictable.
 - Admission by expected wait (``deadline``). The other flows' rows that will run before this
-  request (tagged no later), as ``cost_model`` predicts them, plus what is left of the batch in
-  flight, is the wait this request would suffer. When that passes
-  the deadline, ``submit`` raises ``Overloaded`` at once with a ``retry_after`` of the excess;
-  what it accepts runs to the end (no whole-call timeout throws accepted work away). A flow's
-  own rows never count against it, so an idle batcher accepts any request.
+  request (tagged no later), in the batches ``_take`` will form of them, as ``cost_model``
+  predicts them, plus what is left of the batch in flight, is the wait this request would
+  suffer (scaled by ``wait_correction``, learnt from the waits it measures); behind other work
+  a request must also leave ``max_batch_s`` for the batch it will run in. When that passes the
+  deadline, ``submit`` raises ``Overloaded`` at once with a ``retry_after`` of the excess; what
+  it accepts runs to the end (no whole-call timeout throws accepted work away). A flow's own
+  rows never count against it, so an idle batcher accepts any request. ``check`` asks the same
+  before a caller spends work preparing rows.
 - ``max_queue`` bounds the other flows' rows waiting (memory), also with ``Overloaded``.
 - A cancelled caller's queued rows are dropped before they are batched (``dropped_rows``).
 - An exception from ``run_batch`` (or a wrong output count) goes to every caller in that batch.
@@ -153,9 +156,13 @@ class MicroBatcher(Generic[In, Out]):
         return self._raw_wait(now, flow, before_tag) * self.wait_correction
 
     def _raw_wait(self, now: float, flow: Hashable | None, before_tag: float | None) -> float:
-        ahead = [r.cost for r in self._pending
+        ahead = [r for r in self._pending
                  if r.request.flow != flow and (before_tag is None or r.tag <= before_tag)]
-        wait = self.cost_model.seconds(ahead) or 0.0
+        wait, i = 0.0, 0
+        while i < len(ahead):  # the batches they will form, as ``_take`` will form them
+            n = self._run_length(ahead, i)
+            wait += self._seconds(n, max(r.cost for r in ahead[i: i + n]))
+            i += n
         if any(r.request.flow != flow for r in self._inflight):
             wait += abs(self._inflight_expected - (now - self._inflight_since))
         return wait
@@ -194,6 +201,16 @@ class MicroBatcher(Generic[In, Out]):
             self._forget(request, count=True)
             raise
 
+    def check(self, *, flow: Hashable | None = None, deadline: float | None = None) -> None:
+        """Raise now what ``submit`` would raise on admission (closed, queue full, the wait past
+        ``deadline``), so a caller refuses before it spends work preparing rows. ``submit``
+        checks again."""
+        if self._closed:
+            raise EngineUnavailable(f"{self.name}: batcher closed")
+        flow = object() if flow is None else flow
+        tag = max(self._vtime, self._finish.get(flow, self._vtime))
+        self._admit(time.monotonic(), flow, tag, deadline)
+
     def _admit(self, now: float, flow: Hashable, tag: float, deadline: float | None) -> float:
         """Refuse (``Overloaded``) or return the wait predicted for the request, uncorrected."""
         others = sum(1 for r in self._pending if r.request.flow != flow)
@@ -203,8 +220,10 @@ class MicroBatcher(Generic[In, Out]):
                              retry_after=max(1.0, round(wait, 1)))
         raw = self._raw_wait(now, flow, tag)
         wait = raw * self.wait_correction
-        if deadline is not None and now + wait > deadline:
-            budget = max(0.0, deadline - now)
+        # Behind other work, a request must also have time for the batch it will run in.
+        reserve = (self.max_batch_s or 0.0) if wait > 0 else 0.0
+        if deadline is not None and now + wait + reserve > deadline:
+            budget = max(0.0, deadline - now - reserve)
             raise Overloaded(
                 f"{self.name}: about {wait:.1f} s of work ahead; this request may wait "
                 f"{budget:.1f} s", retry_after=max(1.0, round(wait - budget, 1)),
@@ -230,35 +249,34 @@ class MicroBatcher(Generic[In, Out]):
         padded = len(rows) * max(r.cost for r in rows)
         return len(rows) >= self.max_batch_items or padded >= self.max_batch_cost
 
-    def _too_slow(self, costs: list[int]) -> bool:
-        """Whether a batch of rows with these costs is predicted to take over ``max_batch_s``:
-        every row in it waits for all of it, and on a CPU a bigger batch is barely faster."""
-        if self.max_batch_s is None:
-            return False
-        seconds = self.cost_model.seconds(costs)
-        return seconds is not None and seconds > self.max_batch_s
+    def _seconds(self, rows: int, widest: int) -> float:
+        """Predicted compute of a batch of ``rows`` rows padded to ``widest``; 0 before any
+        data."""
+        return self.cost_model.seconds([widest] * rows) or 0.0
 
-    def _fits(self, batch: list[_Row], widest: int, pick: _Row) -> bool:
-        padded = (len(batch) + 1) * max(widest, pick.cost)
-        if padded > self.max_batch_cost:
-            return False
-        if self.max_pad_fraction is None:
-            return True
-        real = sum(r.cost for r in batch) + pick.cost
-        return padded - real <= self.max_pad_fraction * padded
+    def _run_length(self, rows: Sequence[_Row], start: int) -> int:
+        """How many rows from ``rows[start]`` on form the next batch: the longest run that fits
+        the item, padded-cost, padding-share and time limits (the first row always does)."""
+        widest, real, n = rows[start].cost, rows[start].cost, 1
+        for i in range(start + 1, min(len(rows), start + self.max_batch_items)):
+            cost = rows[i].cost
+            wide = max(widest, cost)
+            padded = (n + 1) * wide
+            if padded > self.max_batch_cost:
+                break
+            if self.max_pad_fraction is not None and (
+                    padded - real - cost > self.max_pad_fraction * padded):
+                break
+            if self.max_batch_s is not None and self._seconds(n + 1, wide) > self.max_batch_s:
+                break
+            widest, real, n = wide, real + cost, n + 1
+        return n
 
     def _take(self) -> list[_Row]:
         """The longest run of rows at the head of the serving order that fits the batch limits.
         Never rows from further back: a row taken out of turn would delay every request queued
         before it past the wait it was admitted with."""
-        batch, widest = [self._pending[0]], self._pending[0].cost
-        costs = [widest]
-        for row in self._pending[1: self.max_batch_items]:
-            if not self._fits(batch, widest, row) or self._too_slow([*costs, row.cost]):
-                break
-            batch.append(row)
-            costs.append(row.cost)
-            widest = max(widest, row.cost)
+        batch = self._pending[: self._run_length(self._pending, 0)]
         oldest = batch[0]
         del self._pending[: len(batch)]
         self._depth.dec(len(batch))
@@ -293,10 +311,10 @@ class MicroBatcher(Generic[In, Out]):
                 self._learn_wait(request.predicted, now - request.arrived)
         self._size.observe(len(batch))
         started = time.perf_counter()
-        costs = [r.cost for r in batch]
+        widest = max(r.cost for r in batch)
         self._inflight = batch
         self._inflight_since = now
-        self._inflight_expected = self.cost_model.seconds(costs) or 0.0
+        self._inflight_expected = self._seconds(len(batch), widest)
         try:
             outputs = await loop.run_in_executor(
                 self._executor, self._run_batch, [r.item for r in batch]
@@ -319,7 +337,7 @@ class MicroBatcher(Generic[In, Out]):
         seconds = time.perf_counter() - started
         self._compute.observe(seconds)
         self.batches += 1
-        self.cost_model.observe(costs, seconds)
+        self.cost_model.observe([widest] * len(batch), seconds)  # padding costs what rows do
         if self._on_batch is not None:
             self._on_batch(len(batch), len(batch) * max(r.cost for r in batch), seconds)
 

@@ -119,12 +119,11 @@ class ClefEngine:
     async def answer(self, call: EngineCall) -> EngineAnswer:
         parts = self._require()
         batcher = self._batcher  # aclose() may clear the attributes while this call waits
-        job = await asyncio.to_thread(parts.prepare, call)
         budget = call.budget
-        (outcome,) = await batcher.submit(
-            [job], flow=budget.flow if budget else None,
-            deadline=budget.deadline if budget else None,
-        )
+        flow, deadline = (budget.flow, budget.deadline) if budget else (None, None)
+        batcher.check(flow=flow, deadline=deadline)  # refuse before tokenizing, not after
+        job = await asyncio.to_thread(parts.prepare, call)
+        (outcome,) = await batcher.submit([job], flow=flow, deadline=deadline)
         if isinstance(outcome, Exception):
             raise outcome
         encoded = job.encoded

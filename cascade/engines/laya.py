@@ -154,15 +154,15 @@ class LayaEngine:
     async def answer(self, call: EngineCall) -> EngineAnswer:
         if not self.ready():
             raise EngineUnavailable(f"{self.name}: not started")
+        budget = call.budget
+        flow, deadline = (budget.flow, budget.deadline) if budget else (None, None)
+        # Refuse before tokenizing when the default checkpoint's queue is too long already.
+        self._batchers[self.previewer.default].check(flow=flow, deadline=deadline)
         plan: Plan = await asyncio.to_thread(self.previewer.plan, call)
         batcher = self._batchers.get(plan.checkpoint)
         if batcher is None:  # closed while the rows were being planned
             raise EngineUnavailable(f"{self.name}: closed")
-        budget = call.budget
-        outputs = await batcher.submit(
-            plan.rows, flow=budget.flow if budget else None,
-            deadline=budget.deadline if budget else None,
-        )
+        outputs = await batcher.submit(plan.rows, flow=flow, deadline=deadline)
         cfg = self.previewer.checkpoints[plan.checkpoint].cfg
         return EngineAnswer(
             model=self._model_name(plan.checkpoint),

@@ -131,6 +131,15 @@ class Previews(Protocol):
     def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> CallPreview: ...
 
 
+def needs_preview(policy: Policy, call: EngineCall) -> bool:
+    """Whether ``preview_call`` would preview ``call`` at all: a Laya cheap tier, a model that
+    may reach it, and no images sending the whole request strong. Cheap: no tokenizing."""
+    mode = resolve_model(policy, call.model)
+    if mode == "strong_only" or not isinstance(policy.cheap_tier(), LayaTier):
+        return False
+    return not (mode == "cascade" and policy.route.strong is not None and call.images)
+
+
 def preview_call(policy: Policy, call: EngineCall, previewer: Previews) -> CallPreview | None:
     """The cheap tier's tokenizer-only preview of ``call``, on the checkpoint the policy lets it
     run. Questions the policy sends strong whatever their tokens (type rules, too many
@@ -140,15 +149,14 @@ def preview_call(policy: Policy, call: EngineCall, previewer: Previews) -> CallP
     checkpoint must read it, else the returned preview is unreadable and ``pre_route`` sends the
     request strong. None when no Laya tier runs first or nothing would run there.
     """
+    if not needs_preview(policy, call):
+        return None
     mode = resolve_model(policy, call.model)
     tier = policy.cheap_tier()
+    assert isinstance(tier, LayaTier)
     route = policy.route
-    if mode == "strong_only" or not isinstance(tier, LayaTier):
-        return None
     to_strong = mode == "cascade" and route.strong is not None
     if to_strong:
-        if call.images:
-            return None  # everything goes to the strong tier; no token count changes that
         keep = {q: v for q, v in call.questions.items() if _static_reason(policy, v) is None}
         if not keep or (route.escalate == "request" and len(keep) < len(call.questions)):
             return None
