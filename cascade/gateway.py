@@ -339,8 +339,9 @@ class Gateway:
                         f"needs it ({', '.join(blocking)}); retry later",
                         retry_after=self.policy.degrade.retry_after_s if retry is None else retry)
         except EngineUnavailable:
-            if isinstance(exc, ClientError):
-                raise exc from None  # the client's content, not the tier: its 4xx stands
+            if isinstance(exc, ClientError | Overloaded):
+                # The client's content (its 4xx stands), or back-pressure (its Retry-After).
+                raise exc from None
             raise
         assert self.cheap_name is not None
         if plan.cheap_questions:

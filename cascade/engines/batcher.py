@@ -20,7 +20,8 @@ loop never runs model code. Contracts:
   it accepts runs to the end (no whole-call timeout throws accepted work away). A flow's own
   rows never count against it, so an idle batcher accepts any request. ``check`` asks the same
   before a caller spends work preparing rows.
-- ``max_queue`` bounds the other flows' rows waiting (memory), also with ``Overloaded``.
+- ``max_queue`` bounds the other flows' rows waiting (memory), also with ``Overloaded``; for a
+  request with a deadline, until the first batch has run, one batch's worth does.
 - A cancelled caller's queued rows are dropped before they are batched (``dropped_rows``).
 - An exception from ``run_batch`` (or a wrong output count) goes to every caller in that batch.
 - With ``sort_key``, a request's rows queue in key order (length, say), and a batch is the
@@ -54,7 +55,7 @@ from cascade.errors import EngineFailed, EngineUnavailable, Overloaded
 In = TypeVar("In")
 Out = TypeVar("Out")
 MIN_LEARNT_WAIT_S = 0.05  # shorter predicted waits are mostly noise: not learnt from
-_WAIT_EMA = 0.1
+_WAIT_UP, _WAIT_DOWN = 0.3, 0.05  # how fast the wait correction rises and falls
 
 
 @dataclass(eq=False)
@@ -214,7 +215,12 @@ class MicroBatcher(Generic[In, Out]):
     def _admit(self, now: float, flow: Hashable, tag: float, deadline: float | None) -> float:
         """Refuse (``Overloaded``) or return the wait predicted for the request, uncorrected."""
         others = sum(1 for r in self._pending if r.request.flow != flow)
-        if others and others + 1 > self.max_queue:
+        # Until a batch has been timed under real traffic, the warm-up figures may be far too
+        # kind (a burst of requests slows every batch): queue at most one batch of others' rows.
+        limit = self.max_queue
+        if deadline is not None and not self.batches:
+            limit = min(limit, self.max_batch_items)
+        if others and others + 1 > limit:
             wait = self.expected_wait(now)
             raise Overloaded(f"{self.name}: {others} rows queued",
                              retry_after=max(1.0, round(wait, 1)))
@@ -231,10 +237,12 @@ class MicroBatcher(Generic[In, Out]):
         return raw
 
     def _learn_wait(self, predicted: float, actual: float) -> None:
-        """How the wait admission predicted came out: the correction follows the ratio."""
+        """How the wait admission predicted came out: the correction follows the ratio, fast
+        when waits run longer than predicted (a promise broken) and slowly back when shorter."""
         if predicted >= MIN_LEARNT_WAIT_S:
-            ratio = min(max(actual / predicted, 0.5), 3.0)
-            self.wait_correction += _WAIT_EMA * (ratio - self.wait_correction)
+            ratio = min(max(actual / predicted, 0.5), 4.0)
+            rate = _WAIT_UP if ratio > self.wait_correction else _WAIT_DOWN
+            self.wait_correction += rate * (ratio - self.wait_correction)
 
     def _forget(self, request: _Request, *, count: bool) -> None:
         kept = [r for r in self._pending if r.request is not request]

@@ -26,8 +26,10 @@ from cascade.errors import CascadeError, EngineUnavailable, ValidationFailed
 
 WARMUP_STATE = "warm-up"
 # A device batch stops growing past this much predicted compute (every request in it waits for
-# all of it); on a GPU the token budget binds first.
+# all of it; on a GPU the token budget binds first), or once padding would be over half of it
+# (a padded token costs what a real one does).
 MAX_BATCH_S = 2.0
+MAX_PAD_FRACTION = 0.5
 
 
 class ClefEngine:
@@ -67,7 +69,7 @@ class ClefEngine:
             max_batch_cost=self.max_batch_tokens, cost=lambda job: job.length,
             max_wait_s=self.max_wait_s, max_queue=self.max_queue,
             sort_key=lambda job: job.length, calibration=self._parts.calibration,
-            max_batch_s=MAX_BATCH_S,
+            max_batch_s=MAX_BATCH_S, max_pad_fraction=MAX_PAD_FRACTION,
         )
         self._ready = True
 

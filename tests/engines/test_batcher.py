@@ -220,7 +220,7 @@ async def test_a_small_request_behind_a_big_batch_is_served_next() -> None:
 async def test_admission_refuses_at_once_what_would_wait_past_the_deadline() -> None:
     run = Recorder()
     run.gate.clear()
-    b = MicroBatcher(run, name="t", max_batch_items=1, max_batch_cost=10**6, max_wait_s=0,
+    b = MicroBatcher(run, name="t", max_batch_items=8, max_batch_cost=10**6, max_wait_s=0,
                      calibration=[([1], 0.5)])  # half a second per row, measured
     loop = asyncio.get_running_loop()
     busy = asyncio.create_task(b.submit([1]))
