@@ -28,8 +28,8 @@ timeout_s = 5.0
 kind = "upstream"
 urls = ["{upstream}"]
 connect_timeout_s = 0.3
-read_timeout_s = 0.6
-timeout_s = 0.8
+read_timeout_s = {read_timeout_s}
+timeout_s = {timeout_s}
 health_interval_s = 0.2
 {upstream_extra}
 
@@ -80,7 +80,8 @@ def gateway(tiny_laya: Path, tmp_path: Path) -> Gateway:
               ) -> Iterator[str]:
         fields = {"checkpoints": f'{{ english = "{tiny_laya}" }}', "upstream": upstream,
                   "cooldown_s": COOLDOWN_S, "models": '[models]\nunknown = "cascade"',
-                  "laya_extra": "", "upstream_extra": "", "route_extra": "", **extra}
+                  "laya_extra": "", "upstream_extra": "", "route_extra": "",
+                  "read_timeout_s": 0.6, "timeout_s": 0.8, **extra}
         policy = tmp_path / "policy.toml"
         policy.write_text(POLICY.format(**fields))
         base = settings or Settings()

@@ -115,12 +115,13 @@ def test_a_flapping_tier_never_turns_answerable_requests_into_5xx(
 def test_probes_keep_their_own_connections(stub: Stub, gateway: Gateway) -> None:
     """Every request connection busy with a slow answer: the health probe still gets through,
     so a healthy upstream is never marked down (and escalations never fail fast for it)."""
-    stub.mode, stub.delay_s = "slow", 0.5
-    with gateway(stub.url, upstream_extra="max_queue = 1") as url:  # one request connection
+    stub.mode, stub.delay_s = "slow", 1.5
+    with gateway(stub.url, upstream_extra="max_queue = 1",  # one request connection
+                 read_timeout_s="3.0", timeout_s="3.0") as url:
         ups = []
         worker = threading.Thread(target=lambda: ask(url))
         worker.start()
-        deadline = time.monotonic() + 0.45
+        deadline = time.monotonic() + 1.3
         time.sleep(0.05)
         while time.monotonic() < deadline:
             ups.append(httpx.get(url + "/health").json()["tiers"]["clef"]["urls"][0]["up"])
