@@ -50,6 +50,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_inflight: int = 256
     max_body_bytes: int = 16 * 1024 * 1024
     body_read_timeout_s: float = 10.0
+    # Threads that decode and validate bodies and images (apart from the engines' threads), and
+    # how many bodies may wait for one before new ones get 503 + Retry-After.
+    decode_threads: int = 2
+    decode_queue: int = 32
     log_level: str = "info"
 
     def __repr__(self) -> str:

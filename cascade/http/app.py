@@ -25,22 +25,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cascade import __version__, metrics
 from cascade.errors import (
-    BodyTimeout,
     CascadeError,
     ClientError,
     Overloaded,
     PayloadTooLarge,
     Unauthorized,
-    UnsupportedMediaType,
     ValidationFailed,
     status_of,
 )
 from cascade.gateway import Gateway
-from cascade.http.bodies import decode_content, split_multipart
-from cascade.http.intake import OFFLOAD_BYTES, read_batch_calls, read_call
+from cascade.http.intake import read_batch_calls, read_call, read_request
 from cascade.http.openapi import document, operation
+from cascade.http.workers import DecodePool
 from cascade.schema import (
-    LIMITS,
     BatchRequest,
     BatchResponse,
     ErrorBody,
@@ -57,51 +54,6 @@ from cascade.settings import Settings
 
 log = logging.getLogger("cascade")
 JSON = "application/json"
-
-
-async def read_body(request: Request, settings: Settings) -> bytes:
-    """The raw body, refused past ``max_body_bytes`` (413) or ``body_read_timeout_s`` (408)."""
-    limit = settings.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(settings.body_read_timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-                chunks.append(chunk)
-    except TimeoutError as exc:
-        wait = settings.body_read_timeout_s
-        raise BodyTimeout(f"request body not received within {wait} s") from exc
-    return b"".join(chunks)
-
-
-async def read_request(request: Request, settings: Settings) -> tuple[bytes, dict[str, Any]]:
-    """Decoded JSON bytes and multipart parts (``asset-N`` images) of a request. Compressed or
-    large bodies are decoded in a worker thread (up to 16 MiB of output: milliseconds)."""
-    raw = await read_body(request, settings)
-    content_type = request.headers.get("content-type", JSON)
-    media = content_type.split(";", 1)[0].strip().lower()
-    multipart = media.startswith("multipart/form-data")
-    if not multipart and media not in ("", JSON, "text/json") and not media.endswith("+json"):
-        raise UnsupportedMediaType(
-            f"unsupported content type {media!r}; send application/json or multipart/form-data"
-        )
-    encoding = request.headers.get("content-encoding")
-
-    def decode() -> tuple[bytes, dict[str, Any]]:
-        body = decode_content(raw, encoding, limit=settings.max_body_bytes)
-        if multipart:
-            return split_multipart(body, content_type, limit_parts=LIMITS.max_images)
-        return body, {}
-
-    if encoding or len(raw) > OFFLOAD_BYTES:
-        return await asyncio.to_thread(decode)
-    return decode()
 
 
 def _bearer(request: Request) -> str | None:
@@ -240,12 +192,13 @@ async def systemone(request: Request) -> Response[bytes]:
     """System One: ``{model, state, questions, images?, assets?}`` → ``{model, answers, usage}``."""
     settings: Settings = request.app.state.settings
     gateway: Gateway = request.app.state.gateway
+    pool: DecodePool = request.app.state.decode_pool
 
     async def work() -> tuple[Response[bytes], str]:
         with metrics.HOP_DURATION.labels(hop="decode").time():
-            body, parts = await read_request(request, settings)
+            body, parts = await read_request(request, settings, pool)
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            call = await read_call(body, parts, request_id=request_id(request.scope))
+            call = await read_call(body, parts, pool, request_id=request_id(request.scope))
         outcome = await gateway.systemone(call)
         return _json(outcome.response, outcome.headers), outcome.label
 
@@ -258,14 +211,15 @@ async def systemone_batch(request: Request) -> Response[bytes]:
     """``{states: [...], questions}`` → ``{results: [...], total_usage}`` (at most 64 states)."""
     settings: Settings = request.app.state.settings
     gateway: Gateway = request.app.state.gateway
+    pool: DecodePool = request.app.state.decode_pool
 
     async def work() -> tuple[Response[bytes], str]:
         with metrics.HOP_DURATION.labels(hop="decode").time():
-            body, parts = await read_request(request, settings)
+            body, parts = await read_request(request, settings, pool)
         if parts:  # the batch takes text states only: refuse images rather than drop them
             raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            calls = await read_batch_calls(body, request_id=request_id(request.scope))
+            calls = await read_batch_calls(body, pool, request_id=request_id(request.scope))
         outcomes = await asyncio.gather(*(gateway.systemone(call) for call in calls))
         results = [o.response for o in outcomes]
         total = TotalUsage(
@@ -322,6 +276,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
         finally:
             app.state.ready = False
             await gateway.aclose()
+            app.state.decode_pool.close()
 
     app = Litestar(
         route_handlers=[systemone, systemone_batch, models, health, ready, prometheus_metrics],
@@ -342,6 +297,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
     app.state.gateway = gateway
     app.state.api_keys = settings.keys()
     app.state.admission = Admission(settings.max_inflight)
+    app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
     app.state.ready = False
     return app
 
