@@ -4,7 +4,7 @@
 
     CascadeError
     ├── ClientError                     the client's mistake: always 4xx, never retried
-    │   ├── MalformedBody               400 invalid_request_error (not JSON, lone surrogate, ...)
+    │   ├── MalformedBody               400 invalid_request_error (broken compression or multipart)
     │   ├── Unauthorized                401 authentication_error
     │   ├── UnknownModel                400 api_usage_error (jevcompat's mock answers the same)
     │   ├── PayloadTooLarge             413 request_too_large (body, state, images, tokens)
