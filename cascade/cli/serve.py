@@ -50,17 +50,19 @@ def clef_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int:
-    import uvicorn
-
     from cascade.http.app import create_app
+    from cascade.http.logs import RepeatFilter
+    from cascade.http.server import serve
 
     settings = from_env(**settings_overrides)
     level = (log_level or settings.log_level).upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
+    repeats = RepeatFilter(settings.log_repeat_burst, settings.log_repeat_interval_s)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(repeats)
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=level.lower(),
-                workers=1, lifespan="on")
+    serve(app, settings, level.lower())
     return 0
 
 

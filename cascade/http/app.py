@@ -125,14 +125,14 @@ def request_id(scope: Any) -> str:
 
 async def echo_request_id(message: Any, scope: Any) -> None:
     """``before_send`` hook: every response, errors and 404s included, carries the id in
-    ``x-request-id`` and ``x-typesafe-request-id`` (the header the official SDKs read)."""
+    ``x-request-id`` and ``x-typesafe-request-id`` (the header the official SDKs read). While
+    draining, responses close their connection, so clients reconnect to another instance."""
     if message["type"] == "http.response.start":
         rid = request_id(scope).encode()
-        message["headers"] = [
-            *(message.get("headers") or []),
-            (b"x-request-id", rid),
-            (b"x-typesafe-request-id", rid),
-        ]
+        extra = [(b"x-request-id", rid), (b"x-typesafe-request-id", rid)]
+        if scope["app"].state.draining:
+            extra.append((b"connection", b"close"))
+        message["headers"] = [*(message.get("headers") or []), *extra]
 
 
 class Admission:
@@ -246,9 +246,11 @@ async def health(request: Request) -> Response[bytes]:
     return _json({"status": "ok", **request.app.state.gateway.health()})
 
 
-@get("/ready", summary="200 once every tier is loaded and warmed up; 503 before and at shutdown")
+@get("/ready", summary="200 once every tier is loaded and warmed up; 503 before, while draining "
+     "after SIGTERM, and at shutdown")
 async def ready(request: Request) -> Response[bytes]:
-    is_ready = request.app.state.ready and request.app.state.gateway.ready()
+    state = request.app.state
+    is_ready = state.ready and not state.draining and state.gateway.ready()
     return Response(
         content=encoder.encode({"ready": is_ready}), status_code=200 if is_ready else 503,
         media_type=JSON,
@@ -299,6 +301,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
     app.state.admission = Admission(settings.max_inflight)
     app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
     app.state.ready = False
+    app.state.draining = False  # set on SIGTERM by cascade.http.server
     return app
 
 
