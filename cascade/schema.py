@@ -232,6 +232,28 @@ class ModelList(Base, kw_only=True):
     models: list[ModelCard]
 
 
+# ---------------------------------------------------------------- health
+
+
+class Health(Base, kw_only=True):
+    """``GET /health``: ``status`` always; the details only with a valid key (or auth off)."""
+
+    status: Literal["ok"] = "ok"
+    demo: bool | None = None
+    warning: str | None = None
+    ready: bool | None = None
+    loaded: list[str] | None = None  # what Laya's remote client reads
+    revisions: dict[str, str | None] | None = None
+    route: dict[str, str | None] | None = None
+    tiers: dict[str, dict[str, Any]] | None = None  # each engine's own health, and its breaker
+
+
+class Readiness(Base, kw_only=True):
+    """``GET /ready``: 200 with ``ready: true``, or 503 with ``ready: false``."""
+
+    ready: bool
+
+
 # ---------------------------------------------------------------- errors
 
 

@@ -46,6 +46,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # holds one key per line; lines starting with # are comments.
     api_keys: tuple[str, ...] = ()
     api_keys_file: str | None = None
+    # With keys configured, /metrics and /docs need one too, unless made public here (for a
+    # Prometheus without credentials, or a public API reference).
+    public_metrics: bool = False
+    public_docs: bool = False
     # Admission: requests in flight before new ones get 503 + Retry-After.
     max_inflight: int = 256
     max_body_bytes: int = 16 * 1024 * 1024

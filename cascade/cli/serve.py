@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from cascade.settings import from_env, parse_map
+from cascade.settings import Settings, from_env, parse_map
 
 
 def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
@@ -51,19 +51,26 @@ def clef_flags(parser: argparse.ArgumentParser) -> None:
 
 def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int:
     from cascade.http.app import create_app
-    from cascade.http.logs import RepeatFilter
     from cascade.http.server import serve
 
     settings = from_env(**settings_overrides)
+    level = configure_logging(settings, log_level)
+    app = create_app(settings)
+    serve(app, settings, level.lower())
+    return 0
+
+
+def configure_logging(settings: Settings, log_level: str | None) -> str:
+    """The process's logging: one format, and repeated lines rate-limited. Returns the level."""
+    from cascade.http.logs import RepeatFilter
+
     level = (log_level or settings.log_level).upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
     repeats = RepeatFilter(settings.log_repeat_burst, settings.log_repeat_interval_s)
     for handler in logging.getLogger().handlers:
         handler.addFilter(repeats)
-    app = create_app(settings)
-    serve(app, settings, level.lower())
-    return 0
+    return level
 
 
 def run_serve(args: argparse.Namespace) -> int:

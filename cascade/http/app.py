@@ -18,8 +18,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
-from litestar import Litestar, Request, Response, get, post
+from litestar import Litestar, Request, Response, Router, get, post
+from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException
+from litestar.handlers import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -35,14 +37,16 @@ from cascade.errors import (
 )
 from cascade.gateway import Gateway
 from cascade.http.intake import read_batch_calls, read_call, read_request
-from cascade.http.openapi import document, operation
+from cascade.http.openapi import AUTH_ERRORS, document, operation
 from cascade.http.workers import DecodePool
 from cascade.schema import (
     BatchRequest,
     BatchResponse,
     ErrorBody,
     ErrorDetail,
+    Health,
     ModelList,
+    Readiness,
     SystemOneRequest,
     SystemOneResponse,
     TotalUsage,
@@ -56,13 +60,13 @@ log = logging.getLogger("cascade")
 JSON = "application/json"
 
 
-def _bearer(request: Request) -> str | None:
+def _bearer(request: ASGIConnection) -> str | None:
     value = request.headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def authorized(request: Request, keys: frozenset[str]) -> bool:
+def authorized(request: ASGIConnection, keys: frozenset[str]) -> bool:
     """Constant-time check against every key; with no keys configured, auth is off."""
     if not keys:
         return True
@@ -233,13 +237,14 @@ async def systemone_batch(request: Request) -> Response[bytes]:
 
 
 @get("/v1/models", summary="Model names this gateway answers to (Jev shape)",
-     operation_class=operation(None, ModelList))
+     operation_class=operation(None, ModelList, AUTH_ERRORS))
 async def models(request: Request) -> Response[bytes]:
     require_auth(request)
     return _json(ModelList(models=request.app.state.gateway.model_cards()))
 
 
-@get("/health", summary="Liveness; details with a valid key or when auth is off")
+@get("/health", summary="Liveness; details with a valid key or when auth is off",
+     operation_class=operation(None, Health, {}))
 async def health(request: Request) -> Response[bytes]:
     if request.app.state.api_keys and not authorized(request, request.app.state.api_keys):
         return _json({"status": "ok"})
@@ -247,19 +252,29 @@ async def health(request: Request) -> Response[bytes]:
 
 
 @get("/ready", summary="200 once every tier is loaded and warmed up; 503 before, while draining "
-     "after SIGTERM, and at shutdown")
+     "after SIGTERM, and at shutdown",
+     operation_class=operation(None, Readiness, {"503": ("Not ready", Readiness)}))
 async def ready(request: Request) -> Response[bytes]:
     state = request.app.state
     is_ready = state.ready and not state.draining and state.gateway.ready()
     return Response(
-        content=encoder.encode({"ready": is_ready}), status_code=200 if is_ready else 503,
+        content=encoder.encode(Readiness(ready=is_ready)), status_code=200 if is_ready else 503,
         media_type=JSON,
     )
 
 
 @get("/metrics", summary="Prometheus metrics", include_in_schema=False)
-async def prometheus_metrics() -> Response[bytes]:
+async def prometheus_metrics(request: Request) -> Response[bytes]:
+    if not request.app.state.settings.public_metrics:
+        require_auth(request)
     return Response(content=generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _docs_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """With API keys configured, the OpenAPI document and UI need one unless ``public_docs``."""
+    app = connection.app
+    if not app.state.settings.public_docs and not authorized(connection, app.state.api_keys):
+        raise Unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
 
 
 def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
@@ -289,7 +304,10 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
             HTTPException: _handle_http_exception,
             Exception: _handle_unexpected,
         },
-        openapi_config=OpenAPIConfig(title="cascade", version=__version__, path="/docs"),
+        openapi_config=OpenAPIConfig(
+            title="cascade", version=__version__,
+            openapi_router=Router("/docs", route_handlers=[], guards=[_docs_guard]),
+        ),
         request_max_body_size=None,
         logging_config=None,  # the process configures logging (cascade.cli.serve)
         debug=False,

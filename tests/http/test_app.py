@@ -305,3 +305,47 @@ def test_openapi_documents_the_wire_schema(client: TestClient) -> None:
     assert {"SystemOneRequest", "SystemOneResponse", "BatchRequest", "ChoiceQuestion",
             "ValidationErrorBody", "ErrorBody"} <= set(schemas)
     assert "questions" in schemas["SystemOneRequest"]["properties"]
+
+
+def test_openapi_documents_health_and_ready_as_objects(client: TestClient) -> None:
+    doc = client.get("/docs/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+
+    def answer(path: str, status: str) -> dict:
+        content = doc["paths"][path]["get"]["responses"][status]["content"]
+        ref = content["application/json"]["schema"]["$ref"]
+        return schemas[ref.rsplit("/", 1)[1]]
+
+    assert answer("/health", "200")["type"] == "object"
+    assert "status" in answer("/health", "200")["properties"]
+    for status in ("200", "503"):
+        assert answer("/ready", status)["properties"]["ready"] == {"type": "boolean"}
+
+
+@pytest.mark.parametrize(("settings", "metrics", "docs"), [
+    ({}, 401, 401),
+    ({"public_metrics": True}, 200, 401),
+    ({"public_docs": True}, 401, 200),
+])
+def test_with_keys_metrics_and_docs_need_one_unless_public(
+    settings: dict, metrics: int, docs: int
+) -> None:
+    with make_client(api_keys=("k1",), **settings) as c:
+        assert c.get("/metrics").status_code == metrics
+        assert c.get("/docs/openapi.json").status_code == docs
+        assert c.get("/docs").status_code == docs
+        key = {"authorization": "Bearer k1"}
+        assert c.get("/metrics", headers=key).status_code == 200
+        assert c.get("/docs/openapi.json", headers=key).status_code == 200
+        assert c.get("/health").status_code == c.get("/ready").status_code == 200
+
+
+def test_an_image_the_strong_tier_cannot_take_is_422_at_the_front_door(
+    client: TestClient
+) -> None:
+    buf = io.BytesIO()
+    PILImage.new("RGB", (201, 1)).save(buf, "PNG")
+    body = {**BODY, "images": [base64.b64encode(buf.getvalue()).decode()]}
+    r = client.post("/v1/systemone", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "images", 0]
