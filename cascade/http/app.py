@@ -306,7 +306,8 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
         },
         openapi_config=OpenAPIConfig(
             title="cascade", version=__version__,
-            openapi_router=Router("/docs", route_handlers=[], guards=[_docs_guard]),
+            openapi_router=Router("/docs", route_handlers=[], guards=[_docs_guard],
+                                  include_in_schema=False),
         ),
         request_max_body_size=None,
         logging_config=None,  # the process configures logging (cascade.cli.serve)
