@@ -23,6 +23,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from cascade.schema import ErrorBody, ErrorDetail, encoder
 
+LINGER_S = 1.0  # after refusing a head: how long to keep reading (and dropping) before closing
+
 
 class HeadLimits:
     """The limits one server's connections share (set on a subclass by ``guarded``)."""
@@ -48,6 +50,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_fields = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._too_large: str | None = None
+        self._discarding = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -58,6 +61,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:  # refused: the rest of what the client sends is dropped unread
+            return
         if self._in_head:
             self._head_bytes += len(data)
         super().data_received(data)
@@ -114,6 +119,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _refuse(self, status: int, error_type: str, message: str) -> None:
+        """Answer ``status`` and close. Closing a socket with unread input makes the kernel send
+        a reset, which can destroy the answer before the client reads it (a client still
+        sending its 10 MB header would see only "connection reset"); so, as nginx's lingering
+        close does, send the answer and a FIN, then read and discard for ``LINGER_S``."""
         body = encoder.encode(ErrorBody(detail=ErrorDetail(error_type=error_type, message=message)))
         head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
@@ -121,7 +130,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\n"
                     b"connection: close\r\n\r\n" % len(body))
         self.transport.write(b"".join([*head, body]))
-        self.transport.close()
+        self._disarm_head_timer()
+        self._discarding = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
 
 
 def guarded(limits: HeadLimits) -> type[GuardedHttpToolsProtocol]:
