@@ -74,8 +74,9 @@ class BodyTimeout(ClientError):
 class ValidationFailed(ClientError):
     """422. ``items`` are FastAPI-style ``{"loc", "msg", "type"}`` dicts."""
 
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        super().__init__("; ".join(str(i["msg"]) for i in items))
+    def __init__(self, items: list[dict[str, Any]], message: str | None = None) -> None:
+        # ``message`` (logs, ``cascade route``) defaults to the items' msgs; the wire has items.
+        super().__init__(message or "; ".join(str(i["msg"]) for i in items))
         self.items = items
 
     @classmethod

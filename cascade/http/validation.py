@@ -74,7 +74,9 @@ def json_invalid(body: bytes, exc: Exception) -> ValidationFailed:
         found = _BYTE.search(str(exc))
         at = int(found.group(1)) if found else len(body) if "truncated" in str(exc) else 0
     position = len(body[:at].decode("utf-8", "replace"))
-    return ValidationFailed.at([position], "JSON decode error", "json_invalid")
+    item = {"loc": ["body", position], "msg": "JSON decode error", "type": "json_invalid"}
+    reason = f"request body is not valid JSON at character {position}: {exc}"
+    return ValidationFailed([item], reason)
 
 
 def check_json_value(value: Any, loc: list[str | int], limits: Limits = LIMITS) -> None:
