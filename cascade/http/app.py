@@ -285,6 +285,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
         await gateway.start()
         app.state.ready = True
         log.info("cascade %s ready: %s", __version__, gateway.describe())
@@ -318,7 +319,6 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
     app.state.gateway = gateway
     app.state.api_keys = settings.keys()
     app.state.admission = Admission(settings.max_inflight)
-    app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
     app.state.ready = False
     app.state.draining = False  # set on SIGTERM by cascade.http.server
     return app
