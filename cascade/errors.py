@@ -4,7 +4,7 @@
 
     CascadeError
     ├── ClientError                     the client's mistake: always 4xx, never retried
-    │   ├── MalformedBody               400 invalid_request_error (not JSON, lone surrogate, ...)
+    │   ├── MalformedBody               400 invalid_request_error (broken compression or multipart)
     │   ├── Unauthorized                401 authentication_error
     │   ├── UnknownModel                400 api_usage_error (jevcompat's mock answers the same)
     │   ├── PayloadTooLarge             413 request_too_large (body, state, images, tokens)
@@ -74,8 +74,9 @@ class BodyTimeout(ClientError):
 class ValidationFailed(ClientError):
     """422. ``items`` are FastAPI-style ``{"loc", "msg", "type"}`` dicts."""
 
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        super().__init__("; ".join(str(i["msg"]) for i in items))
+    def __init__(self, items: list[dict[str, Any]], message: str | None = None) -> None:
+        # ``message`` (logs, ``cascade route``) defaults to the items' msgs; the wire has items.
+        super().__init__(message or "; ".join(str(i["msg"]) for i in items))
         self.items = items
 
     @classmethod

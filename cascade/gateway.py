@@ -100,12 +100,13 @@ def subcall(call: EngineCall, qids: Iterable[str]) -> EngineCall:
 
 
 class DecisionSink(Protocol):
-    """Where answered requests are logged (``cascade.eval.decision_log.DecisionLog``); both
-    calls must return at once (never block the event loop)."""
+    """Where answered requests are logged (``cascade.eval.decision_log.DecisionLog``).
+    ``record`` is awaited before the response goes out (it may wait briefly for the rows to be
+    durable); ``shadowed`` returns at once. Neither blocks the event loop."""
 
-    def record(self, call: EngineCall, routes: Mapping[str, QuestionRoute],
-               answers: Mapping[str, EngineAnswer], degraded: Mapping[str, str],
-               checkpoint: str | None, latency_s: float) -> None: ...
+    async def record(self, call: EngineCall, routes: Mapping[str, QuestionRoute],
+                     answers: Mapping[str, EngineAnswer], degraded: Mapping[str, str],
+                     checkpoint: str | None, latency_s: float) -> None: ...
 
     def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None: ...
 
@@ -293,8 +294,8 @@ class Gateway:
         response = self._response(call, results, tiers, usages, models, routes, degraded, timings)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - t_merge)
         if self.decisions is not None:
-            self.decisions.record(call, routes, answers, degraded, pre.cheap_checkpoint,
-                                  time.perf_counter() - started)
+            await self.decisions.record(call, routes, answers, degraded, pre.cheap_checkpoint,
+                                        time.perf_counter() - started)
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
         if cheap_answer is not None and shadow_questions(policy, pre, escalated, key):
             self._shadow(call, cheap_answer)

@@ -35,6 +35,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_images: int = 4  # Cloudflare's cap
     max_image_bytes: int = 4 * 1024 * 1024
     max_image_pixels: int = 16_000_000
+    # All of a request's images together, checked from their headers before any is decoded.
+    max_request_pixels: int = 64_000_000
+    # Longest side / shortest side: Qwen's image processor (Clef) refuses more than 200.
+    max_image_aspect: float = 200.0
     max_batch_states: int = 64  # Laya's /v1/systemone/batch
     max_token_budget: int = 8192  # Laya's LAYA_MAX_TOKEN_BUDGET for max_len / head_max_len
 
@@ -226,6 +230,28 @@ class ModelCard(Base, kw_only=True):
 
 class ModelList(Base, kw_only=True):
     models: list[ModelCard]
+
+
+# ---------------------------------------------------------------- health
+
+
+class Health(Base, kw_only=True):
+    """``GET /health``: ``status`` always; the details only with a valid key (or auth off)."""
+
+    status: Literal["ok"] = "ok"
+    demo: bool | None = None
+    warning: str | None = None
+    ready: bool | None = None
+    loaded: list[str] | None = None  # what Laya's remote client reads
+    revisions: dict[str, str | None] | None = None
+    route: dict[str, str | None] | None = None
+    tiers: dict[str, dict[str, Any]] | None = None  # each engine's own health, and its breaker
+
+
+class Readiness(Base, kw_only=True):
+    """``GET /ready``: 200 with ``ready: true``, or 503 with ``ready: false``."""
+
+    ready: bool
 
 
 # ---------------------------------------------------------------- errors

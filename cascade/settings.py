@@ -48,6 +48,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # holds one key per line; lines starting with # are comments.
     api_keys: tuple[str, ...] = ()
     api_keys_file: str | None = None
+    # With keys configured, /metrics and /docs need one too, unless made public here (for a
+    # Prometheus without credentials, or a public API reference).
+    public_metrics: bool = False
+    public_docs: bool = False
     # Admission: requests in flight before new ones get 503 + Retry-After.
     max_inflight: int = 256
     # Admission by expected wait: a request the tiers' measured work ahead would keep waiting
@@ -55,11 +59,30 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     admission_deadline_s: float = ADMISSION_DEADLINE_S
     max_body_bytes: int = 16 * 1024 * 1024
     body_read_timeout_s: float = 10.0
+    # Threads that decode and validate bodies and images (apart from the engines' threads), and
+    # how many bodies may wait for one before new ones get 503 + Retry-After.
+    decode_threads: int = 2
+    decode_queue: int = 32
+    # The request head (request line and header fields): over either limit is 431. A connection
+    # that has not sent a whole head this long after opening (or after its next request's
+    # first byte) is closed; an idle keep-alive connection is closed after keep_alive_s.
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 128
+    header_timeout_s: float = 10.0
+    keep_alive_s: float = 5.0
+    # SIGTERM: /ready answers 503 for drain_s while requests are still served, then in-flight
+    # requests get grace_s to finish before the process exits.
+    drain_s: float = 5.0
+    grace_s: float = 20.0
     log_level: str = "info"
     # A calibration file from ``cascade calibrate`` (overrides the policy's [calibration] file).
     calibration: str | None = None
     # A SQLite decision log, one row per answered question (overrides [decision_log] file).
     decision_log: str | None = None
+    # Repeated log lines: the first log_repeat_burst of each kind per log_repeat_interval_s pass;
+    # the rest are counted and reported with the next line of that kind.
+    log_repeat_burst: int = 5
+    log_repeat_interval_s: float = 10.0
 
     def __repr__(self) -> str:
         fields = msgspec.structs.asdict(self)

@@ -104,6 +104,12 @@ class Encoded:
     media_offset: int
 
 
+# A reject-mode state longer than this many characters per token of the limit has its prefix
+# counted first (see ``PromptEncoder._refuse_far_over``).
+PREFIX_CHARS_PER_TOKEN = 8
+CUT_MARGIN_TOKENS = 64
+
+
 class PromptEncoder:
     """Builds ``Encoded`` prompts with one batched tokenizer call per request.
 
@@ -123,7 +129,10 @@ class PromptEncoder:
     def encode(self, state: Any, questions: Mapping[str, Question],
                media_ids: Sequence[int] = ()) -> Encoded:
         """Encode one request; raises ``TokensExceeded`` per the over-long policy."""
-        state_ids, schema, spans = self._tokenize(state, questions)
+        text = render(state)
+        if self.overlong == "reject":
+            self._refuse_far_over(text)
+        state_ids, schema, spans = self._tokenize(text, questions)
         prefix = self._fixed[PREFIX] + list(media_ids)
         fixed = len(prefix) + len(schema) + len(self._fixed[SUFFIX])
         if fixed > self.max_length:
@@ -149,13 +158,28 @@ class PromptEncoder:
 
     def count(self, state: Any, questions: Mapping[str, Question], media_tokens: int = 0) -> int:
         """The full prompt length before any truncation (never raises for length)."""
-        state_ids, schema, _ = self._tokenize(state, questions)
+        state_ids, schema, _ = self._tokenize(render(state), questions)
         return (len(self._fixed[PREFIX]) + media_tokens + len(state_ids) + len(schema)
                 + len(self._fixed[SUFFIX]))
 
-    def _tokenize(self, state: Any, questions: Mapping[str, Question]
+    def _refuse_far_over(self, text: str) -> None:
+        """Refuse a state whose first ``PREFIX_CHARS_PER_TOKEN × max_length`` characters already
+        hold more than ``max_length`` tokens, without tokenizing the rest: a 1,000,000-character
+        state took about 1 s and 180 MB to count in full, only to be refused."""
+        cut = PREFIX_CHARS_PER_TOKEN * self.max_length
+        if len(text) <= cut:
+            return
+        # Cutting a word can split its tokens differently; the margin keeps the refusal sure.
+        (head,) = self.tokenize_batch([text[:cut]])
+        if len(head) > self.max_length + CUT_MARGIN_TOKENS:
+            raise TokensExceeded(
+                f"Clef input is too long: the state's first {cut} characters already hold "
+                f"{len(head)} tokens; limit is {self.max_length} (overlong=reject)"
+            )
+
+    def _tokenize(self, text: str, questions: Mapping[str, Question]
                   ) -> tuple[list[int], list[int], list[_Spans]]:
-        pieces: list[str] = [render(state)]
+        pieces: list[str] = [text]
         layouts = []
         for i, (qid, question) in enumerate(questions.items()):
             options, caller = question_options(question)

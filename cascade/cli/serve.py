@@ -64,25 +64,33 @@ def clef_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int:
-    import uvicorn
-
     from cascade.build import build_gateway
     from cascade.http.app import create_app
+    from cascade.http.server import serve
 
     settings = from_env(**settings_overrides)
-    level = (log_level or settings.log_level).upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
+    level = configure_logging(settings, log_level)
     gateway = build_gateway(settings)
     gateway.decisions = open_decision_log(settings, gateway)
-    app = create_app(settings, gateway)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=level.lower(),
-                    workers=1, lifespan="on")
+        serve(create_app(settings, gateway), settings, level.lower())
     finally:
         if gateway.decisions is not None:
             gateway.decisions.close()
     return 0
+
+
+def configure_logging(settings: Settings, log_level: str | None) -> str:
+    """The process's logging: one format, and repeated lines rate-limited. Returns the level."""
+    from cascade.http.logs import RepeatFilter
+
+    level = (log_level or settings.log_level).upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
+    repeats = RepeatFilter(settings.log_repeat_burst, settings.log_repeat_interval_s)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(repeats)
+    return level
 
 
 def open_decision_log(settings: Settings, gateway: Gateway) -> DecisionLog | None:

@@ -1,13 +1,16 @@
 """The decision log: one SQLite row per answered question, written off the event loop.
 
 Off by default (``cascade serve --decision-log FILE`` or ``[decision_log]`` in a policy). The
-gateway calls ``record`` once per answered request and ``shadowed`` when a shadow answer of the
-strong tier arrives; both only put a small tuple on a bounded queue (``put_nowait``): a full
-queue drops the request's rows and counts them (``cascade_decision_log_rows_total{outcome=
-"dropped"}``), so the log never blocks or slows a request. One writer thread owns the
-connection: it serializes rows (state hashing included), inserts them and commits each drained
-batch at once, so a committed row trails its response by milliseconds (well under the one
-second the contract allows).
+gateway awaits ``record`` once per answered request, before its response is sent, and calls
+``shadowed`` when a shadow answer of the strong tier arrives. Both put a small tuple on a
+bounded queue (``put_nowait``): a full queue drops the request's rows and counts them
+(``cascade_decision_log_rows_total{outcome="dropped"}``). One writer thread owns the connection:
+it serializes rows (state hashing included), inserts them and commits each drained batch at
+once. ``record`` then waits for that commit, at most ``COMMIT_WAIT_S``, so a response is sent
+after its rows are on disk and a ``kill -9`` right after it loses none. A writer that misses
+that bound is marked lagging and nobody waits for it until its queue is empty again: a stuck
+disk costs one request ``COMMIT_WAIT_S`` at most, then rows are queued (or dropped) without
+slowing anything, and commit as soon as the writer moves.
 
 Crash safety: WAL journal with ``synchronous=NORMAL``. A commit is in the WAL file when it
 returns, so after ``kill -9`` every committed row is readable and ``pragma integrity_check``
@@ -34,6 +37,8 @@ fails or is skipped leaves ``shadow = 0`` and ``strong`` NULL.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import hashlib
 import logging
 import os
@@ -77,6 +82,7 @@ SHADOW_UPDATE = (
     "WHERE request_id = ? AND question_id = ?)"
 )
 MAX_BATCH = 1024  # queue items per transaction
+COMMIT_WAIT_S = 0.25  # the longest a response waits for its rows' commit
 
 
 class CheapEntry(msgspec.Struct, kw_only=True):
@@ -166,6 +172,7 @@ class DecisionLog:
         self.state_mode: StateMode = state_mode
         self.max_bytes, self.keep = max_bytes, max(1, keep)
         self.dropped = 0
+        self.lagging = False  # the writer missed COMMIT_WAIT_S and has not caught up since
         self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue(maxsize=queue_size)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = self._open()  # opened here so a bad path fails at boot, not later
@@ -174,24 +181,43 @@ class DecisionLog:
 
     # ------------------------------------------------------------ the request path
 
-    def record(
+    async def record(
         self, call: EngineCall, routes: Mapping[str, Any], answers: Mapping[str, EngineAnswer],
         degraded: Mapping[str, str], checkpoint: str | None, latency_s: float,
     ) -> None:
-        """Queue the rows of one answered request (``routes``: question id -> QuestionRoute)."""
-        self._put(("record", call, dict(routes), dict(answers), set(degraded), checkpoint,
-                   latency_s, time.time()))
+        """Queue the rows of one answered request (``routes``: question id -> QuestionRoute)
+        and wait, at most ``COMMIT_WAIT_S`` and never for a lagging writer, for their commit."""
+        done = self.queue_record(call, routes, answers, degraded, checkpoint, latency_s)
+        if done is None or self.lagging:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)), COMMIT_WAIT_S)
+        except TimeoutError:
+            self.lagging = True
+
+    def queue_record(
+        self, call: EngineCall, routes: Mapping[str, Any], answers: Mapping[str, EngineAnswer],
+        degraded: Mapping[str, str], checkpoint: str | None, latency_s: float,
+    ) -> concurrent.futures.Future[None] | None:
+        """``record`` without the wait: the future resolves once the rows are committed (or
+        failed); None when the queue was full and the rows were dropped."""
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        item = ("record", call, dict(routes), dict(answers), set(degraded), checkpoint,
+                latency_s, time.time(), done)
+        return done if self._put(item) else None
 
     def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None:
         """Queue the strong tier's shadow answer for a request already recorded."""
         self._put(("shadow", call, strong))
 
-    def _put(self, item: tuple[Any, ...]) -> None:
+    def _put(self, item: tuple[Any, ...]) -> bool:
         try:
             self._queue.put_nowait(item)
         except queue.Full:
             self.dropped += 1
             metrics.DECISION_LOG_ROWS.labels(outcome="dropped").inc(len(item[1].questions))
+            return False
+        return True
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Write what is queued, then stop the thread and close the file (idempotent)."""
@@ -218,7 +244,13 @@ class DecisionLog:
                 except queue.Empty:
                     break
             stop = None in batch
-            self._write([item for item in batch if item is not None])
+            items = [item for item in batch if item is not None]
+            self._write(items)
+            for item in items:  # committed, or failed and counted: nobody waits any longer
+                if item[0] == "record":
+                    item[-1].set_result(None)
+            if self._queue.empty():
+                self.lagging = False
         self._conn.close()
 
     def _write(self, batch: list[tuple[Any, ...]]) -> None:
@@ -229,7 +261,7 @@ class DecisionLog:
             self._conn.execute("BEGIN")
             for item in batch:
                 if item[0] == "record":
-                    rows = self._rows(*item[1:])
+                    rows = self._rows(*item[1:-1])
                     self._conn.executemany(INSERT, rows)
                     written += len(rows)
                 else:

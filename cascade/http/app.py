@@ -18,34 +18,35 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import msgspec
-from litestar import Litestar, Request, Response, get, post
+from litestar import Litestar, Request, Response, Router, get, post
+from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException
+from litestar.handlers import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cascade import __version__, metrics
 from cascade.errors import (
-    BodyTimeout,
     CascadeError,
     ClientError,
     Overloaded,
     PayloadTooLarge,
     Unauthorized,
-    UnsupportedMediaType,
     ValidationFailed,
     status_of,
 )
 from cascade.gateway import Gateway
-from cascade.http.bodies import decode_content, split_multipart
-from cascade.http.intake import OFFLOAD_BYTES, read_batch_calls, read_call
-from cascade.http.openapi import document, operation
+from cascade.http.intake import read_batch_calls, read_call, read_request
+from cascade.http.openapi import AUTH_ERRORS, document, operation
+from cascade.http.workers import DecodePool
 from cascade.schema import (
-    LIMITS,
     BatchRequest,
     BatchResponse,
     ErrorBody,
     ErrorDetail,
+    Health,
     ModelList,
+    Readiness,
     SystemOneRequest,
     SystemOneResponse,
     TotalUsage,
@@ -60,58 +61,13 @@ JSON = "application/json"
 T = TypeVar("T")
 
 
-async def read_body(request: Request, settings: Settings) -> bytes:
-    """The raw body, refused past ``max_body_bytes`` (413) or ``body_read_timeout_s`` (408)."""
-    limit = settings.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(settings.body_read_timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-                chunks.append(chunk)
-    except TimeoutError as exc:
-        wait = settings.body_read_timeout_s
-        raise BodyTimeout(f"request body not received within {wait} s") from exc
-    return b"".join(chunks)
-
-
-async def read_request(request: Request, settings: Settings) -> tuple[bytes, dict[str, Any]]:
-    """Decoded JSON bytes and multipart parts (``asset-N`` images) of a request. Compressed or
-    large bodies are decoded in a worker thread (up to 16 MiB of output: milliseconds)."""
-    raw = await read_body(request, settings)
-    content_type = request.headers.get("content-type", JSON)
-    media = content_type.split(";", 1)[0].strip().lower()
-    multipart = media.startswith("multipart/form-data")
-    if not multipart and media not in ("", JSON, "text/json") and not media.endswith("+json"):
-        raise UnsupportedMediaType(
-            f"unsupported content type {media!r}; send application/json or multipart/form-data"
-        )
-    encoding = request.headers.get("content-encoding")
-
-    def decode() -> tuple[bytes, dict[str, Any]]:
-        body = decode_content(raw, encoding, limit=settings.max_body_bytes)
-        if multipart:
-            return split_multipart(body, content_type, limit_parts=LIMITS.max_images)
-        return body, {}
-
-    if encoding or len(raw) > OFFLOAD_BYTES:
-        return await asyncio.to_thread(decode)
-    return decode()
-
-
-def _bearer(request: Request) -> str | None:
+def _bearer(request: ASGIConnection) -> str | None:
     value = request.headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def authorized(request: Request, keys: frozenset[str]) -> bool:
+def authorized(request: ASGIConnection, keys: frozenset[str]) -> bool:
     """Constant-time check against every key; with no keys configured, auth is off."""
     if not keys:
         return True
@@ -174,14 +130,14 @@ def request_id(scope: Any) -> str:
 
 async def echo_request_id(message: Any, scope: Any) -> None:
     """``before_send`` hook: every response, errors and 404s included, carries the id in
-    ``x-request-id`` and ``x-typesafe-request-id`` (the header the official SDKs read)."""
+    ``x-request-id`` and ``x-typesafe-request-id`` (the header the official SDKs read). While
+    draining, responses close their connection, so clients reconnect to another instance."""
     if message["type"] == "http.response.start":
         rid = request_id(scope).encode()
-        message["headers"] = [
-            *(message.get("headers") or []),
-            (b"x-request-id", rid),
-            (b"x-typesafe-request-id", rid),
-        ]
+        extra = [(b"x-request-id", rid), (b"x-typesafe-request-id", rid)]
+        if scope["app"].state.draining:
+            extra.append((b"connection", b"close"))
+        message["headers"] = [*(message.get("headers") or []), *extra]
 
 
 class Admission:
@@ -271,12 +227,13 @@ async def systemone(request: Request) -> Response[bytes]:
     """System One: ``{model, state, questions, images?, assets?}`` → ``{model, answers, usage}``."""
     settings: Settings = request.app.state.settings
     gateway: Gateway = request.app.state.gateway
+    pool: DecodePool = request.app.state.decode_pool
 
     async def work() -> tuple[Response[bytes], str]:
         with metrics.HOP_DURATION.labels(hop="decode").time():
-            body, parts = await read_request(request, settings)
+            body, parts = await read_request(request, settings, pool)
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            call = await read_call(body, parts, request_id=request_id(request.scope))
+            call = await read_call(body, parts, pool, request_id=request_id(request.scope))
         outcome = await unless_disconnected(request, gateway.systemone(call))
         return _json(outcome.response, outcome.headers), outcome.label
 
@@ -289,14 +246,15 @@ async def systemone_batch(request: Request) -> Response[bytes]:
     """``{states: [...], questions}`` → ``{results: [...], total_usage}`` (at most 64 states)."""
     settings: Settings = request.app.state.settings
     gateway: Gateway = request.app.state.gateway
+    pool: DecodePool = request.app.state.decode_pool
 
     async def work() -> tuple[Response[bytes], str]:
         with metrics.HOP_DURATION.labels(hop="decode").time():
-            body, parts = await read_request(request, settings)
+            body, parts = await read_request(request, settings, pool)
         if parts:  # the batch takes text states only: refuse images rather than drop them
             raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            calls = await read_batch_calls(body, request_id=request_id(request.scope))
+            calls = await read_batch_calls(body, pool, request_id=request_id(request.scope))
         async with request.app.state.admission.permit(len(calls) - 1):
             outcomes = await unless_disconnected(request, gateway.batch(calls))
         results = [o.response for o in outcomes]
@@ -311,13 +269,14 @@ async def systemone_batch(request: Request) -> Response[bytes]:
 
 
 @get("/v1/models", summary="Model names this gateway answers to (Jev shape)",
-     operation_class=operation(None, ModelList))
+     operation_class=operation(None, ModelList, AUTH_ERRORS))
 async def models(request: Request) -> Response[bytes]:
     require_auth(request)
     return _json(ModelList(models=request.app.state.gateway.model_cards()))
 
 
-@get("/health", summary="Liveness; details with a valid key or when auth is off")
+@get("/health", summary="Liveness; details with a valid key or when auth is off",
+     operation_class=operation(None, Health, {}))
 async def health(request: Request) -> Response[bytes]:
     if request.app.state.api_keys and not authorized(request, request.app.state.api_keys):
         return _json({"status": "ok"})
@@ -325,18 +284,29 @@ async def health(request: Request) -> Response[bytes]:
 
 
 @get("/ready", summary="200 while the cheap tier (or the only tier) can serve; 503 before "
-     "warm-up and at shutdown")
+     "warm-up, while draining after SIGTERM, and at shutdown",
+     operation_class=operation(None, Readiness, {"503": ("Not ready", Readiness)}))
 async def ready(request: Request) -> Response[bytes]:
-    is_ready = request.app.state.ready and request.app.state.gateway.ready()
+    state = request.app.state
+    is_ready = state.ready and not state.draining and state.gateway.ready()
     return Response(
-        content=encoder.encode({"ready": is_ready}), status_code=200 if is_ready else 503,
+        content=encoder.encode(Readiness(ready=is_ready)), status_code=200 if is_ready else 503,
         media_type=JSON,
     )
 
 
 @get("/metrics", summary="Prometheus metrics", include_in_schema=False)
-async def prometheus_metrics() -> Response[bytes]:
+async def prometheus_metrics(request: Request) -> Response[bytes]:
+    if not request.app.state.settings.public_metrics:
+        require_auth(request)
     return Response(content=generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _docs_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """With API keys configured, the OpenAPI document and UI need one unless ``public_docs``."""
+    app = connection.app
+    if not app.state.settings.public_docs and not authorized(connection, app.state.api_keys):
+        raise Unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
 
 
 def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
@@ -347,6 +317,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
         await gateway.start()
         app.state.ready = True
         log.info("cascade %s ready: %s", __version__, gateway.describe())
@@ -355,6 +326,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
         finally:
             app.state.ready = False
             await gateway.aclose()
+            app.state.decode_pool.close()
 
     app = Litestar(
         route_handlers=[systemone, systemone_batch, models, health, ready, prometheus_metrics],
@@ -365,7 +337,11 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
             HTTPException: _handle_http_exception,
             Exception: _handle_unexpected,
         },
-        openapi_config=OpenAPIConfig(title="cascade", version=__version__, path="/docs"),
+        openapi_config=OpenAPIConfig(
+            title="cascade", version=__version__,
+            openapi_router=Router("/docs", route_handlers=[], guards=[_docs_guard],
+                                  include_in_schema=False),
+        ),
         request_max_body_size=None,
         logging_config=None,  # the process configures logging (cascade.cli.serve)
         debug=False,
@@ -376,6 +352,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
     app.state.api_keys = settings.keys()
     app.state.admission = Admission(settings.max_inflight)
     app.state.ready = False
+    app.state.draining = False  # set on SIGTERM by cascade.http.server
     return app
 
 

@@ -11,12 +11,16 @@ Two wire forms carry images:
   one list, ``images`` first and then ``assets`` in the request's order, so a tier that can see
   images (Clef-flash) gets them in the order the client declared them.
 
-Every image is opened header-first: format and pixel count are checked before any pixel is
-decoded, so a decompression bomb costs a header read. The format is detected from the bytes; an
-asset's ``format`` and a part's content type are not trusted (the SDK labels unknown images
-``application/octet-stream``). Decoding a full 16 MP image to prove it intact takes about 0.1 s,
-so callers on an event loop should run ``collect_images`` in a worker thread when images are
-present.
+Images are checked in two passes so that nothing is expanded that cannot fit: first every
+image's header (format, pixel count, aspect ratio, and the request's pixel total) before any
+pixel is decoded, so a decompression bomb costs a header read; then each image is decoded, one
+at a time, to prove it intact. JPEGs are decoded at 1/8 scale for that (every byte of the
+entropy-coded data is still read), so one 16 MP check holds about 0.75 MB instead of 48 MB; PNG
+and WebP decode at full size (at most 64 MB for 16 MP RGBA). Callers run ``collect_images`` on
+the ``DecodePool``, whose few threads bound how many such decodes run at once.
+
+The format is detected from the bytes; an asset's ``format`` and a part's content type are not
+trusted (the SDK labels unknown images ``application/octet-stream``).
 """
 
 from __future__ import annotations
@@ -25,14 +29,15 @@ import base64
 import binascii
 import io
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from PIL import Image as PILImage
 
 from cascade.calls import Image
 from cascade.errors import PayloadTooLarge, ValidationFailed
 from cascade.http.bodies import Part
-from cascade.schema import Limits, RequestEnvelope, SystemOneRequest
+from cascade.schema import LIMITS, Limits, RequestEnvelope, SystemOneRequest
 
 _MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 _FORMATS = tuple(_MIME)
@@ -40,43 +45,76 @@ _FORMATS = tuple(_MIME)
 Loc = Sequence[str | int]
 
 
-def _invalid(loc: Loc, msg: str) -> ValidationFailed:
-    return ValidationFailed.at(list(loc), msg)
+def _invalid(loc: Loc, msg: str, kind: str = "value_error") -> ValidationFailed:
+    return ValidationFailed.at(list(loc), msg, kind)
 
 
-def load_image(data: bytes, *, max_bytes: int, max_pixels: int, loc: Loc = ()) -> Image:
-    """``data`` as a checked ``Image``: PNG, JPEG or WebP, within both limits, fully decodable.
+def read_header(data: bytes, *, limits: Limits = LIMITS, loc: Loc = ()) -> Image:
+    """``data``'s format and size from its header, checked; no pixel is decoded.
 
-    Raises ``PayloadTooLarge`` over ``max_bytes`` or ``max_pixels`` (checked from the header,
-    before decoding) and ``ValidationFailed`` at ``loc`` for another format or corrupt data.
+    Raises ``PayloadTooLarge`` over ``limits.max_image_bytes`` or ``max_image_pixels`` and
+    ``ValidationFailed`` at ``loc`` for another format, corrupt data, or an aspect ratio over
+    ``max_image_aspect`` (the Clef tier's image processor refuses those).
     """
-    where = f" ({'.'.join(map(str, loc))})" if loc else ""
-    if len(data) > max_bytes:
+    where = _where(loc)
+    if len(data) > limits.max_image_bytes:
         raise PayloadTooLarge(
-            f"image{where} of {len(data)} bytes exceeds the {max_bytes}-byte limit"
+            f"image{where} of {len(data)} bytes exceeds the {limits.max_image_bytes}-byte limit"
         )
+    with _pillow_errors(loc, limits.max_image_pixels):
+        with PILImage.open(io.BytesIO(data), formats=_FORMATS) as header:
+            width, height, fmt = header.width, header.height, str(header.format)
+            if width * height > limits.max_image_pixels:
+                raise PayloadTooLarge(
+                    f"image{where} of {width}x{height} pixels exceeds the "
+                    f"{limits.max_image_pixels}-pixel limit"
+                )
+            header.verify()
+    if min(width, height) < 1:
+        raise _invalid(loc, f"the image is {width}x{height} pixels; both sides must be >= 1")
+    if max(width, height) / min(width, height) > limits.max_image_aspect:
+        raise _invalid(
+            loc, f"the image is {width}x{height} pixels: its aspect ratio is over the "
+            f"{limits.max_image_aspect:g}:1 limit", "aspect_ratio",
+        )
+    return Image(data=data, mime=_MIME[fmt], width=width, height=height)
+
+
+def prove_decodes(image: Image, *, max_pixels: int = LIMITS.max_image_pixels,
+                  loc: Loc = ()) -> Image:
+    """``image`` if all its data decodes (JPEG at 1/8 scale); ``ValidationFailed`` if not."""
+    with _pillow_errors(loc, max_pixels):
+        with PILImage.open(io.BytesIO(image.data), formats=_FORMATS) as full:
+            if full.format == "JPEG":
+                full.draft(full.mode, (max(1, full.width // 8), max(1, full.height // 8)))
+            full.load()
+    return image
+
+
+def load_image(data: bytes, *, limits: Limits = LIMITS, loc: Loc = ()) -> Image:
+    """``data`` as a checked ``Image``: ``read_header`` then ``prove_decodes``."""
+    return prove_decodes(read_header(data, limits=limits, loc=loc),
+                         max_pixels=limits.max_image_pixels, loc=loc)
+
+
+def _where(loc: Loc) -> str:
+    return f" ({'.'.join(map(str, loc))})" if loc else ""
+
+
+@contextmanager
+def _pillow_errors(loc: Loc, max_pixels: int) -> Iterator[None]:
+    """Pillow's errors as ours. Our pixel limit is the one that applies; Pillow's own bomb
+    check (a warning under 2x its limit, an error over) must neither warn nor refuse first."""
     try:
         with warnings.catch_warnings():
-            # Our own pixel limit below is the one that applies; Pillow's is a warning only.
             warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
-            with PILImage.open(io.BytesIO(data), formats=_FORMATS) as header:
-                width, height, fmt = header.width, header.height, str(header.format)
-                if width * height > max_pixels:
-                    raise PayloadTooLarge(
-                        f"image{where} of {width}x{height} pixels exceeds the "
-                        f"{max_pixels}-pixel limit"
-                    )
-                header.verify()
-            # verify() leaves the image unusable and skips pixel data; load() proves it decodes.
-            with PILImage.open(io.BytesIO(data), formats=_FORMATS) as full:
-                full.load()
+            yield
     except PILImage.UnidentifiedImageError as exc:
         raise _invalid(loc, "the image is not PNG, JPEG or WebP") from exc
     except PILImage.DecompressionBombError as exc:
-        raise PayloadTooLarge(f"image{where} exceeds the {max_pixels}-pixel limit") from exc
+        raise PayloadTooLarge(f"image{_where(loc)} exceeds the {max_pixels}-pixel limit") from exc
     except (OSError, SyntaxError, ValueError) as exc:
         raise _invalid(loc, f"the image data is corrupt: {exc}") from exc
-    return Image(data=data, mime=_MIME[fmt], width=width, height=height)
 
 
 def _b64(text: str, loc: Loc) -> bytes:
@@ -117,7 +155,8 @@ def collect_images(
     ``parts`` are the multipart parts other than ``request`` (empty for a JSON body). Each asset
     names exactly one of ``data_base64`` or ``part``; each part must be claimed by exactly one
     asset, as TypeSafe's API requires. Raises ``ValidationFailed`` (422, with ``loc`` such as
-    ``["body", "images", 2]``) or ``PayloadTooLarge`` (413) per image.
+    ``["body", "images", 2]``) or ``PayloadTooLarge`` (413) per image, or for the request's
+    pixel total (``limits.max_request_pixels``), before any image is decoded.
     """
     images = request.images or []
     assets = request.assets or {}
@@ -150,9 +189,12 @@ def collect_images(
         raise _invalid(
             ["assets"], f"the multipart part {unclaimed[0]!r} is not claimed by an asset"
         )
-    return [
-        load_image(
-            data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, loc=loc
+    headers = [read_header(data, limits=limits, loc=loc) for data, loc in found]
+    total = sum(image.width * image.height for image in headers)
+    if total > limits.max_request_pixels:
+        raise PayloadTooLarge(
+            f"the request's images have {total} pixels together; the limit is "
+            f"{limits.max_request_pixels}"
         )
-        for data, loc in found
-    ]
+    return [prove_decodes(image, max_pixels=limits.max_image_pixels, loc=loc)
+            for image, (_, loc) in zip(headers, found, strict=True)]

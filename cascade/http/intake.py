@@ -1,4 +1,9 @@
-"""Validated ``EngineCall``s from decoded request bodies (single and Laya batch)."""
+"""From the wire to validated ``EngineCall``s: read the body (capped in size and time), undo its
+content coding, split multipart, validate (single and Laya batch), and check its images.
+
+Compressed or large bodies and every image are handled on the ``DecodePool``, never on the event
+loop and never on the default executor the engines use.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,73 @@ import asyncio
 from typing import Any
 
 import msgspec
+from litestar import Request
 
 from cascade.answers import check_min_confidence
 from cascade.calls import EngineCall
-from cascade.errors import PayloadTooLarge, ValidationFailed
+from cascade.errors import (
+    BodyTimeout,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+from cascade.http.bodies import decode_content, split_multipart
 from cascade.http.images import collect_images
 from cascade.http.validation import check_state, controls_of, parse_envelope, parse_questions
+from cascade.http.workers import DecodePool
 from cascade.schema import LIMITS, RequestEnvelope
+from cascade.settings import Settings
 
 # Bodies above this many bytes are decoded and validated in a worker thread: under it, the
 # thread hop costs more than the work.
 OFFLOAD_BYTES = 64 * 1024
+JSON = "application/json"
+
+
+async def read_body(request: Request, settings: Settings) -> bytes:
+    """The raw body, refused past ``max_body_bytes`` (413) or ``body_read_timeout_s`` (408)."""
+    limit = settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(settings.body_read_timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        wait = settings.body_read_timeout_s
+        raise BodyTimeout(f"request body not received within {wait} s") from exc
+    return b"".join(chunks)
+
+
+async def read_request(
+    request: Request, settings: Settings, pool: DecodePool
+) -> tuple[bytes, dict[str, Any]]:
+    """Decoded JSON bytes and multipart parts (``asset-N`` images) of a request."""
+    raw = await read_body(request, settings)
+    content_type = request.headers.get("content-type", JSON)
+    media = content_type.split(";", 1)[0].strip().lower()
+    multipart = media.startswith("multipart/form-data")
+    if not multipart and media not in ("", JSON, "text/json") and not media.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"unsupported content type {media!r}; send application/json or multipart/form-data"
+        )
+    encoding = request.headers.get("content-encoding")
+
+    def decode() -> tuple[bytes, dict[str, Any]]:
+        body = decode_content(raw, encoding, limit=settings.max_body_bytes)
+        if multipart:
+            return split_multipart(body, content_type, limit_parts=LIMITS.max_images)
+        return body, {}
+
+    if encoding or len(raw) > OFFLOAD_BYTES:
+        return await pool.run(decode)
+    return decode()
 
 
 def text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCall]:
@@ -37,23 +98,27 @@ def text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCall
     return env, call
 
 
-async def read_call(body: bytes, parts: dict[str, Any], *, request_id: str = "") -> EngineCall:
-    """The call of a ``/v1/systemone`` body. Large bodies are validated, and images (up to 16 MP
-    each) decoded, in a worker thread, so the event loop never waits on them."""
+async def read_call(
+    body: bytes, parts: dict[str, Any], pool: DecodePool, *, request_id: str = ""
+) -> EngineCall:
+    """The call of a ``/v1/systemone`` body. Large bodies are validated, and images checked, on
+    ``pool``, so the event loop never waits on them."""
     if len(body) > OFFLOAD_BYTES:
-        env, call = await asyncio.to_thread(text_call, body, request_id)
+        env, call = await pool.run(text_call, body, request_id)
     else:
         env, call = text_call(body, request_id)
     if env.images or env.assets:
-        images = await asyncio.to_thread(collect_images, env, parts, LIMITS)
+        images = await pool.run(collect_images, env, parts, LIMITS)
         call = msgspec.structs.replace(call, images=images)
     return call
 
 
-async def read_batch_calls(body: bytes, *, request_id: str = "") -> list[EngineCall]:
-    """The calls of a ``/v1/systemone/batch`` body (large bodies validated in a thread)."""
+async def read_batch_calls(
+    body: bytes, pool: DecodePool, *, request_id: str = ""
+) -> list[EngineCall]:
+    """The calls of a ``/v1/systemone/batch`` body (large bodies validated on ``pool``)."""
     if len(body) > OFFLOAD_BYTES:
-        return await asyncio.to_thread(_batch_calls, body, request_id)
+        return await pool.run(_batch_calls, body, request_id)
     return _batch_calls(body, request_id)
 
 

@@ -21,7 +21,9 @@ from cascade.schema import (
     BatchRequest,
     BatchResponse,
     ErrorBody,
+    Health,
     ModelList,
+    Readiness,
     SystemOneRequest,
     SystemOneResponse,
     ValidationErrorBody,
@@ -29,7 +31,7 @@ from cascade.schema import (
 
 REF = "#/components/schemas/{name}"
 DOCUMENTED = (SystemOneRequest, SystemOneResponse, BatchRequest, BatchResponse, ModelList,
-              ErrorBody, ValidationErrorBody)
+              Health, Readiness, ErrorBody, ValidationErrorBody)
 
 
 @dataclass
@@ -56,8 +58,19 @@ def _json(kind: type) -> dict[str, OpenAPIMediaType]:
     return {"application/json": OpenAPIMediaType(schema=ref)}
 
 
-def operation(request: type | None, response: type) -> type[Operation]:
-    """An ``operation_class`` documenting a route's JSON body, answer and error shapes."""
+ROUTE_ERRORS = {
+    "422": ("Validation error (malformed JSON included)", ValidationErrorBody),
+    "4XX": ("Other client errors (400, 401, 408, 413, 415, 429)", ErrorBody),
+    "5XX": ("Overloaded or a needed tier is down (503, see Retry-After), or an upstream "
+            "answered garbage (502)", ErrorBody),
+}
+AUTH_ERRORS = {"401": ("Missing or invalid API key (when keys are configured)", ErrorBody)}
+
+
+def operation(request: type | None, response: type,
+              errors: dict[str, tuple[str, type]] | None = None) -> type[Operation]:
+    """An ``operation_class`` documenting a route's JSON body, answer and error shapes:
+    ``errors`` (status -> description, Struct), else the /v1 routes' errors."""
 
     @dataclass
     class Documented(Operation):
@@ -68,14 +81,11 @@ def operation(request: type | None, response: type) -> type[Operation]:
                     description="JSON, optionally Content-Encoding zstd/gzip/deflate, or "
                     "multipart/form-data with a `request` JSON part and `asset-N` images",
                 )
+            shapes = errors if errors is not None else ROUTE_ERRORS
             self.responses = {
                 "200": OpenAPIResponse(description="OK", content=_json(response)),
-                "422": OpenAPIResponse(description="Validation error",
-                                       content=_json(ValidationErrorBody)),
-                "4XX": OpenAPIResponse(description="Other client errors (400, 401, 408, 413, "
-                                       "415, 429)", content=_json(ErrorBody)),
-                "503": OpenAPIResponse(description="Overloaded or a needed tier is down; "
-                                       "see Retry-After", content=_json(ErrorBody)),
+                **{status: OpenAPIResponse(description=text, content=_json(kind))
+                   for status, (text, kind) in shapes.items()},
             }
 
     return Documented

@@ -1,8 +1,11 @@
 """Turn request bytes into validated wire Structs, with errors in the contract's shapes.
 
-Malformed JSON (truncated, NaN, invalid UTF-8, lone surrogates) is a 400; a body that parses but
-breaks the schema is a 422 whose ``loc`` names the question id; a request over a size limit is a
-413 that names the limit. Nothing here raises anything but ``ClientError`` subclasses.
+A body that is not JSON (truncated, NaN, invalid UTF-8, lone surrogates, nested past the
+decoder's depth) is a 422 in FastAPI's shape, as the hosted Jev API answers it:
+``{"loc": ["body", POS], "msg": "JSON decode error", "type": "json_invalid"}`` with POS the
+character offset of the error; an empty body is 422 ``missing`` at ``["body"]``. A body that
+parses but breaks the schema is a 422 whose ``loc`` names the question id; a request over a size
+limit is a 413 that names the limit. Nothing here raises anything but ``ClientError`` subclasses.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from cascade.errors import MalformedBody, PayloadTooLarge, ValidationFailed
+from cascade.errors import PayloadTooLarge, ValidationFailed
 from cascade.questions import option_names
 from cascade.schema import (
     LIMITS,
@@ -28,6 +31,7 @@ from cascade.schema import (
 )
 
 _PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_BYTE = re.compile(r"\(byte (\d+)\)$")
 _INT_BOUND = 2**63
 
 
@@ -56,10 +60,23 @@ def _decode(decoder: msgspec.json.Decoder, data: bytes | msgspec.Raw, prefix: li
             loc.append(missing.group(1))
         kind = "missing" if missing else "value_error"
         raise ValidationFailed.at([*prefix, *loc], msg, kind) from None
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise MalformedBody(f"request body is not valid JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise MalformedBody("request body is nested too deeply") from exc
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise json_invalid(bytes(data), exc) from None
+
+
+def json_invalid(body: bytes, exc: Exception) -> ValidationFailed:
+    """FastAPI's answer to a body that does not parse, at the character where it breaks."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        at = bad.start
+    else:
+        found = _BYTE.search(str(exc))
+        at = int(found.group(1)) if found else len(body) if "truncated" in str(exc) else 0
+    position = len(body[:at].decode("utf-8", "replace"))
+    item = {"loc": ["body", position], "msg": "JSON decode error", "type": "json_invalid"}
+    reason = f"request body is not valid JSON at character {position}: {exc}"
+    return ValidationFailed([item], reason)
 
 
 def check_json_value(value: Any, loc: list[str | int], limits: Limits = LIMITS) -> None:
@@ -154,7 +171,7 @@ def check_state(state: Any, loc: list[str | int], limits: Limits = LIMITS) -> No
 
 def parse_envelope(body: bytes) -> RequestEnvelope:
     if not body.strip():
-        raise MalformedBody("request body is empty")
+        raise ValidationFailed.at([], "Field required", "missing")
     return _decode(envelope_decoder, body, [])
 
 

@@ -151,7 +151,7 @@ def test_the_file_rotates_past_its_size_cap(tmp_path: Path):
     log = _log(tmp_path / "d.db", policy, state_mode="text", max_bytes=64 * 1024, keep=2)
     big = "x" * 2000
     for i in range(150):
-        log.record(_call(f"r{i}", big), {"u": QuestionRoute("laya")}, {}, {}, None, 0.001)
+        log.queue_record(_call(f"r{i}", big), {"u": QuestionRoute("laya")}, {}, {}, None, 0.001)
         if i % 10 == 9:
             time.sleep(0.02)  # let the writer commit in several batches
     log.close()

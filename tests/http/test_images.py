@@ -5,8 +5,11 @@ from __future__ import annotations
 import base64
 import io
 import struct
+import subprocess
+import sys
 import time
 import zlib
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -19,6 +22,7 @@ from cascade.http.images import collect_images, image_bytes, load_image
 from cascade.schema import Limits, RequestEnvelope, envelope_decoder
 
 BIG = 1 << 30
+UNBOUNDED = Limits(max_image_bytes=BIG, max_image_pixels=BIG)
 
 
 def _encode(fmt: str, size: tuple[int, int] = (8, 6), mode: str = "RGB") -> bytes:
@@ -47,26 +51,26 @@ def _loc(exc: pytest.ExceptionInfo[ValidationFailed]) -> list[Any]:
     ("data", "mime"), [(PNG, "image/png"), (JPEG, "image/jpeg"), (WEBP, "image/webp")]
 )
 def test_png_jpeg_and_webp_load_with_their_size(data: bytes, mime: str) -> None:
-    image = load_image(data, max_bytes=BIG, max_pixels=BIG)
+    image = load_image(data, limits=UNBOUNDED)
     assert (image.mime, image.width, image.height, image.data) == (mime, 8, 6, data)
 
 
 @pytest.mark.parametrize("fmt", ["GIF", "BMP", "TIFF"])
 def test_other_formats_are_refused_with_their_loc(fmt: str) -> None:
     with pytest.raises(ValidationFailed, match="not PNG, JPEG or WebP") as exc:
-        load_image(_encode(fmt), max_bytes=BIG, max_pixels=BIG, loc=["images", 1])
+        load_image(_encode(fmt), limits=UNBOUNDED, loc=["images", 1])
     assert _loc(exc) == ["body", "images", 1]
 
 
 def test_bytes_over_the_limit_are_too_large() -> None:
     with pytest.raises(PayloadTooLarge, match=f"the {len(PNG) - 1}-byte limit"):
-        load_image(PNG, max_bytes=len(PNG) - 1, max_pixels=BIG)
+        load_image(PNG, limits=Limits(max_image_bytes=len(PNG) - 1, max_image_pixels=BIG))
 
 
 def test_pixels_over_the_limit_are_too_large() -> None:
-    load_image(PNG, max_bytes=BIG, max_pixels=48)
+    load_image(PNG, limits=Limits(max_image_bytes=BIG, max_image_pixels=48))
     with pytest.raises(PayloadTooLarge, match="8x6 pixels exceeds the 47-pixel limit"):
-        load_image(PNG, max_bytes=BIG, max_pixels=47)
+        load_image(PNG, limits=Limits(max_image_bytes=BIG, max_image_pixels=47))
 
 
 @pytest.mark.parametrize("side", [10_000, 50_000])  # Pillow: a warning at 89 MP, an error at 179
@@ -74,7 +78,7 @@ def test_a_decompression_bomb_is_refused_from_its_header(side: int) -> None:
     bomb = _with_png_size(PNG, side, side)
     started = time.perf_counter()
     with pytest.raises(PayloadTooLarge, match="16000000-pixel limit"):
-        load_image(bomb, max_bytes=BIG, max_pixels=16_000_000)
+        load_image(bomb, limits=Limits(max_image_bytes=BIG, max_image_pixels=16_000_000))
     assert time.perf_counter() - started < 0.1
 
 
@@ -91,7 +95,7 @@ def test_a_decompression_bomb_is_refused_from_its_header(side: int) -> None:
 )
 def test_corrupt_images_are_refused(data: bytes) -> None:
     with pytest.raises(ValidationFailed):
-        load_image(data, max_bytes=BIG, max_pixels=BIG)
+        load_image(data, limits=UNBOUNDED)
 
 
 # ---------------------------------------------------------------- image_bytes
@@ -206,3 +210,49 @@ def test_a_part_claimed_twice_is_422() -> None:
     with pytest.raises(ValidationFailed, match="claimed by two assets") as exc:
         collect_images(request, {"asset-0": Part("asset-0", PNG)}, LIMITS)
     assert _loc(exc) == ["body", "assets", "b", "part"]
+
+
+# ---------------------------------------------------------------- what the Clef tier can take
+
+
+@pytest.mark.parametrize(
+    ("size", "fmt"), [((201, 1), "PNG"), ((1, 300), "PNG"), ((300, 1), "JPEG"), ((2, 401), "WEBP")]
+)
+def test_an_aspect_ratio_over_200_is_422_at_the_image(size: tuple[int, int], fmt: str) -> None:
+    with pytest.raises(ValidationFailed, match="aspect ratio is over the 200:1 limit") as exc:
+        collect_images(_request(images=[B64, base64.b64encode(_encode(fmt, size)).decode()]),
+                       {}, LIMITS)
+    assert _loc(exc) == ["body", "images", 1]
+    assert exc.value.items[0]["type"] == "aspect_ratio"
+
+
+def test_an_aspect_ratio_of_exactly_200_passes() -> None:
+    assert load_image(_encode("PNG", (200, 1))).width == 200
+
+
+def test_the_request_pixel_total_is_refused_before_any_image_is_decoded() -> None:
+    jpeg = _encode("JPEG", (100, 100))
+    corrupt = jpeg[: len(jpeg) * 9 // 10]  # a valid header, data that does not decode
+    request = _request(images=[base64.b64encode(corrupt).decode(), B64])
+    with pytest.raises(PayloadTooLarge, match="10048 pixels together; the limit is 10047"):
+        collect_images(request, {}, Limits(max_request_pixels=10047))
+    with pytest.raises(ValidationFailed, match="corrupt"):
+        collect_images(request, {}, Limits(max_request_pixels=10048))
+
+
+def test_checking_a_16_mp_jpeg_does_not_expand_it(tmp_path: Path) -> None:
+    # In a fresh process: the peak RSS while checking a 4000x4000 JPEG (48 MB of RGB pixels).
+    path = tmp_path / "big.jpg"
+    PILImage.linear_gradient("L").resize((4000, 4000)).convert("RGB").save(path, "JPEG")
+    code = f"""
+from cascade.http.images import load_image
+def peak_kib():  # this process's high-water RSS (ru_maxrss would start at the parent's)
+    return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
+data = open({str(path)!r}, "rb").read()
+before = peak_kib()
+load_image(data)
+print(peak_kib() - before)
+"""
+    grown_kib = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                   check=True, timeout=120).stdout)
+    assert grown_kib < 16 * 1024, f"checking the image grew the process by {grown_kib} KiB"

@@ -1,0 +1,67 @@
+"""Serving the app: uvicorn with the guarded protocol, and a graceful drain on SIGTERM.
+
+On SIGTERM the gateway drains for ``drain_s``: ``/ready`` answers 503 (so load balancers stop
+routing to it) while every request, in flight or newly routed, is still served, each response
+with ``connection: close``. Then uvicorn stops accepting, lets in-flight requests finish within
+``grace_s`` (cancelling what is left), shuts the engines down, and the process exits 0. A
+second SIGTERM ends the drain at once; SIGINT (Ctrl-C) skips it, and a second SIGINT forces exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from types import FrameType
+
+import uvicorn
+from litestar import Litestar
+
+from cascade.http.protocol import HeadLimits, guarded
+from cascade.settings import Settings
+
+log = logging.getLogger("cascade")
+
+
+class DrainingServer(uvicorn.Server):
+    """``uvicorn.Server`` that marks ``app.state.draining`` and waits ``drain_s`` on SIGTERM."""
+
+    def __init__(self, config: uvicorn.Config, app: Litestar, drain_s: float) -> None:
+        super().__init__(config)
+        self.app = app
+        self.drain_s = drain_s
+        self.drain_until: float | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig != signal.SIGTERM or self.drain_until is not None or self.drain_s <= 0:
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM:
+                # uvicorn re-raises the signal after shutting down (exit status 143); a drained
+                # SIGTERM is a clean exit.
+                self._captured_signals.remove(sig)
+            return
+        self.app.state.draining = True
+        self.drain_until = time.monotonic() + self.drain_s
+        log.info("SIGTERM: draining for %g s (/ready answers 503), then shutting down",
+                 self.drain_s)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain_until is not None and time.monotonic() >= self.drain_until:
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def head_limits(settings: Settings) -> HeadLimits:
+    return HeadLimits(max_header_bytes=settings.max_header_bytes,
+                      max_headers=settings.max_headers,
+                      header_timeout_s=settings.header_timeout_s)
+
+
+def serve(app: Litestar, settings: Settings, log_level: str) -> None:
+    """Run ``app`` until a signal ends it (see the module docstring)."""
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level=log_level, workers=1,
+        lifespan="on", http=guarded(head_limits(settings)),
+        timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
+    )
+    DrainingServer(config, app, settings.drain_s).run()
