@@ -5,11 +5,12 @@ proxy answering in Cloudflare's ``{"result", "success"}`` envelope. Each URL is 
 (``/v1/systemone`` is appended unless it already ends with it).
 
 Routing and retries. Requests go round robin over the URLs not marked down. A connect failure
-marks a URL down for ``health_interval_s`` and the same request moves on to the next URL, which is
-safe because nothing reached the server. A 503 marks its URL down for its ``Retry-After`` (at
-most ``health_interval_s``) and the request moves on to another URL that is up, at once; nothing
-ever sleeps on the request path. Nothing else is retried: a read timeout may have been a request
-the upstream is still computing, and a 4xx will not change. The background probe (``GET
+marks a URL down until the next probe has looked again (``health_interval_s`` plus the probe's
+timeout, so its health never flickers between probes) and the same request moves on to the next
+URL, which is safe because nothing reached the server. A 503 marks its URL down for its
+``Retry-After`` (at most as long) and the request moves on to another URL that is up, at once;
+nothing ever sleeps on the request path. Nothing else is retried: a read timeout may have been a
+request the upstream is still computing, and a 4xx will not change. The background probe (``GET
 health_path`` every ``health_interval_s``, on a client of its own so busy request connections
 never starve it; any status below 500 counts as up) brings URLs back and marks dead ones down
 before a request finds them.
@@ -439,7 +440,10 @@ class HttpEngine:
             self._mark_down(upstream)
 
     def _mark_down(self, upstream: _Upstream, seconds: float | None = None) -> None:
-        wait = self._health_interval_s if seconds is None else min(seconds, self._health_interval_s)
+        """Down until the next probe has had time to look again (then it decides), or for
+        ``seconds`` (an upstream's Retry-After) when that is shorter."""
+        until_probed = self._health_interval_s + self._connect_timeout_s
+        wait = until_probed if seconds is None else min(seconds, until_probed)
         upstream.down_until = time.monotonic() + wait
 
     # -- calls
