@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 from PIL import Image as PILImage
-from prometheus_client.parser import text_string_to_metric_families
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.engines.fake import FakeEngine, deterministic_answer
@@ -37,7 +36,7 @@ from cascade.policy.model import (
     TypeBands,
 )
 from cascade.settings import Settings
-from tests.servers import run_prometheus, serve_app
+from tests.servers import run_prometheus, scrape, serve_app
 
 CHEAP, STRONG = "laya_prom", "clef_prom"
 
@@ -93,14 +92,6 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, str]]:
         )
         with run_prometheus(config, tmp_path) as prom:
             yield url, prom
-
-
-def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    text = httpx.get(url + "/metrics").text
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
-    }
 
 
 def value(samples: dict, name: str, **labels: str) -> float:

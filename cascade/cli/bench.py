@@ -104,12 +104,7 @@ def bench_load(args: argparse.Namespace) -> int:
                       requests=args.requests, model=args.model,
                       max_state_chars=args.max_state_chars, pid=args.pid,
                       timeout_s=args.timeout, honour_retry_after=not args.ignore_retry_after)
-    print(load.table(result))
-    line = json.dumps(result)
-    print(line)
-    if args.json is not None:
-        args.json.write_text(line + "\n")
-    return 0
+    return _report(load.table(result), result, args.json)
 
 
 def bench_laya(args: argparse.Namespace) -> int:
@@ -129,11 +124,16 @@ def bench_clef(args: argparse.Namespace) -> int:
     result = bench.run(args.shape, release=args.release, device=args.device, tokens=tokens,
                        repeats=args.repeats, concurrency=args.concurrency,
                        requests=args.requests)
-    print(bench.table(result))
+    return _report(bench.table(result), result, args.json)
+
+
+def _report(table: str, result: dict[str, Any], json_path: Path | None) -> int:
+    """Print the table and the JSON line (and write it to ``json_path`` when given)."""
+    print(table)
     line = json.dumps(result)
     print(line)
-    if args.json is not None:
-        args.json.write_text(line + "\n")
+    if json_path is not None:
+        json_path.write_text(line + "\n")
     return 0
 
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from cascade.http.app import create_app
 from cascade.laya.tiny import make_tiny
 from cascade.settings import Settings
 from tests.faults.stub import Stub
-from tests.servers import serve_app
+from tests.servers import scrape, serve_app
 
 POLICY = """
 [tiers.laya]
@@ -104,16 +103,8 @@ def ask(url: str, questions: dict | None = None, *, state: str = "my refund is l
     return httpx.post(url + "/v1/systemone", json=payload, timeout=timeout)
 
 
-def metrics(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    text = httpx.get(url + "/metrics").text
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
-    }
-
-
 def metric(url: str, name: str, **labels: str) -> float:
-    return metrics(url).get((name, frozenset(labels.items())), 0.0)
+    return scrape(url).get((name, frozenset(labels.items())), 0.0)
 
 
 def breaker(url: str) -> float:
