@@ -491,8 +491,8 @@ class Gateway:
 
 def _within(call: EngineCall, timeout_s: float, tier: str, remote: bool) -> EngineCall:
     """``call`` with its budget capped for ``tier``: an in-process tier's ``timeout_s`` bounds
-    the wait it accepts. Raises ``Overloaded`` when the budget is already spent (a remote tier
-    has no queue to ask, so nothing is sent)."""
+    the wait it accepts (a remote tier's is its whole-call limit instead). Raises ``Overloaded``
+    when the request's budget is already spent: nothing is sent to any tier then."""
     budget = call.budget
     if budget is None:
         return call
