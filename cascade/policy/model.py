@@ -72,6 +72,9 @@ class LayaTier(_Tier, kw_only=True, tag="laya"):
     """Laya in process on ONNX Runtime (CPU)."""
 
     checkpoints: Checkpoints
+    # In process: the longest predicted queue wait accepted (see _Tier). By default the
+    # request's own admission deadline (CASCADE_ADMISSION_DEADLINE_S, 8 s) binds first.
+    timeout_s: float = 10.0
     default_checkpoint: Checkpoint = "english"  # the one previewed and run first
     max_batch_size: int = 32  # rows per ONNX run
     max_wait_s: float = 0.002  # how long a partial batch waits for more rows
@@ -82,6 +85,7 @@ class ClefTier(_Tier, kw_only=True, tag="clef"):
     """Clef-flash in process on torch."""
 
     release: str = "Cloudflare/clef-flash"  # hub id, or a local path as in Checkpoints
+    timeout_s: float = 10.0  # as for LayaTier: the request's admission deadline binds first
     # A hub id not in the local hub cache is downloaded only when this is true (about 19 GB).
     download: bool = False
     max_length: int = 16384  # tokens, media included
