@@ -200,4 +200,5 @@ def build_gateway(settings: Settings) -> Gateway:
     if policy.calibration.checkpoints:
         check_checkpoints(policy, fingerprints(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
-    return Gateway(policy, engines, profile=settings.profile, demo=settings.demo)
+    return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
+                   admission_deadline_s=settings.admission_deadline_s)

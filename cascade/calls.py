@@ -24,13 +24,28 @@ class Image(msgspec.Struct, frozen=True):
     height: int
 
 
+class Budget(msgspec.Struct, frozen=True):
+    """How long a call may wait for a tier, and whose work it is.
+
+    ``deadline``: a ``time.monotonic()`` instant. An engine with a queue refuses the call at once
+    (``Overloaded``) when its measured cost of the work ahead says the call would still be waiting
+    then; work it accepts runs to the end. ``flow``: a server-side id that every call of one
+    client request shares (a batch's states): engines share their capacity fairly between flows,
+    and a flow's own rows never count as the wait it imposes on itself.
+    """
+
+    deadline: float
+    flow: int
+
+
 class EngineCall(msgspec.Struct, kw_only=True):
     state: str | dict[str, Any] | list[Any]
     questions: dict[str, Question]
     model: str  # the name the client asked for; upstream engines may forward it
     images: list[Image] = msgspec.field(default_factory=list)
     controls: Controls = msgspec.field(default_factory=Controls)
-    request_id: str = ""
+    request_id: str = ""  # the client's id (x-request-id): forwarded, never trusted for decisions
+    budget: Budget | None = None  # None: no deadline, a flow of its own
 
 
 class QuestionResult(msgspec.Struct, kw_only=True):
@@ -50,6 +65,9 @@ class EngineUsage(msgspec.Struct, kw_only=True):
     state_tokens_dropped: int = 0
     truncated_questions: list[str] = msgspec.field(default_factory=list)
     options: dict[str, OptionSpans] = msgspec.field(default_factory=dict)
+    # State tokens each truncated question's row dropped, when the tier reports it per question
+    # (Laya); a truncated question missing here dropped ``state_tokens_dropped``.
+    dropped: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class EngineAnswer(msgspec.Struct, kw_only=True):

@@ -25,7 +25,8 @@ DELTA_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 
 REQUESTS = Counter(
     "cascade_requests_total",
-    "HTTP requests by route, outcome (ok, degraded, client_error, overloaded, error) and status.",
+    "HTTP requests by route, outcome (ok, degraded, client_error, overloaded, error, cancelled: "
+    "the client went away) and status.",
     ["route", "outcome", "status"],
 )
 REQUEST_DURATION = Histogram(
@@ -87,7 +88,11 @@ QUEUE_WAIT = Histogram(
 BREAKER_STATE = Gauge(
     "cascade_breaker_state", "Circuit breaker per tier: 0 closed, 1 half-open, 2 open.", ["tier"]
 )
-TIER_READY = Gauge("cascade_tier_ready", "1 when a tier is loaded and warmed up.", ["tier"])
+TIER_READY = Gauge(
+    "cascade_tier_ready",
+    "1 when a tier can serve now (loaded and warmed up; an upstream with a URL up).",
+    ["tier"],
+)
 SHADOW = Counter(
     "cascade_shadow_requests_total",
     "Shadow calls to the strong tier: sent, skipped_busy, failed.",
@@ -103,6 +108,12 @@ SHADOW_DELTA = Histogram(
     "Shadowed |Δ| between tiers: noul |Δp|, score |Δ expected level|, by type and band.",
     ["type", "band"],
     buckets=DELTA_BUCKETS,
+)
+SHADOW_TVD = Histogram(
+    "cascade_shadow_tvd",
+    "Shadowed total variation distance between the tiers' distributions, by type and band.",
+    ["type", "band"],
+    buckets=DELTA_BUCKETS[:-2],  # a distance in [0, 1]
 )
 BUILD = Info(
     "cascade_build", "Version, tiers, checkpoints, revisions and whether this is a demo."

@@ -12,6 +12,8 @@ from typing import Literal
 
 import msgspec
 
+ADMISSION_DEADLINE_S = 8.0  # under the 10 s timeout of the official SDKs
+
 
 class Secret(str):
     """A string that never prints (repr and str of containers show ``'***'``)."""
@@ -52,6 +54,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     public_docs: bool = False
     # Admission: requests in flight before new ones get 503 + Retry-After.
     max_inflight: int = 256
+    # Admission by expected wait: a request the tiers' measured work ahead would keep waiting
+    # longer than this (seconds) gets 503 + Retry-After at once; accepted work runs to the end.
+    admission_deadline_s: float = ADMISSION_DEADLINE_S
     max_body_bytes: int = 16 * 1024 * 1024
     body_read_timeout_s: float = 10.0
     # Threads that decode and validate bodies and images (apart from the engines' threads), and

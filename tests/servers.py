@@ -105,3 +105,14 @@ def run_prometheus(config: Path, workdir: Path, *, timeout_s: float = 60.0) -> I
            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
     with run_process(cmd, ready_url=url + "/-/ready", timeout_s=timeout_s):
         yield url
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a server's ``/metrics``: ``{(name, labels): value}``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics").text
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text) for s in family.samples
+    }

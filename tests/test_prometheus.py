@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 from PIL import Image as PILImage
-from prometheus_client.parser import text_string_to_metric_families
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.engines.fake import FakeEngine, deterministic_answer
@@ -37,7 +36,7 @@ from cascade.policy.model import (
     TypeBands,
 )
 from cascade.settings import Settings
-from tests.servers import run_prometheus, serve_app
+from tests.servers import run_prometheus, scrape, serve_app
 
 CHEAP, STRONG = "laya_prom", "clef_prom"
 
@@ -95,14 +94,6 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, str]]:
             yield url, prom
 
 
-def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    text = httpx.get(url + "/metrics").text
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
-    }
-
-
 def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
@@ -139,7 +130,8 @@ def traffic(url: str) -> None:
     assert set(image["x_cascade"]["tiers"].values()) == {STRONG}
     assert post({"state": "bad", "questions": {}}).status_code == 422
     Switch.down = True
-    # 5 successes sit in the breaker's window: the 5th failure opens it (ratio 0.5).
+    # 2 successes sit in the breaker's window (shadow calls never count): the 2nd failure opens
+    # it (ratio 0.5).
     for _ in range(7):
         degraded = post({"state": "hard", "questions": HARD})
         assert degraded.status_code == 200
@@ -171,6 +163,7 @@ FAMILIES = [
     'cascade_shadow_requests_total{outcome="sent"}',
     "cascade_shadow_choice_agreement_total",
     "cascade_shadow_delta_count",
+    "cascade_shadow_tvd_count",
     'cascade_hop_duration_seconds_count{hop="decode"}',
     'cascade_hop_duration_seconds_count{hop="validate"}',
     'cascade_hop_duration_seconds_count{hop="pre_route"}',
@@ -198,8 +191,8 @@ def test_prometheus_sees_every_family(stack: tuple[str, str]) -> None:
     assert delta("cascade_requests_total", route=route, outcome="overloaded", status="503") == 1
     assert delta("cascade_escalations_total", reason="images", type="choice") == 1
     assert delta("cascade_escalations_total", reason="low_confidence", type="choice") == 2
-    assert delta("cascade_degraded_answers_total", reason="strong_failed", type="choice") == 5
-    assert delta("cascade_degraded_answers_total", reason="breaker_open", type="choice") == 2
+    assert delta("cascade_degraded_answers_total", reason="strong_failed", type="choice") == 2
+    assert delta("cascade_degraded_answers_total", reason="breaker_open", type="choice") == 5
     assert delta("cascade_shadow_requests_total", outcome="sent") == 3
 
     # Prometheus scraped the same numbers the gateway shows.

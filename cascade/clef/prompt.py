@@ -67,7 +67,9 @@ def question_type(question: Question) -> str:
 def question_options(question: Question) -> tuple[list[tuple[str, Any]], list[int]]:
     """``(prompt options as (id, description), caller_order)`` for one question."""
     if isinstance(question, NoulQuestion):
-        criteria = {**NOUL_DEFAULTS, **(question.criteria or {})}
+        # Keys in any case ("True", "FALSE"), as Laya reads them.
+        given = {str(k).lower(): v for k, v in (question.criteria or {}).items()}
+        criteria = {**NOUL_DEFAULTS, **given}
         return [("true", criteria["true"]), ("false", criteria["false"])], [1, 0]
     if isinstance(question, ChoiceQuestion):
         if isinstance(question.criteria, dict):

@@ -1,4 +1,4 @@
-"""``cascade bench gateway|laya|clef``: every benchmark prints a table and JSON.
+"""``cascade bench gateway|laya|clef|load``: every benchmark prints a table and JSON.
 
 Imports nothing heavy at module level; each handler imports its benchmark from ``cascade.bench``.
 ``python -m cascade.cli.bench clef ...`` runs the Clef benchmark alone, for a GPU host that has
@@ -23,6 +23,32 @@ def register(groups: dict[str, Any]) -> None:
     gateway.add_argument("--requests", type=int, default=500, help="requests per path (500)")
     gateway.add_argument("--concurrency", type=int, default=8, help="concurrent clients (8)")
     gateway.set_defaults(func=_run_gateway)
+
+    load = groups["bench"].add_parser(
+        "load", help="drive a running /v1/systemone server: goodput, latency, statuses, RSS",
+        description="A bounded load generator for a server on loopback (cascade, laya-serve, "
+        "any /v1/systemone server): CONCURRENCY clients, one request at a time each, for "
+        "DURATION seconds, honouring Retry-After. Prints req/s, goodput (200s per second), "
+        "p50/p99 per route, status classes, degraded answers and the server's RSS over time.",
+    )
+    load.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    load.add_argument("--concurrency", type=int, default=8, help="concurrent clients (8)")
+    load.add_argument("--duration", type=float, default=30.0, help="seconds of load (30)")
+    load.add_argument("--requests", type=Path,
+                      help="JSONL of requests (the shared sample's format); default: one "
+                      "built-in 3-question request")
+    load.add_argument("--max-state-chars", type=int, default=2000,
+                      help="skip items whose serialized state is longer (default 2000: the "
+                      "short text items; 0 keeps all)")
+    load.add_argument("--model", default="jev-latest",
+                      help="model for items that name none (default jev-latest)")
+    load.add_argument("--pid", type=int, help="server pid for RSS (default: the process "
+                      "listening on the URL's port)")
+    load.add_argument("--timeout", type=float, default=30.0, help="client timeout, s (30)")
+    load.add_argument("--ignore-retry-after", action="store_true",
+                      help="send the next request at once even after Retry-After")
+    load.add_argument("--json", type=Path, help="also write the JSON here")
+    load.set_defaults(func=bench_load)
 
     bench = groups["bench"].add_parser(
         "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint"
@@ -71,6 +97,16 @@ def _run_gateway(args: argparse.Namespace) -> int:
     return main(args.requests, args.concurrency)
 
 
+def bench_load(args: argparse.Namespace) -> int:
+    from cascade.bench import load
+
+    result = load.run(args.url, concurrency=args.concurrency, duration_s=args.duration,
+                      requests=args.requests, model=args.model,
+                      max_state_chars=args.max_state_chars, pid=args.pid,
+                      timeout_s=args.timeout, honour_retry_after=not args.ignore_retry_after)
+    return _report(load.table(result), result, args.json)
+
+
 def bench_laya(args: argparse.Namespace) -> int:
     from cascade.bench.laya import main
 
@@ -88,11 +124,16 @@ def bench_clef(args: argparse.Namespace) -> int:
     result = bench.run(args.shape, release=args.release, device=args.device, tokens=tokens,
                        repeats=args.repeats, concurrency=args.concurrency,
                        requests=args.requests)
-    print(bench.table(result))
+    return _report(bench.table(result), result, args.json)
+
+
+def _report(table: str, result: dict[str, Any], json_path: Path | None) -> int:
+    """Print the table and the JSON line (and write it to ``json_path`` when given)."""
+    print(table)
     line = json.dumps(result)
     print(line)
-    if args.json is not None:
-        args.json.write_text(line + "\n")
+    if json_path is not None:
+        json_path.write_text(line + "\n")
     return 0
 
 

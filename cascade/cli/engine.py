@@ -30,6 +30,7 @@ def run_engine_clef(args: argparse.Namespace) -> int:
             "host": args.host, "port": port, "profile": args.profile,
             "clef": args.checkpoint, "clef_overlong": args.overlong,
             "clef_max_length": args.max_length,
+            "admission_deadline_s": args.admission_deadline_s,
         },
         args.log_level,
     )

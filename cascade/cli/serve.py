@@ -21,6 +21,11 @@ def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
         help="confidence profile: laya (default; Laya extras) or jev (exact Jev shape)",
     )
     parser.add_argument("--log-level", default=None, help="debug, info (default), warning")
+    parser.add_argument(
+        "--admission-deadline", type=float, metavar="SECONDS", dest="admission_deadline_s",
+        help="refuse at once (503 + Retry-After) a request the measured work ahead would keep "
+        "waiting longer than this (default 8; CASCADE_ADMISSION_DEADLINE_S)",
+    )
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -120,7 +125,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "upstream_model": args.upstream_model, "laya": laya, "clef": args.clef,
             "clef_overlong": args.overlong, "clef_max_length": args.max_length,
             "demo": args.demo, "calibration": args.calibration,
-            "decision_log": args.decision_log,
+            "decision_log": args.decision_log, "admission_deadline_s": args.admission_deadline_s,
         },
         args.log_level,
     )

@@ -7,21 +7,29 @@ owns the model (``ClefRunner.run_batch``). torch and transformers are imported o
 engine starts, so the gateway imports this module without them.
 
 Errors: ``TokensExceeded`` (over-long in reject mode, or a schema that cannot fit),
-``MemoryBudgetExceeded`` (a ``PayloadTooLarge``), ``Overloaded`` (queue full),
-``EngineUnavailable`` (not started / release missing), ``EngineFailed`` (a forward failed).
+``MemoryBudgetExceeded`` (a ``PayloadTooLarge``), ``ValidationFailed`` (an image the processor
+cannot take: the client's content, never a tier failure), ``Overloaded`` (queue full, or the
+measured work ahead would keep the call past its budget's deadline), ``EngineUnavailable`` (not
+started, closed, release missing), ``EngineFailed`` (a forward failed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any, Literal
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.clef.prompt import question_type
-from cascade.errors import EngineUnavailable
+from cascade.errors import CascadeError, EngineUnavailable, ValidationFailed
 
 WARMUP_STATE = "warm-up"
+# A device batch stops growing past this much predicted compute (every request in it waits for
+# all of it; on a GPU the token budget binds first), or once padding would be over half of it
+# (a padded token costs what a real one does).
+MAX_BATCH_S = 2.0
+MAX_PAD_FRACTION = 0.5
 
 
 class ClefEngine:
@@ -60,7 +68,8 @@ class ClefEngine:
             runner.run_batch, name=self.name, max_batch_items=self.max_batch_requests,
             max_batch_cost=self.max_batch_tokens, cost=lambda job: job.length,
             max_wait_s=self.max_wait_s, max_queue=self.max_queue,
-            sort_key=lambda job: job.length,
+            sort_key=lambda job: job.length, calibration=self._parts.calibration,
+            max_batch_s=MAX_BATCH_S, max_pad_fraction=MAX_PAD_FRACTION,
         )
         self._ready = True
 
@@ -86,9 +95,18 @@ class ClefEngine:
             budget = int(torch.cuda.mem_get_info(loaded.device)[0] * 0.85)
         runner = ClefRunner(loaded, max_batch_tokens=self.max_batch_tokens,
                             memory_budget_bytes=budget)
-        warm = encoder.encode(WARMUP_STATE, {"warm": NoulQuestion()})
-        runner.forward([Job(warm)])
-        return _Loaded(loaded, encoder, images, runner)
+        warm = Job(encoder.encode(WARMUP_STATE, {"warm": NoulQuestion()}))
+        runner.forward([warm])  # the first forward warms up: not timed
+        calibration = []  # ([tokens], seconds): the batcher's first data on costs
+        for words in (0, 256, 1024):  # short, medium, long: fixed, linear and square costs
+            state = WARMUP_STATE + " ok" * words
+            if encoder.count(state, {"warm": NoulQuestion()}) > self.max_length:
+                break
+            job = Job(encoder.encode(state, {"warm": NoulQuestion()}))
+            started = time.perf_counter()
+            runner.forward([job])
+            calibration.append(([job.length], time.perf_counter() - started))
+        return _Loaded(loaded, encoder, images, runner, calibration)
 
     def _require(self) -> _Loaded:
         if not self._ready:
@@ -102,8 +120,12 @@ class ClefEngine:
 
     async def answer(self, call: EngineCall) -> EngineAnswer:
         parts = self._require()
+        batcher = self._batcher  # aclose() may clear the attributes while this call waits
+        budget = call.budget
+        flow, deadline = (budget.flow, budget.deadline) if budget else (None, None)
+        batcher.check(flow=flow, deadline=deadline)  # refuse before tokenizing, not after
         job = await asyncio.to_thread(parts.prepare, call)
-        (outcome,) = await self._batcher.submit([job])
+        (outcome,) = await batcher.submit([job], flow=flow, deadline=deadline)
         if isinstance(outcome, Exception):
             raise outcome
         encoded = job.encoded
@@ -149,8 +171,10 @@ class ClefEngine:
 class _Loaded:
     """Everything ``start`` builds; ``prepare`` runs in helper threads, never on the loop."""
 
-    def __init__(self, release: Any, encoder: Any, images: Any, runner: Any) -> None:
+    def __init__(self, release: Any, encoder: Any, images: Any, runner: Any,
+                 calibration: list[tuple[list[int], float]]) -> None:
         self.release, self.encoder, self.images, self.runner = release, encoder, images, runner
+        self.calibration = calibration
         path = release.path
         hub = path.parent.parent.name if path.parent.name == "snapshots" else ""
         # Hub cache layout: models--Cloudflare--clef-flash/snapshots/<revision>
@@ -160,7 +184,14 @@ class _Loaded:
     def prepare(self, call: EngineCall) -> Any:
         from cascade.clef.runner import Job
 
-        media = self.images.encode(call.images)
+        try:
+            media = self.images.encode(call.images)
+        except CascadeError:
+            raise
+        except Exception as exc:  # the image processor refused this content
+            raise ValidationFailed.at(
+                ["images"], f"the strong tier cannot process this image: {exc}"
+            ) from exc
         encoded = self.encoder.encode(call.state, call.questions,
                                       media.input_ids if media is not None else ())
         self.runner.check_fits(len(encoded.input_ids))

@@ -5,12 +5,15 @@ proxy answering in Cloudflare's ``{"result", "success"}`` envelope. Each URL is 
 (``/v1/systemone`` is appended unless it already ends with it).
 
 Routing and retries. Requests go round robin over the URLs not marked down. A connect failure
-marks a URL down for ``health_interval_s`` and the same request moves on to the next URL, which is
-safe because nothing reached the server. A 503 with ``Retry-After`` is retried once, and only if
-the wait fits the call's deadline (connect + read timeout). Nothing else is retried: a read
-timeout may have been a request the upstream is still computing, and a 4xx will not change. The
-background probe (``GET health_path`` every ``health_interval_s``; any status below 500 counts as
-up) brings URLs back and marks dead ones down before a request finds them.
+marks a URL down until the next probe has looked again (``health_interval_s`` plus the probe's
+timeout, so its health never flickers between probes) and the same request moves on to the next
+URL, which is safe because nothing reached the server. A 503 marks its URL down for its
+``Retry-After`` (at most as long) and the request moves on to another URL that is up, at once;
+nothing ever sleeps on the request path. Nothing else is retried: a read timeout may have been a
+request the upstream is still computing, and a 4xx will not change. The background probe (``GET
+health_path`` every ``health_interval_s``, on a client of its own so busy request connections
+never starve it; any status below 500 counts as up) brings URLs back and marks dead ones down
+before a request finds them.
 
 Error translation (httpx and HTTP statuses to ``cascade.errors``, here and nowhere else):
 
@@ -19,12 +22,15 @@ connect failure or timeout, every URL  ``EngineUnavailable`` (each URL is tried 
 every URL marked down                  ``EngineUnavailable``
 read or write timeout                  ``EngineTimeout``
 connection pool full                   ``Overloaded``
-429, 503, 529                          ``Overloaded`` with their ``Retry-After`` and status
+429, 529, 503 ``overloaded_error``     ``Overloaded`` with their ``Retry-After`` (back-pressure)
+other 503                              ``EngineUnavailable`` with their ``Retry-After`` (down,
+                                       draining: the gateway's breaker counts it)
 422                                    ``ValidationFailed`` with their ``detail[]`` items
 413                                    ``PayloadTooLarge``
+400, 409, other 4xx                    ``UpstreamClientError`` (status and error_type kept)
+404, 405                               ``EngineFailed``: a wrong URL or path, a broken tier
 401, 403, 407                          ``EngineFailed``: our credentials, not the client's
 408                                    ``EngineTimeout``: our request was too slow
-other 4xx                              ``UpstreamClientError`` (status and error_type kept)
 5xx, any other status, bad 200 body    ``EngineFailed``
 =====================================  ================================================
 """
@@ -258,6 +264,11 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
+def _unavailable(response: httpx.Response) -> bool:
+    """A 503 that means down or draining, not back-pressure (``overloaded_error``)."""
+    return error_info(response.content).error_type != "overloaded_error"
+
+
 def raise_for_status(response: httpx.Response, name: str) -> None:
     """Raise the ``cascade.errors`` exception for a non-200 ``response`` (see the module table)."""
     status = response.status_code
@@ -265,17 +276,22 @@ def raise_for_status(response: httpx.Response, name: str) -> None:
         return
     info = error_info(response.content)
     what = f"{name}: upstream answered {status}: {info.message}"
-    if status in (429, 503, 529):
-        wait = retry_after(response.headers)
+    wait = retry_after(response.headers)
+    if status in (429, 529) or (status == 503 and not _unavailable(response)):
         raise Overloaded(
             what, retry_after=1.0 if wait is None else wait, status=429 if status == 429 else 503
         )
+    if status == 503:
+        raise EngineUnavailable(what, retry_after=1.0 if wait is None else wait)
     if status == 422:
         raise ValidationFailed(
             info.items or [{"loc": ["body"], "msg": info.message, "type": "value_error"}]
         )
     if status == 413:
         raise PayloadTooLarge(info.message)
+    if status in (404, 405):
+        raise EngineFailed(f"{name}: the upstream has no such endpoint ({status}); check the "
+                           f"tier's URL: {info.message}")
     if status in (401, 403, 407):
         raise EngineFailed(
             f"{name}: the upstream refused our credentials ({status}): {info.message}"
@@ -353,7 +369,6 @@ class HttpEngine:
         self._upstreams = [_Upstream(url, health_path) for url in urls]
         self._turn = itertools.count()
         self._connect_timeout_s = connect_timeout_s
-        self._read_timeout_s = read_timeout_s
         self._health_interval_s = health_interval_s
         self._client = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
@@ -363,6 +378,13 @@ class HttpEngine:
             limits=httpx.Limits(
                 max_connections=max_connections, max_keepalive_connections=max_connections
             ),
+            transport=transport,
+        )
+        # Probes have connections of their own: a pool busy with requests must not make a
+        # healthy upstream look dead.
+        self._probe_client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect_timeout_s),
+            limits=httpx.Limits(max_connections=len(urls), max_keepalive_connections=len(urls)),
             transport=transport,
         )
         self._probe_task: asyncio.Task[None] | None = None
@@ -384,6 +406,7 @@ class HttpEngine:
                 await self._probe_task
             self._probe_task = None
         await self._client.aclose()
+        await self._probe_client.aclose()
 
     def ready(self) -> bool:
         now = time.monotonic()
@@ -407,7 +430,7 @@ class HttpEngine:
 
     async def _probe(self, upstream: _Upstream) -> None:
         try:
-            response = await self._client.get(upstream.health_url, timeout=self._connect_timeout_s)
+            response = await self._probe_client.get(upstream.health_url)
             healthy = response.status_code < 500
         except httpx.HTTPError:
             healthy = False
@@ -416,30 +439,31 @@ class HttpEngine:
         else:
             self._mark_down(upstream)
 
-    def _mark_down(self, upstream: _Upstream) -> None:
-        upstream.down_until = time.monotonic() + self._health_interval_s
+    def _mark_down(self, upstream: _Upstream, seconds: float | None = None) -> None:
+        """Down until the next probe has had time to look again (then it decides), or for
+        ``seconds`` (an upstream's Retry-After) when that is shorter."""
+        until_probed = self._health_interval_s + self._connect_timeout_s
+        wait = until_probed if seconds is None else min(seconds, until_probed)
+        upstream.down_until = time.monotonic() + wait
 
     # -- calls
 
     async def answer(self, call: EngineCall) -> EngineAnswer:
-        deadline = time.monotonic() + self._connect_timeout_s + self._read_timeout_s
         content = request_body(call, self._model)
         headers = {"Content-Type": "application/json"}
         if call.request_id:
             headers["x-request-id"] = call.request_id
-        response = await self._post(content, headers, self._read_timeout_s)
-        if response.status_code == 503:
-            wait = retry_after(response.headers)
-            left = deadline - time.monotonic() - (wait or 0.0)
-            if wait is not None and left > 0:
-                await asyncio.sleep(wait)
-                response = await self._post(content, headers, min(self._read_timeout_s, left))
+        response, upstream = await self._post(content, headers)
+        if response.status_code == 503 and _unavailable(response):
+            # Never sleep here: back this URL off for its Retry-After and try another one now.
+            self._mark_down(upstream, retry_after(response.headers) or 1.0)
+            if any(u.up(time.monotonic()) for u in self._upstreams):
+                response, _ = await self._post(content, headers)
         raise_for_status(response, self.name)
         return parse_answer(response.content, call, self._model or call.model)
 
-    async def _post(
-        self, content: bytes, headers: dict[str, str], read_timeout_s: float
-    ) -> httpx.Response:
+    async def _post(self, content: bytes, headers: dict[str, str]
+                    ) -> tuple[httpx.Response, _Upstream]:
         """One POST to the next healthy URL, moving on to the others after connect failures."""
         now = time.monotonic()
         healthy = [u for u in self._upstreams if u.up(now)]
@@ -449,16 +473,14 @@ class HttpEngine:
                 f"{self.name}: every upstream is down", retry_after=max(1.0, back)
             )
         first = next(self._turn) % len(healthy)
-        timeout = httpx.Timeout(
-            read_timeout_s, connect=self._connect_timeout_s, pool=self._connect_timeout_s
-        )
         failures = []
         for upstream in healthy[first:] + healthy[:first]:
             try:
                 with _map_errors(self.name, upstream.endpoint):
-                    return await self._client.post(
-                        upstream.endpoint, content=content, headers=headers, timeout=timeout
+                    response = await self._client.post(
+                        upstream.endpoint, content=content, headers=headers
                     )
+                return response, upstream
             except _ConnectFailed as exc:
                 self._mark_down(upstream)
                 failures.append(str(exc))

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,12 @@ log = logging.getLogger(__name__)
 # On a CPU a padded token costs as much as a real one and batching barely raises GEMM
 # efficiency, so rows are batched only while padding stays under this share of the batch.
 MAX_PAD_FRACTION = 0.2
+# ... and a batch stops growing past this much predicted compute: every row waits for the whole
+# batch, so on a CPU a big batch only adds latency.
+MAX_BATCH_S = 0.5
+# Lengths of the timed warm-up rows: enough spread to tell a row's fixed cost, its cost per token
+# and the part that grows with its square apart.
+WARMUP_TOKENS = (16, 128, 512)
 
 
 def export_in_child(ckpt: Path, cache: Path) -> Path:
@@ -52,6 +59,25 @@ def export_in_child(ckpt: Path, cache: Path) -> Path:
             f"`cascade export laya {ckpt} --out {target}` where torch is available):\n{tail}"
         )
     return target
+
+
+def warmup_row(cls_id: int, mask_id: int, sep_id: int, tokens: int) -> Row:
+    """A one-option noul-shaped row of ``tokens`` ids: what start-up runs and times."""
+    filler = [sep_id] * max(0, tokens - 3)
+    return Row(ids=[cls_id, *filler, mask_id, sep_id], markers=[len(filler) + 1], qtype=2,
+               distinct=1, tokens_per_option=None, state_used=0)
+
+
+def calibrate(session: OnnxSession, pad_id: int, rows: list[Row]) -> list[tuple[list[int], float]]:
+    """``([tokens], seconds)`` of one run per row after a first, untimed warm-up run: the
+    batcher's first data on what a row of each length costs."""
+    run_rows(session, pad_id, rows[:1])
+    timed = []
+    for row in rows:
+        started = time.perf_counter()
+        run_rows(session, pad_id, [row])
+        timed.append(([len(row.ids)], time.perf_counter() - started))
+    return timed
 
 
 def run_rows(session: OnnxSession, pad_id: int, rows: list[Row]) -> list[RowOut]:
@@ -102,15 +128,10 @@ class LayaEngine:
             session = await asyncio.to_thread(
                 OnnxSession, export / MODEL_FILE, intra_op_threads=self._threads
             )
-            row = Row(
-                ids=[ckpt.tok.cls_id, ckpt.tok.mask_id, ckpt.tok.sep_id],
-                markers=[1],
-                qtype=2,
-                distinct=1,
-                tokens_per_option=None,
-                state_used=0,
-            )
-            await asyncio.to_thread(run_rows, session, ckpt.tok.pad_id, [row])
+            tok = ckpt.tok
+            rows = [warmup_row(tok.cls_id, tok.mask_id, tok.sep_id, min(n, ckpt.cfg.max_len))
+                    for n in WARMUP_TOKENS]
+            timed = await asyncio.to_thread(calibrate, session, tok.pad_id, rows)
             self._exports[name] = export
             self._batchers[name] = MicroBatcher(
                 lambda rows, s=session, pad=ckpt.tok.pad_id: run_rows(s, pad, rows),
@@ -118,6 +139,8 @@ class LayaEngine:
                 cost=lambda r: len(r.ids),
                 sort_key=lambda r: len(r.ids),
                 max_pad_fraction=MAX_PAD_FRACTION,
+                calibration=timed,
+                max_batch_s=MAX_BATCH_S,
                 **self._limits,
             )
             log.info("laya: %s ready (%s, %d threads)", name, export, session.threads)
@@ -131,8 +154,15 @@ class LayaEngine:
     async def answer(self, call: EngineCall) -> EngineAnswer:
         if not self.ready():
             raise EngineUnavailable(f"{self.name}: not started")
+        budget = call.budget
+        flow, deadline = (budget.flow, budget.deadline) if budget else (None, None)
+        # Refuse before tokenizing when the default checkpoint's queue is too long already.
+        self._batchers[self.previewer.default].check(flow=flow, deadline=deadline)
         plan: Plan = await asyncio.to_thread(self.previewer.plan, call)
-        outputs = await self._batchers[plan.checkpoint].submit(plan.rows)
+        batcher = self._batchers.get(plan.checkpoint)
+        if batcher is None:  # closed while the rows were being planned
+            raise EngineUnavailable(f"{self.name}: closed")
+        outputs = await batcher.submit(plan.rows, flow=flow, deadline=deadline)
         cfg = self.previewer.checkpoints[plan.checkpoint].cfg
         return EngineAnswer(
             model=self._model_name(plan.checkpoint),

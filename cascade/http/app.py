@@ -13,9 +13,9 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from litestar import Litestar, Request, Response, Router, get, post
@@ -58,6 +58,7 @@ from cascade.settings import Settings
 
 log = logging.getLogger("cascade")
 JSON = "application/json"
+T = TypeVar("T")
 
 
 def _bearer(request: ASGIConnection) -> str | None:
@@ -140,21 +141,48 @@ async def echo_request_id(message: Any, scope: Any) -> None:
 
 
 class Admission:
-    """A non-blocking in-flight limit: a full gateway answers 503 + Retry-After at once."""
+    """A non-blocking in-flight limit: a full gateway answers 503 + Retry-After at once.
+    A batch takes one permit per state beyond the one its request holds."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.inflight = 0
 
     @asynccontextmanager
-    async def permit(self) -> AsyncIterator[None]:
-        if self.inflight >= self.limit:
+    async def permit(self, count: int = 1) -> AsyncIterator[None]:
+        if self.inflight + count > self.limit:
             raise Overloaded(f"gateway busy ({self.limit} requests in flight)", retry_after=1)
-        self.inflight += 1
+        self.inflight += count
         try:
             yield
         finally:
-            self.inflight -= 1
+            self.inflight -= count
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready; its work was cancelled."""
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """``work``, cancelled as soon as the client disconnects (``ClientGone``). Call it once
+    the body has been read: from then on the ASGI channel only reports the disconnect."""
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            await asyncio.sleep(0.05)  # a server that answers at once must not spin the loop
+
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
+    if task.cancelled():
+        raise ClientGone()
+    return task.result()
 
 
 def _record(route: str, started: float, outcome: str, status: int) -> None:
@@ -183,6 +211,9 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
             outcome = "overloaded"
         _record(route, started, outcome, status)
         raise
+    except ClientGone:
+        _record(route, started, "cancelled", 499)  # nginx's "client closed request"
+        return Response(content=b"", status_code=499)
     except Exception:
         _record(route, started, "error", 500)
         raise
@@ -203,7 +234,7 @@ async def systemone(request: Request) -> Response[bytes]:
             body, parts = await read_request(request, settings, pool)
         with metrics.HOP_DURATION.labels(hop="validate").time():
             call = await read_call(body, parts, pool, request_id=request_id(request.scope))
-        outcome = await gateway.systemone(call)
+        outcome = await unless_disconnected(request, gateway.systemone(call))
         return _json(outcome.response, outcome.headers), outcome.label
 
     return await _guarded(request, "/v1/systemone", work)
@@ -224,7 +255,8 @@ async def systemone_batch(request: Request) -> Response[bytes]:
             raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
         with metrics.HOP_DURATION.labels(hop="validate").time():
             calls = await read_batch_calls(body, pool, request_id=request_id(request.scope))
-        outcomes = await asyncio.gather(*(gateway.systemone(call) for call in calls))
+        async with request.app.state.admission.permit(len(calls) - 1):
+            outcomes = await unless_disconnected(request, gateway.batch(calls))
         results = [o.response for o in outcomes]
         total = TotalUsage(
             input_tokens=sum(r.usage.input_tokens for r in results), output_tokens=0
@@ -251,8 +283,8 @@ async def health(request: Request) -> Response[bytes]:
     return _json({"status": "ok", **request.app.state.gateway.health()})
 
 
-@get("/ready", summary="200 once every tier is loaded and warmed up; 503 before, while draining "
-     "after SIGTERM, and at shutdown",
+@get("/ready", summary="200 while the cheap tier (or the only tier) can serve; 503 before "
+     "warm-up, while draining after SIGTERM, and at shutdown",
      operation_class=operation(None, Readiness, {"503": ("Not ready", Readiness)}))
 async def ready(request: Request) -> Response[bytes]:
     state = request.app.state

@@ -63,6 +63,7 @@ def usage(questions: Sequence[Prepared], rows: Sequence[Row], state_tokens: int)
         state_tokens=state_tokens if rows else None,  # Laya: absent when there are no questions
         state_tokens_dropped=max(dropped.values(), default=0),
         truncated_questions=[qid for qid, d in dropped.items() if d > 0],
+        dropped={qid: d for qid, d in dropped.items() if d > 0},
         options={
             q.qid: OptionSpans(
                 total=len(r.markers), distinct=r.distinct, tokens_per_option=r.tokens_per_option

@@ -6,10 +6,10 @@ goes to, whether it reads the state's script, and how each question's row is tru
 ``plan`` is the same work in full (validated questions and assembled rows); ``LayaEngine`` runs it.
 
 Checkpoint choice: an explicit ``checkpoint`` argument, else ``call.model`` naming a configured
-checkpoint or one of Laya's aliases, else ``controls.task`` naming typed decisions, else
-``controls.lang`` (``en`` -> english, any other language -> multilingual), else script detection
-(non-Latin -> multilingual), else the default. A name or alias whose checkpoint is not
-configured falls through to the automatic choice.
+checkpoint, one of Laya's aliases or published hub ids (any case), else ``controls.task`` naming
+typed decisions, else ``controls.lang`` (``en`` -> english, any other language ->
+multilingual), else script detection (non-Latin -> multilingual), else the default. A name or
+alias whose checkpoint is not configured falls through to the automatic choice.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ ALIASES = {
     "typed_decisions": "typed-decisions",
     "laya-typed-decisions": "typed-decisions",
     "decisions": "typed-decisions",
+}
+# Laya's published Hugging Face ids name a checkpoint, as laya-serve reads them; the bundle's id
+# (convaiinnovations/laya) names none: the automatic choice.
+PUBLISHED = {
+    "convaiinnovations/laya-multilingual": "multilingual",
+    "convaiinnovations/laya-typed-decisions": "typed-decisions",
 }
 LATIN_ONLY_SCRIPTS = ("latin", "unknown")
 
@@ -84,7 +90,8 @@ class Previewer:
             return None
         if name in self.checkpoints:
             return name
-        alias = ALIASES.get(name.strip().lower())
+        key = name.strip().lower()
+        alias = ALIASES.get(key) or PUBLISHED.get(key)
         return alias if alias in self.checkpoints else None
 
     def choose(self, call: EngineCall, checkpoint: str | None = None) -> tuple[str, str]:

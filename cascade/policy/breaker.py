@@ -3,21 +3,23 @@
 Time is injected (``now``, seconds on any monotonic clock), so the breaker is pure state and
 tests need no sleeping. It is not thread-safe: use one per tier from the event loop.
 
-``allow(now)`` before a call, ``record(now, ok)`` after it. States::
+``allow(now)`` before a call, then ``record(now, ok)`` after it, or ``release(now)`` when the
+outcome says nothing about the tier's health. States::
 
     closed ──(>= min_calls in window_s, failures/calls >= failure_ratio)──> open
     open ──(cooldown_s elapsed)──> half_open
     half_open ──(half_open_probes successes)──> closed      (window cleared)
     half_open ──(a probe fails)──> open                    (cooldown restarts)
 
-In half-open at most ``half_open_probes`` calls are let through at once. A probe that never
-reports (its caller was cancelled) is forgotten after ``cooldown_s``, so the breaker cannot stay
-half-open forever. Outcomes reported while the breaker is open are ignored; a call admitted
-before it opened that reports during half-open counts as one of the probes.
+In half-open at most ``half_open_probes`` calls are let through at once. A probe released
+without a verdict frees its slot at once for the next call; one that never reports at all is
+forgotten after ``cooldown_s``, so the breaker cannot stay half-open forever. Outcomes reported
+while the breaker is open are ignored; a call admitted before it opened that reports during
+half-open counts as one of the probes.
 
 What counts as a failure is the caller's choice; the gateway's is: timeouts, unavailability and
-5xx-like engine failures count, client errors do not (the tier answered), and overload
-(``Overloaded``) does not either (back-pressure, not ill health).
+5xx-like engine failures of a remote tier count; client errors (the tier answered, and the
+request was at fault), overload (back-pressure, not ill health) and cancellations are released.
 """
 
 from __future__ import annotations
@@ -74,6 +76,12 @@ class CircuitBreaker:
             self._probe_successes += 1
             if self._probe_successes >= self.config.half_open_probes:
                 self._close()
+
+    def release(self, now: float) -> None:
+        """A call that ``allow`` let through ended without a verdict on the tier's health: in
+        half-open its probe slot is freed at once; otherwise nothing changes."""
+        if self.state(now) == "half_open" and self._probes:
+            self._probes.pop(0)
 
     def retry_after(self, now: float) -> float:
         """Seconds until the breaker next lets a call through (0 when it does now)."""

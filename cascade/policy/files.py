@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from cascade.errors import UnknownModel
 from cascade.policy.calibration import CalibrationError, with_calibration_file
 from cascade.policy.model import (
     Bands,
@@ -26,6 +27,7 @@ from cascade.policy.model import (
     Thresholds,
     Tier,
 )
+from cascade.policy.routing import resolve_model
 from cascade.policy.toml_keys import KeyPath, key_lines, locate
 from cascade.questions import BAND_MAX_OPTIONS, Band
 from cascade.schema import QuestionType
@@ -247,13 +249,16 @@ def _model_findings(policy: Policy) -> Iterator[Finding]:
     seen: dict[str, str] = {}
     for mode in ("cascade", "cheap_only", "strong_only"):
         for alias in getattr(policy.models, mode):
-            if alias in seen:
+            key = alias.strip().lower()  # names match in any case
+            if key in seen:
                 yield _err(("models", mode), f"model `{alias}` is listed in both "
-                           f"models.{seen[alias]} and models.{mode}")
-            seen[alias] = mode
+                           f"models.{seen[key]} and models.{mode}")
+            seen[key] = mode
     if policy.models.cheap_only and policy.route.cheap is None:
         yield _err(("models", "cheap_only"), "models.cheap_only needs a cheap tier")
-    if "jev-latest" not in seen and policy.models.unknown == "reject":
+    try:
+        resolve_model(policy, "jev-latest")
+    except UnknownModel:
         yield _warn(("models",), "`jev-latest` (the SDKs' default model) is not accepted")
 
 

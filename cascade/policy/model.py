@@ -57,9 +57,14 @@ class Checkpoints(_Strict):
 
 
 class _Tier(_Strict, kw_only=True, tag_field="kind"):
-    timeout_s: float = 5.0  # the whole call, queue wait included; then EngineTimeout
-    # Waiting work beyond this is refused with Overloaded: question rows for Laya, connections
-    # for an upstream, requests for Clef.
+    # Upstream tiers: the whole call, then EngineTimeout (counted against the breaker).
+    # In-process tiers (laya, clef): the longest queue wait they accept, predicted from the
+    # measured cost of the work ahead at admission (within the request's own deadline, the
+    # gateway's admission_deadline_s); a call predicted to wait longer is refused at once with
+    # Overloaded, and accepted work is never cut off.
+    timeout_s: float = 5.0
+    # Waiting work of other requests beyond this is refused with Overloaded: question rows for
+    # Laya, connections for an upstream, requests for Clef.
     max_queue: int = 256
 
 
@@ -67,6 +72,9 @@ class LayaTier(_Tier, kw_only=True, tag="laya"):
     """Laya in process on ONNX Runtime (CPU)."""
 
     checkpoints: Checkpoints
+    # In process: the longest predicted queue wait accepted (see _Tier). By default the
+    # request's own admission deadline (CASCADE_ADMISSION_DEADLINE_S, 8 s) binds first.
+    timeout_s: float = 10.0
     default_checkpoint: Checkpoint = "english"  # the one previewed and run first
     max_batch_size: int = 32  # rows per ONNX run
     max_wait_s: float = 0.002  # how long a partial batch waits for more rows
@@ -77,6 +85,7 @@ class ClefTier(_Tier, kw_only=True, tag="clef"):
     """Clef-flash in process on torch."""
 
     release: str = "Cloudflare/clef-flash"  # hub id, or a local path as in Checkpoints
+    timeout_s: float = 10.0  # as for LayaTier: the request's admission deadline binds first
     # A hub id not in the local hub cache is downloaded only when this is true (about 19 GB).
     download: bool = False
     max_length: int = 16384  # tokens, media included
@@ -108,9 +117,14 @@ Tier = LayaTier | ClefTier | UpstreamTier
 
 
 class Models(_Strict):
-    """Which request ``model`` names mean the cascade, the cheap tier only, or the strong only."""
+    """Which request ``model`` names mean the cascade, the cheap tier only, or the strong only.
 
-    cascade: list[str] = field(default_factory=lambda: ["jev-latest", "jev-preview", "jev-1.13.0"])
+    Names match in any case; one with ``*`` or ``?`` is a pattern (``jev-*``). An exact name
+    wins over a pattern (``cascade.policy.routing.resolve_model``). ``/v1/models`` lists the
+    exact names.
+    """
+
+    cascade: list[str] = field(default_factory=lambda: ["jev-latest", "jev-*"])
     cheap_only: list[str] = field(default_factory=list)
     strong_only: list[str] = field(default_factory=list)
     unknown: Literal["reject", "cascade"] = "reject"  # reject: 400 api_usage_error

@@ -19,11 +19,14 @@ Feed each tier's breaker with ``breaker.record(now, ok)`` after every call it al
 
 Reason codes (bounded, usable as metric labels): pre-routing ``images``, ``state_too_long``,
 ``too_many_options``, ``script``, ``type_rule``, ``model_alias``; post-rules ``low_confidence``,
-``low_margin``, ``truncated``, ``options_collapsed``; either ``whole_request``.
+``low_margin``, ``truncated``, ``options_collapsed``; either ``whole_request``; and
+``cheap_failed`` when the cheap tier could not answer (down, overloaded, broken) and its
+questions went to the strong tier instead.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -42,9 +45,12 @@ if TYPE_CHECKING:
 Reason = Literal[
     "images", "state_too_long", "too_many_options", "script", "type_rule", "model_alias",
     "low_confidence", "low_margin", "truncated", "options_collapsed", "whole_request",
+    "cheap_failed",
 ]
 # The strong tier is the only one that can answer these; without it the request gets a 503.
-STRONG_ONLY: frozenset[str] = frozenset({"images", "state_too_long", "script", "model_alias"})
+STRONG_ONLY: frozenset[str] = frozenset(
+    {"images", "state_too_long", "script", "model_alias", "cheap_failed"}
+)
 
 
 class QuestionRoute(msgspec.Struct, frozen=True):
@@ -89,16 +95,29 @@ def top_two_margin(result: QuestionResult) -> float:
 
 
 def resolve_model(policy: Policy, model: str) -> Mode:
-    """What a request's ``model`` asks for. Raises ``UnknownModel`` (400) for unlisted names
-    unless the policy treats them as the cascade."""
+    """What a request's ``model`` asks for. Names match without regard to case or surrounding
+    blanks (as laya-serve matches them); a listed name with ``*`` or ``?`` is a pattern
+    (``jev-*``). An exact name wins over a pattern; among patterns, cheap_only, strong_only,
+    then cascade. Raises ``UnknownModel`` (400) for unlisted names unless the policy treats them
+    as the cascade."""
     models = policy.models
-    for mode in ("cheap_only", "strong_only", "cascade"):
-        if model in getattr(models, mode):
+    key = model.strip().lower()
+    modes: tuple[Mode, ...] = ("cheap_only", "strong_only", "cascade")
+    for mode in modes:
+        if key in (name.lower() for name in getattr(models, mode) if not _pattern(name)):
+            return mode
+    for mode in modes:
+        if any(fnmatch.fnmatchcase(key, name.lower())
+               for name in getattr(models, mode) if _pattern(name)):
             return mode
     if models.unknown == "cascade":
         return "cascade"
     known = ", ".join(models.cascade + models.cheap_only + models.strong_only)
     raise UnknownModel(f"unknown model `{model}`; this server answers: {known}")
+
+
+def _pattern(name: str) -> bool:
+    return "*" in name or "?" in name
 
 
 # ---------------------------------------------------------------- pre-routing
@@ -112,6 +131,15 @@ class Previews(Protocol):
     def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> CallPreview: ...
 
 
+def needs_preview(policy: Policy, call: EngineCall) -> bool:
+    """Whether ``preview_call`` would preview ``call`` at all: a Laya cheap tier, a model that
+    may reach it, and no images sending the whole request strong. Cheap: no tokenizing."""
+    mode = resolve_model(policy, call.model)
+    if mode == "strong_only" or not isinstance(policy.cheap_tier(), LayaTier):
+        return False
+    return not (mode == "cascade" and policy.route.strong is not None and call.images)
+
+
 def preview_call(policy: Policy, call: EngineCall, previewer: Previews) -> CallPreview | None:
     """The cheap tier's tokenizer-only preview of ``call``, on the checkpoint the policy lets it
     run. Questions the policy sends strong whatever their tokens (type rules, too many
@@ -121,15 +149,14 @@ def preview_call(policy: Policy, call: EngineCall, previewer: Previews) -> CallP
     checkpoint must read it, else the returned preview is unreadable and ``pre_route`` sends the
     request strong. None when no Laya tier runs first or nothing would run there.
     """
+    if not needs_preview(policy, call):
+        return None
     mode = resolve_model(policy, call.model)
     tier = policy.cheap_tier()
+    assert isinstance(tier, LayaTier)
     route = policy.route
-    if mode == "strong_only" or not isinstance(tier, LayaTier):
-        return None
     to_strong = mode == "cascade" and route.strong is not None
     if to_strong:
-        if call.images:
-            return None  # everything goes to the strong tier; no token count changes that
         keep = {q: v for q, v in call.questions.items() if _static_reason(policy, v) is None}
         if not keep or (route.escalate == "request" and len(keep) < len(call.questions)):
             return None
@@ -322,6 +349,32 @@ def merge(call: EngineCall, routes: Mapping[str, QuestionRoute],
 
 
 # ---------------------------------------------------------------- degradation
+
+
+def stand_in(policy: Policy, call: EngineCall, previewer: Previews,
+             checkpoint: str | None) -> tuple[str | None, list[Reason]]:
+    """The cheap tier standing in for a strong tier that is down, on ``call``'s questions
+    (those pre-routed strong by a rule the cheap tier could still answer).
+
+    Returns the checkpoint to run them on (``checkpoint``, or multilingual when that reads
+    the text and ``checkpoint`` does not) and the strong-only reasons that still forbid it:
+    ``script`` when no configured checkpoint reads the text, ``state_too_long`` when their rows
+    would drop state tokens and the policy escalates truncation. Non-Laya cheap tiers have no
+    preview: nothing forbids them.
+    """
+    tier = policy.cheap_tier()
+    if not isinstance(tier, LayaTier):
+        return checkpoint, []
+    preview = previewer.preview(call, checkpoint=checkpoint)
+    if (not preview.readable and preview.checkpoint != "multilingual"
+            and "multilingual" in tier.checkpoints.named()):
+        preview = previewer.preview(call, checkpoint="multilingual")
+    blocking: list[Reason] = [] if preview.readable else ["script"]
+    if policy.thresholds.truncated and any(
+            row.state_tokens_dropped > 0 for row in preview.rows.values()):
+        blocking.append("state_too_long")
+    return preview.checkpoint, blocking
+
 
 
 def fallback(policy: Policy, pre: PreRoute, routes: Mapping[str, QuestionRoute], *,

@@ -191,3 +191,87 @@ async def test_batchers_of_one_tier_share_the_queue_depth_gauge() -> None:
         await closed
     await asyncio.gather(busy[1], return_exceptions=True)
     await a.aclose()
+
+
+# ---------------------------------------------------------------- fair shares and admission
+
+
+async def test_a_small_request_behind_a_big_batch_is_served_next() -> None:
+    """Fair queuing: a one-row request arriving behind a 10-state batch request (one flow, 40
+    rows) is served after the batch's first state, not after all of it."""
+    run = Recorder()
+    run.gate.clear()
+    b = MicroBatcher(run, name="t", max_batch_items=4, max_batch_cost=10**6, max_wait_s=0)
+    first = asyncio.create_task(b.submit([0]))
+    await asyncio.sleep(0.05)  # row 0 is in flight, the worker blocked in it
+    states = [asyncio.create_task(b.submit(list(range(100 + 4 * s, 104 + 4 * s)), flow="batch"))
+              for s in range(10)]
+    await asyncio.sleep(0.01)
+    small = asyncio.create_task(b.submit([7]))
+    await asyncio.sleep(0.01)
+    run.gate.set()
+    assert await small == [70]
+    await asyncio.gather(first, *states)
+    served = [row for batch in run.batches for row in batch]
+    assert served.index(7) <= 1 + 4 + 1  # row 0, the first state's 4 rows, then it
+    await b.aclose()
+
+
+async def test_admission_refuses_at_once_what_would_wait_past_the_deadline() -> None:
+    run = Recorder()
+    run.gate.clear()
+    b = MicroBatcher(run, name="t", max_batch_items=8, max_batch_cost=10**6, max_wait_s=0,
+                     calibration=[([1], 0.5)])  # half a second per row, measured
+    loop = asyncio.get_running_loop()
+    busy = asyncio.create_task(b.submit([1]))
+    await asyncio.sleep(0.02)
+    queued = [asyncio.create_task(b.submit([i], deadline=loop.time() + 5)) for i in (2, 3, 4, 5)]
+    await asyncio.sleep(0.01)
+    started = time.monotonic()
+    with pytest.raises(Overloaded, match="work ahead") as info:
+        await b.submit([6], deadline=loop.time() + 1.0)  # ~2.5 s of others' rows ahead
+    assert time.monotonic() - started < 0.1 and info.value.retry_after >= 1.0
+    assert b.queue_depth() == 4  # nothing of the refused request was queued
+    # a flow's own rows never count against it: with the 0.5 s of [8] counted, [9] would
+    # expect ~2.95 s of wait and be refused
+    more = asyncio.create_task(b.submit([8], flow="x", deadline=loop.time() + 100))
+    same = asyncio.create_task(b.submit([9], flow="x", deadline=loop.time() + 2.6))
+    await asyncio.sleep(0.01)
+    run.gate.set()
+    answers = await asyncio.gather(busy, *queued, more, same)
+    assert answers == [[10], [20], [30], [40], [50], [80], [90]]
+    await b.aclose()
+
+
+async def test_an_idle_batcher_accepts_any_request_and_learns_its_cost() -> None:
+    b = MicroBatcher(lambda items: [i * 10 for i in items], name="t", max_batch_items=2,
+                     max_batch_cost=10**6, max_wait_s=0)
+    loop = asyncio.get_running_loop()
+    assert b.cost_model.seconds([1]) is None  # nothing measured yet
+    # 20 rows: far more than any budget would allow behind others, but nothing is ahead
+    assert await b.submit(list(range(20)), deadline=loop.time() + 0.001) == [
+        i * 10 for i in range(20)]
+    assert b.cost_model.seconds([1]) is not None
+    await b.aclose()
+
+
+async def test_a_batch_stops_growing_past_its_time_budget() -> None:
+    """Every row of a batch waits for all of it: at 0.05 s a row, a 0.12 s budget takes two
+    rows at a time."""
+    class Slow(Recorder):
+        def __call__(self, items: list[int]) -> list[int]:
+            time.sleep(0.05 * len(items))
+            return super().__call__(items)
+
+    run = Slow()
+    b = MicroBatcher(run, name="t", max_batch_items=8, max_batch_cost=10**6, max_wait_s=0,
+                     calibration=[([1], 0.05), ([1, 1], 0.1)], max_batch_s=0.12)
+    run.gate.clear()
+    first = asyncio.create_task(b.submit([0]))
+    await asyncio.sleep(0.05)
+    rest = [asyncio.create_task(b.submit([i])) for i in range(1, 7)]
+    await asyncio.sleep(0.01)
+    run.gate.set()
+    await asyncio.gather(first, *rest)
+    assert [len(batch) for batch in run.batches] == [1, 2, 2, 2]
+    await b.aclose()

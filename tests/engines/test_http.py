@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import socket
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -256,8 +257,6 @@ def test_a_422_with_a_string_detail_becomes_one_item() -> None:
     [
         (400, {"detail": {"error_type": "api_usage_error", "message": "Unknown model: x"}},
          "Unknown model: x", "api_usage_error"),
-        (404, {"error": "model 'clef' not found"}, "model 'clef' not found",
-         "invalid_request_error"),
         (400, {"success": False, "errors": [{"code": 5006, "message": "no questions"}],
                "messages": [], "result": None}, "5006: no questions", "invalid_request_error"),
         (400, {"error": {"message": "bad field", "field": "state"}}, "bad field",
@@ -291,6 +290,9 @@ def test_non_json_error_bodies_are_quoted() -> None:
         (401, EngineFailed, "refused our credentials"),
         (403, EngineFailed, "refused our credentials"),
         (408, EngineTimeout, "408"),
+        (404, EngineFailed, "no such endpoint"),  # a wrong URL: a broken tier, not the client
+        (405, EngineFailed, "no such endpoint"),
+        (503, EngineUnavailable, "503"),  # down or draining, not back-pressure
         (500, EngineFailed, "inference failed"),
         (502, EngineFailed, "502"),
         (301, EngineFailed, "301"),
@@ -328,15 +330,36 @@ def test_overload_carries_their_retry_after_and_is_not_retried(
     assert len(rec.requests) == 1
 
 
-def test_a_503_with_retry_after_is_retried_once() -> None:
-    rec = Recorder(reply(503, {"detail": "busy"}, **{"Retry-After": "0"}), reply())
-    assert run(answer(rec)).model == "upstream-1.0"
-    assert len(rec.requests) == 2
-
-    rec = Recorder(reply(503, {"detail": "busy"}, **{"Retry-After": "0"}))
-    with pytest.raises(Overloaded, match="busy"):
+def test_a_503_is_never_slept_on() -> None:
+    """A draining upstream's ``503 + Retry-After: 5`` fails at once (the gateway degrades), backs
+    that URL off, and the request moves on to another URL that is up, without waiting."""
+    rec = Recorder(reply(503, {"detail": "draining"}, **{"Retry-After": "5"}))
+    started = time.monotonic()
+    with pytest.raises(EngineUnavailable, match="draining") as exc:
         run(answer(rec))
-    assert len(rec.requests) == 2
+    assert time.monotonic() - started < 1.0 and exc.value.retry_after == 5.0
+    assert len(rec.requests) == 1
+
+    def by_host(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "a":
+            return reply(503, {"detail": "draining"}, **{"Retry-After": "5"})
+        return reply()
+
+    rec = Recorder(by_host)
+
+    async def scenario() -> list[bool]:
+        eng = engine(rec, urls=("http://a", "http://b"), health_interval_s=60)
+        for _ in range(3):
+            assert (await eng.answer(CALL)).model == "upstream-1.0"
+        up = [u["up"] for u in eng.health()["urls"]]
+        await eng.aclose()
+        return up
+
+    started = time.monotonic()
+    assert run(scenario()) == [False, True]  # a backs off for its Retry-After
+    assert time.monotonic() - started < 1.0
+    assert rec.hosts[:2] == ["a", "b"] and set(rec.hosts[2:]) == {"b"}
+
 
 
 def test_retry_after_accepts_http_dates_and_ignores_garbage() -> None:
@@ -384,7 +407,7 @@ def test_when_every_url_fails_to_connect_the_engine_is_unavailable_fast() -> Non
             await eng.answer(CALL)
         with pytest.raises(EngineUnavailable, match="every upstream is down") as exc:
             await eng.answer(CALL)
-        assert exc.value.retry_after is not None and 50 < exc.value.retry_after <= 60
+        assert exc.value.retry_after is not None and 50 < exc.value.retry_after <= 62
         await eng.aclose()
 
     run(scenario())

@@ -107,3 +107,19 @@ def test_outcomes_of_calls_admitted_before_opening_are_ignored() -> None:
     breaker.record(now + 5.5, True)
     assert breaker.state(now + 5.5) == "half_open"
     assert breaker.allow(now + 5.5)
+
+
+def test_a_released_probe_frees_its_slot_at_once() -> None:
+    """A half-open probe that ends without a verdict (overload, a client error, a cancelled
+    caller) lets the next call probe now, not after another cooldown."""
+    b = CircuitBreaker(BreakerConfig(min_calls=1, failure_ratio=0.5, cooldown_s=10.0))
+    assert b.allow(0.0)
+    b.record(0.0, False)
+    assert b.state(10.0) == "half_open" and b.allow(10.0)
+    assert not b.allow(10.1)  # the probe slot is taken
+    b.release(10.2)
+    assert b.allow(10.3)  # freed: the next call is the probe
+    b.record(10.4, True)
+    assert b.state(10.5) == "closed"
+    b.release(11.0)  # closed: nothing to free, nothing changes
+    assert b.state(11.0) == "closed"

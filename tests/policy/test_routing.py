@@ -42,6 +42,7 @@ from cascade.policy.routing import (
     preview_call,
     resolve_model,
     split,
+    stand_in,
 )
 from cascade.questions import option_band
 from cascade.schema import ChoiceQuestion, NoulQuestion, OptionSpans, Question, ScoreQuestion
@@ -121,6 +122,34 @@ def test_resolve_model() -> None:
         resolve_model(POLICY, "gpt-4")
     lenient = msgspec.structs.replace(POLICY, models=Models(unknown="cascade"))
     assert resolve_model(lenient, "gpt-4") == "cascade"
+
+
+def test_model_names_match_in_any_case_and_by_pattern() -> None:
+    models = Models(cascade=["jev-latest", "jev-*"], cheap_only=["laya", "jev-laya"],
+                    strong_only=["Clef-Flash"])
+    policy = msgspec.structs.replace(POLICY, models=models)
+    assert resolve_model(policy, "JEV-LATEST") == "cascade"
+    assert resolve_model(policy, "jev-1") == "cascade"  # the jev-* family
+    assert resolve_model(policy, " Laya ") == "cheap_only"
+    assert resolve_model(policy, "clef-flash") == "strong_only"
+    assert resolve_model(policy, "Jev-Laya") == "cheap_only"  # an exact name beats a pattern
+    with pytest.raises(UnknownModel):
+        resolve_model(policy, "jev")  # a pattern is no prefix match
+
+
+@pytest.mark.parametrize("name", ["default.toml", "latency-first.toml", "quality-first.toml"])
+def test_shipped_policies_accept_what_laya_serve_accepts(name: str) -> None:
+    from cascade.policy.files import load_policy
+
+    policy = load_policy(Path(__file__).parents[2] / "policies" / name)
+    for model in ("convaiinnovations/laya", "convaiinnovations/laya-multilingual",
+                  "ConvaiInnovations/Laya-Typed-Decisions", "English", "MULTILINGUAL", "Laya"):
+        assert resolve_model(policy, model) == "cheap_only", (name, model)
+    for model in ("jev-1", "jev-latest", "JEV-Preview", "jev-1.13.0", "jev-2"):
+        assert resolve_model(policy, model) == "cascade", (name, model)
+    assert resolve_model(policy, "clef-flash") == "strong_only"
+    with pytest.raises(UnknownModel):
+        resolve_model(policy, "gpt-4")
 
 
 # ---------------------------------------------------------------- pre-routing
@@ -276,6 +305,27 @@ def test_real_previewer_on_a_tiny_checkpoint(tmp_path: Path) -> None:
     assert routes(pre_route(english_only, c, pv))["intent"] == ("clef", "too_many_options")
     whole = with_(english_only, escalate="request")
     assert preview_call(whole, c, previewer) is None
+
+
+def test_stand_in_respects_the_strong_only_rules(tmp_path: Path) -> None:
+    """The cheap tier standing in for a dead strong tier must still read the text and fit the
+    state, whatever rule sent the questions strong."""
+    en = make_tiny(tmp_path / "en")  # max_len 96: the tiny checkpoint truncates long states
+    english_only = msgspec.structs.replace(POLICY, tiers={
+        "laya": msgspec.convert({"kind": "laya", "checkpoints": {"english": str(en)}},
+                                LayaTier), "clef": ClefTier()})
+    previewer = Previewer({"english": en}, default="english")
+    chinese = msgspec.structs.replace(call(), state="我的退款还没有到账，请帮我查一下")
+    assert stand_in(english_only, chinese, previewer, "english") == ("english", ["script"])
+    long = msgspec.structs.replace(call(), state="refund please " * 200)
+    assert stand_in(english_only, long, previewer, "english") == ("english", ["state_too_long"])
+    lenient = msgspec.structs.replace(
+        english_only, thresholds=msgspec.structs.replace(POLICY.thresholds, truncated=False))
+    assert stand_in(lenient, long, previewer, "english") == ("english", [])
+    assert stand_in(english_only, call(), previewer, "english") == ("english", [])
+    # with a multilingual checkpoint configured the stand-in moves there
+    both = Previewer({"english": en, "multilingual": en}, default="english")
+    assert stand_in(POLICY, chinese, both, "english")[0] == "multilingual"
 
 
 # ---------------------------------------------------------------- post-rules
