@@ -58,7 +58,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env |= {"CASCADE_DEMO_DIR": str(work / "demo"), "CASCADE_LOG_LEVEL": "warning"}
     url = f"http://127.0.0.1:{free_port()}"
     port = url.rsplit(":", 1)[1]
-    cmd = [str(CASCADE), "serve", "--demo", "--host", "127.0.0.1", "--port", port]
+    cmd = [str(CASCADE), "serve", "--demo", "--host", "127.0.0.1", "--port", port,
+           "--decision-log", str(work / "decisions.db")]  # its panel reads the log's metric
     with run_process(cmd, ready_url=url + "/health", env=env, timeout_s=180):
         deadline = time.monotonic() + 60
         while httpx.get(url + "/ready").status_code != 200:
@@ -91,7 +92,8 @@ STATES = ["I was charged twice for my March invoice", "The app crashes when I up
 def traffic(url: str) -> int:
     """74 bounded requests from 4 threads: short states (cheap-final, low-confidence
     escalations), a few long ones and an image (strong tier), the batch route, and invalid
-    bodies. Fixed request ids make the shadow sampling (a hash of the id) the same every run."""
+    bodies. The demo mirrors a quarter of cheap-final requests (a server-side draw), so the
+    shadow panels get series with near certainty."""
     spam = {"type": "choice", "instructions": "Spam?", "criteria": ["yes", "no"]}
     mixes = [QUESTIONS, {"spam": spam, "anger": QUESTIONS["anger"]}, {"spam": spam}]
     bodies: list[tuple[str, dict[str, Any]]] = []
