@@ -221,17 +221,22 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
     return response
 
 
+async def _decoded(request: Request) -> tuple[bytes, dict[str, Any]]:
+    """The request's decoded body and multipart parts, timed as the ``decode`` hop."""
+    with metrics.HOP_DURATION.labels(hop="decode").time():
+        return await read_request(request, request.app.state.settings,
+                                  request.app.state.decode_pool)
+
+
 @post("/v1/systemone", status_code=200, summary="Answer typed questions about one state",
       operation_class=operation(SystemOneRequest, SystemOneResponse))
 async def systemone(request: Request) -> Response[bytes]:
     """System One: ``{model, state, questions, images?, assets?}`` → ``{model, answers, usage}``."""
-    settings: Settings = request.app.state.settings
     gateway: Gateway = request.app.state.gateway
     pool: DecodePool = request.app.state.decode_pool
 
     async def work() -> tuple[Response[bytes], str]:
-        with metrics.HOP_DURATION.labels(hop="decode").time():
-            body, parts = await read_request(request, settings, pool)
+        body, parts = await _decoded(request)
         with metrics.HOP_DURATION.labels(hop="validate").time():
             call = await read_call(body, parts, pool, request_id=request_id(request.scope))
         outcome = await unless_disconnected(request, gateway.systemone(call))
@@ -244,13 +249,11 @@ async def systemone(request: Request) -> Response[bytes]:
       operation_class=operation(BatchRequest, BatchResponse))
 async def systemone_batch(request: Request) -> Response[bytes]:
     """``{states: [...], questions}`` → ``{results: [...], total_usage}`` (at most 64 states)."""
-    settings: Settings = request.app.state.settings
     gateway: Gateway = request.app.state.gateway
     pool: DecodePool = request.app.state.decode_pool
 
     async def work() -> tuple[Response[bytes], str]:
-        with metrics.HOP_DURATION.labels(hop="decode").time():
-            body, parts = await read_request(request, settings, pool)
+        body, parts = await _decoded(request)
         if parts:  # the batch takes text states only: refuse images rather than drop them
             raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
         with metrics.HOP_DURATION.labels(hop="validate").time():
