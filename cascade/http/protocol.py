@@ -12,6 +12,11 @@ server buffer a 10 MB header. Here:
   of the first byte of its next request, is closed (``408`` when it had sent part of one).
 
 Idle keep-alive connections are uvicorn's ``timeout_keep_alive``.
+
+At shutdown uvicorn closes every connection that has no request in progress. A connection
+opened just before that may already have its request on the wire, and closing it loses a request
+the client saw accepted; so a connection that has not yet sent a complete request head gets
+``FIRST_REQUEST_GRACE_S`` to send one, which is then served and the connection closed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from cascade.schema import ErrorBody, ErrorDetail, encoder
 
 LINGER_S = 1.0  # after refusing a head: how long to keep reading (and dropping) before closing
+FIRST_REQUEST_GRACE_S = 1.0  # at shutdown: how long a new connection may take to send its request
 
 
 class HeadLimits:
@@ -51,6 +57,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._too_large: str | None = None
         self._discarding = False
+        self._shutting_down = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -95,6 +102,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._disarm_head_timer()
         super().on_headers_complete()
+        if self._shutting_down and self.cycle is not None:
+            self.cycle.keep_alive = False
+
+    def shutdown(self) -> None:
+        """uvicorn's graceful close, except that a connection still waiting for its first
+        request head gets ``FIRST_REQUEST_GRACE_S`` to send it (see the module docstring)."""
+        self._shutting_down = True
+        if self.cycle is None and not self.transport.is_closing():
+            self.loop.call_later(FIRST_REQUEST_GRACE_S, super().shutdown)
+            return
+        super().shutdown()
 
     # ------------------------------------------------------------ the head timer
 

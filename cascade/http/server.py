@@ -5,12 +5,21 @@ routing to it) while every request, in flight or newly routed, is still served, 
 with ``connection: close``. Then uvicorn stops accepting, lets in-flight requests finish within
 ``grace_s`` (cancelling what is left), shuts the engines down, and the process exits 0. A
 second SIGTERM ends the drain at once; SIGINT (Ctrl-C) skips it, and a second SIGINT forces exit.
+
+Closing a listening socket makes the kernel reset the connections it completed that the server
+had not accepted yet, and a client that already sent its request on one sees it lost; so at
+shutdown the server first accepts what is queued, then stops listening, and serves those
+connections too (their first request gets the grace ``cascade.http.protocol`` gives one).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+import os
 import signal
+import socket
 import time
 from types import FrameType
 
@@ -49,6 +58,35 @@ class DrainingServer(uvicorn.Server):
         if self.drain_until is not None and time.monotonic() >= self.drain_until:
             self.should_exit = True
         return await super().on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self._serve_queued_connections()
+        await super().shutdown(sockets)
+
+    async def _serve_queued_connections(self) -> None:
+        """Accept every connection queued on the listening sockets, stop listening, and hand
+        the accepted ones to the HTTP protocol like any other connection."""
+        queued: list[socket.socket] = []
+        for server in self.servers:
+            for listener in server.sockets:
+                with socket.socket(fileno=os.dup(listener.fileno())) as sock:
+                    sock.setblocking(False)
+                    while True:
+                        try:
+                            queued.append(sock.accept()[0])
+                        except (BlockingIOError, InterruptedError):
+                            break
+            server.close()
+        if queued:
+            log.info("shutdown: serving %d connection(s) queued before the socket closed",
+                     len(queued))
+        protocol = functools.partial(self.config.http_protocol_class, config=self.config,
+                                     server_state=self.server_state,
+                                     app_state=self.lifespan.state)
+        loop = asyncio.get_running_loop()
+        for conn in queued:
+            conn.setblocking(False)
+            await loop.connect_accepted_socket(protocol, conn, ssl=self.config.ssl)
 
 
 def head_limits(settings: Settings) -> HeadLimits:
