@@ -14,7 +14,11 @@ loop never runs model code. Contracts:
 - Admission by expected wait (``deadline``). The other flows' rows that will run before this
   request (tagged no later), in the batches ``_take`` will form of them, as ``cost_model``
   predicts them, plus what is left of the batch in flight, is the wait this request would
-  suffer (scaled by ``wait_correction``, learnt from the waits it measures); behind other work
+  suffer, scaled by ``correction``: the larger of what the measured waits say (between-batch
+  gaps, other work on the machine) and of how far the last batches overran the model's
+  prediction (the model lags a machine that suddenly slows down, such as warm-up figures taken
+  on an idle machine against the first batches of a burst, and requests admitted on its word
+  would wait several times their deadline); behind other work
   a request must also leave ``max_batch_s`` for the batch it will run in. When that passes the
   deadline, ``submit`` raises ``Overloaded`` at once with a ``retry_after`` of the excess; what
   it accepts runs to the end (no whole-call timeout throws accepted work away). A flow's own
@@ -55,7 +59,10 @@ from cascade.errors import EngineFailed, EngineUnavailable, Overloaded
 In = TypeVar("In")
 Out = TypeVar("Out")
 MIN_LEARNT_WAIT_S = 0.05  # shorter predicted waits are mostly noise: not learnt from
+MIN_LEARNT_BATCH_S = 0.01  # nor are batches predicted shorter than this
 _WAIT_UP, _WAIT_DOWN = 0.3, 0.05  # how fast the wait correction rises and falls
+_LAG_DOWN = 0.3  # how fast the batch overrun falls back (it rises at once)
+MAX_CORRECTION = 4.0
 
 
 @dataclass(eq=False)
@@ -128,8 +135,12 @@ class MicroBatcher(Generic[In, Out]):
         # Measured queue wait / predicted wait, learnt from the requests served: what the cost
         # model misses (time between batches, other work on the machine) scales predictions.
         self.wait_correction = 1.0
+        # How many times the model's prediction the recent batches took (at least 1).
+        self.batch_overrun = 1.0
+        # Warm-up runs were timed on an idle machine: together they count as one batch, so the
+        # first batches under traffic soon outweigh them.
         for costs, seconds in calibration:
-            self.cost_model.observe(costs, seconds)
+            self.cost_model.observe(costs, seconds, weight=1 / len(calibration))
         self._vtime = 0.0  # the fair queue's virtual time: the tag of the last row served
         self._finish: dict[Hashable, float] = {}  # each flow's last claimed tag
         self._seq = itertools.count()
@@ -154,7 +165,12 @@ class MicroBatcher(Generic[In, Out]):
         A batch running longer than expected is assumed to need as long again as it has
         overrun, so a stuck engine soon refuses new work instead of queueing it forever.
         """
-        return self._raw_wait(now, flow, before_tag) * self.wait_correction
+        return self._raw_wait(now, flow, before_tag) * self.correction
+
+    @property
+    def correction(self) -> float:
+        """What predicted waits are multiplied by (see the module docstring)."""
+        return max(self.wait_correction, self.batch_overrun)
 
     def _raw_wait(self, now: float, flow: Hashable | None, before_tag: float | None) -> float:
         ahead = [r for r in self._pending
@@ -225,7 +241,7 @@ class MicroBatcher(Generic[In, Out]):
             raise Overloaded(f"{self.name}: {others} rows queued",
                              retry_after=max(1.0, round(wait, 1)))
         raw = self._raw_wait(now, flow, tag)
-        wait = raw * self.wait_correction
+        wait = raw * self.correction
         # Behind other work, a request must also have time for the batch it will run in.
         reserve = (self.max_batch_s or 0.0) if wait > 0 else 0.0
         if deadline is not None and now + wait + reserve > deadline:
@@ -240,9 +256,16 @@ class MicroBatcher(Generic[In, Out]):
         """How the wait admission predicted came out: the correction follows the ratio, fast
         when waits run longer than predicted (a promise broken) and slowly back when shorter."""
         if predicted >= MIN_LEARNT_WAIT_S:
-            ratio = min(max(actual / predicted, 0.5), 4.0)
+            ratio = min(max(actual / predicted, 0.5), MAX_CORRECTION)
             rate = _WAIT_UP if ratio > self.wait_correction else _WAIT_DOWN
             self.wait_correction += rate * (ratio - self.wait_correction)
+
+    def _learn_overrun(self, expected: float, seconds: float) -> None:
+        """A batch the model expected to take ``expected`` took ``seconds``."""
+        if expected >= MIN_LEARNT_BATCH_S:
+            ratio = min(max(seconds / expected, 1.0), MAX_CORRECTION)
+            lag = self.batch_overrun
+            self.batch_overrun = ratio if ratio > lag else lag + _LAG_DOWN * (ratio - lag)
 
     def _forget(self, request: _Request, *, count: bool) -> None:
         kept = [r for r in self._pending if r.request is not request]
@@ -345,6 +368,7 @@ class MicroBatcher(Generic[In, Out]):
         seconds = time.perf_counter() - started
         self._compute.observe(seconds)
         self.batches += 1
+        self._learn_overrun(self._inflight_expected, seconds)
         self.cost_model.observe([widest] * len(batch), seconds)  # padding costs what rows do
         if self._on_batch is not None:
             self._on_batch(len(batch), len(batch) * max(r.cost for r in batch), seconds)

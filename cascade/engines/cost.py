@@ -38,11 +38,12 @@ class CostModel:
         self._b = np.zeros(3)
         self.weights: np.ndarray | None = None  # per_row, per_cost, per_cost2 (scaled units)
 
-    def observe(self, costs: Sequence[int], seconds: float) -> None:
-        """One batch of rows with these ``costs`` took ``seconds`` of compute."""
+    def observe(self, costs: Sequence[int], seconds: float, weight: float = 1.0) -> None:
+        """One batch of rows with these ``costs`` took ``seconds`` of compute; ``weight`` is
+        how much it counts against a batch observed under traffic (1)."""
         x = features(costs)
-        self._a = self.forget * self._a + np.outer(x, x)
-        self._b = self.forget * self._b + x * max(seconds, 0.0)
+        self._a = self.forget * self._a + weight * np.outer(x, x)
+        self._b = self.forget * self._b + weight * x * max(seconds, 0.0)
         self.weights = self._fit()
 
     def seconds(self, costs: Sequence[int]) -> float | None:
