@@ -5,9 +5,11 @@ All per (question type x option band) cell, over the questions that reach the co
 ``min_cell`` questions (default 30) is too small to fit alone: it gets the pooled fit of its
 option band (all question types of the band, which share a range of max p), or of everything
 when the band is small too (a temperature needs ``min_cell`` labels somewhere, else it stays
-1.0); a cell the data lacks gets its band's fit (no threshold, so no confidence escalation,
-when the whole band is missing). For an accuracy target, 30 answers that are all right give a
-one-sided 95 % lower bound of 0.905: fewer could not certify 0.9 even when perfect.
+1.0) — except an escalation quantile, which stays within the band however small: max p of
+eight options and of two are not comparable. A cell the data lacks gets its band's fit (no
+threshold, so no confidence escalation, when the whole band is missing). For an accuracy
+target, 30 answers that are all right give a one-sided 95 % lower bound of 0.905: fewer could
+not certify 0.9 even when perfect.
 
 - Temperature: the T in Laya's range [0.5, 5] (``cascade.laya.config.clamp_temperature``) that
   minimizes the negative log-likelihood of the gold labels under ``p^(1/T)`` (golden-section
@@ -162,13 +164,17 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
         if cell[1] in seen_bands:
             cells.setdefault(cell, [])
 
-    def pool(cell: Cell, enough: Callable[[list[ItemRow]], bool]) -> tuple[list[ItemRow], bool]:
-        """The cell's rows, else its band's, else everything; and whether it was pooled."""
+    def pool(cell: Cell, enough: Callable[[list[ItemRow]], bool], *, across_bands: bool = True
+             ) -> tuple[list[ItemRow], bool]:
+        """The cell's rows, else its band's, else (``across_bands``) everything; and whether it
+        was pooled."""
         members = cells[cell]
         if enough(members):
             return members, False
         band = [r for (_, b), rs in cells.items() if b == cell[1] for r in rs]
-        return (band if enough(band) else [r for rs in cells.values() for r in rs]), True
+        if enough(band) or not across_bands:
+            return band, True
+        return [r for rs in cells.values() for r in rs], True
 
     def labelled_enough(members: list[ItemRow]) -> bool:
         return len(_labelled(members)) >= min_cell
@@ -185,7 +191,7 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
     thresholds, diagnostics = {}, {}
     for cell in sorted(cells):
         if target == "escalation":
-            members, pooled = pool(cell, lambda m: len(m) >= min_cell)
+            members, pooled = pool(cell, lambda m: len(m) >= min_cell, across_bands=False)
             t = quantile_threshold([gate(r, temperatures[(r.type, r.band)]) for r in members],
                                    value)
         else:

@@ -157,3 +157,16 @@ def test_escalation_target_holds_on_held_back_items(rate):
     assert achieved == pytest.approx(rate, abs=0.03)
     # temperatures were fitted per cell and they differ (each cell is over-confident its own way)
     assert len({round(t, 1) for t in temperatures.values()}) == 3
+
+
+def test_a_small_band_keeps_its_own_escalation_quantile():
+    """12 eight-option questions beside hundreds of two- and three-option ones: their band is
+    too small to fit alone, but pooled with everything its threshold sat above every one of
+    its own confidences (max p of 8 options runs lower) and escalated all of them."""
+    rng = random.Random(7)
+    data = _synthetic(rng, 600)
+    wide = [d for d in data if "wide" in d[0].call.questions][:12]
+    rows = _rows(POLICY, [d for d in data if "wide" not in d[0].call.questions] + wide)
+    diagnostics = fit(rows, "escalation", 0.3)[2]
+    assert diagnostics["choice:6-10"].n == 12 and diagnostics["choice:6-10"].pooled
+    assert 0.2 <= diagnostics["choice:6-10"].escalation <= 0.4
