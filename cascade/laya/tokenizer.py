@@ -4,11 +4,22 @@ Special tokens come from ``tokenizer/tokenizer_config.json`` (a string or ``{"co
 falling back to ``special_tokens_map.json``; vocabulary guesses are never used. Text is always
 encoded without special tokens, padding or truncation: Laya inserts CLS/SEP itself. A
 ``tokenizers.Tokenizer`` is safe to share between threads once padding/truncation are off.
+
+A long text is encoded in pieces of about ``PIECE_CHARS`` characters: ``tokenizers`` keeps
+several words of bookkeeping per byte while it encodes (a 1,000,000-character state took
+160 MiB), and the state's exact token count is part of the answer's usage. The pieces give the
+very same ids as the whole text: they are cut only at a single space between two letters or
+digits, which the byte-level pre-tokenizer's regex always splits before (the space starts the
+next word's token) and NFC never composes across, and only for a tokenizer whose pre-tokenizer
+is that regex and whose added tokens cannot match across such a space (none holds whitespace,
+strips whitespace towards a letter or digit). Any other tokenizer encodes the whole text.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +28,44 @@ from tokenizers import Tokenizer
 from cascade.laya.config import CheckpointError
 
 _ROLES = ("cls", "sep", "pad", "mask", "unk")
+PIECE_CHARS = 1 << 16
+_CUT = re.compile(r"(?<=[^\W_]) (?=[^\W_])")  # a space between two letters or digits
 
 
 def _token_text(value: Any) -> str | None:
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None
+
+
+def cuts_safely(spec: dict[str, Any]) -> bool:
+    """Whether ``_CUT`` positions are word boundaries for the tokenizer ``spec`` (its JSON)."""
+    pre, norm = spec.get("pre_tokenizer") or {}, spec.get("normalizer")
+    if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True):
+        return False
+    if norm is not None and norm.get("type") != "NFC":
+        return False
+    for added in spec.get("added_tokens", []):
+        text = added.get("content", "")
+        if not text or any(c.isspace() for c in text):
+            return False
+        if (added.get("lstrip") and text[0].isalnum()) or (added.get("rstrip")
+                                                          and text[-1].isalnum()):
+            return False
+    return True
+
+
+def pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
+    """``text`` cut at ``_CUT`` positions into pieces of about ``size`` characters (longer
+    where no such position comes sooner)."""
+    start = 0
+    while len(text) - start > size:
+        cut = _CUT.search(text, start + size // 2)
+        if cut is None:
+            break
+        yield text[start:cut.start()]
+        start = cut.start()
+    yield text[start:]
 
 
 def _special_tokens(tok_dir: Path) -> dict[str, str]:
@@ -50,6 +93,7 @@ class LayaTokenizer:
             raise CheckpointError(f"{path}: cannot load tokenizer ({exc})") from exc
         self._tok.no_padding()
         self._tok.no_truncation()
+        self._in_pieces = cuts_safely(json.loads(self._tok.to_str()))
         specials = _special_tokens(tok_dir)
         ids = {}
         for role in ("cls", "sep", "pad", "mask"):
@@ -67,7 +111,12 @@ class LayaTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens (added tokens in the text still match)."""
-        return self._tok.encode(text, add_special_tokens=False).ids
+        if len(text) <= PIECE_CHARS or not self._in_pieces:
+            return self._tok.encode(text, add_special_tokens=False).ids
+        ids: list[int] = []
+        for piece in pieces(text):
+            ids += self._tok.encode(piece, add_special_tokens=False).ids
+        return ids
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
