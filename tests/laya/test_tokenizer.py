@@ -37,9 +37,14 @@ def test_pieces_cover_the_text_and_cut_only_between_words() -> None:
             assert before[-1].isalnum()
 
 
-def test_pieces_encode_to_the_whole_texts_ids(tiny_dirs: dict[str, Path]) -> None:
+@pytest.mark.parametrize("space_runs", [False, True])
+def test_pieces_encode_to_the_whole_texts_ids(tiny_dirs: dict[str, Path], space_runs: bool
+                                              ) -> None:
     tok = _tokenizer(tiny_dirs)
-    raw = tok._tok  # the plain tokenizers.Tokenizer: the whole text in one call
+    raw = Tokenizer.from_str(tok._tok.to_str())  # the whole text in one call
+    if space_runs:  # as ModernBERT's tokenizer has: runs of 2 to 24 spaces as added tokens
+        raw.add_tokens([AddedToken(" " * n, normalized=True) for n in range(2, 25)])
+        assert cuts_safely(json.loads(raw.to_str()))
     rng = random.Random(2)
     for _ in range(300):
         text = tok.strip_mask(_text(rng, rng.randrange(1, 600)))
@@ -64,6 +69,8 @@ def test_a_long_state_is_encoded_in_pieces_with_the_same_ids(tiny_dirs: dict[str
     ({"added": AddedToken("[X", rstrip=True)}, False),  # could eat the cut space
     ({"added": AddedToken("[Y]y", rstrip=True)}, False),
     ({"added": AddedToken("a b")}, False),  # could match across the cut
+    ({"added": AddedToken("   ", normalized=True)}, True),  # ModernBERT's space runs
+    ({"added": AddedToken("  ", lstrip=True)}, False),
     ({"pre": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
               "split": True}}, False),
     ({"pre": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
