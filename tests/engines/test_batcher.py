@@ -245,7 +245,7 @@ async def test_admission_refuses_at_once_what_would_wait_past_the_deadline() -> 
 
 async def test_a_burst_on_warm_up_figures_too_kind_is_held_near_its_deadline() -> None:
     """Warm-up timed on an idle machine says a row takes 2.5 ms; under the burst it takes 20 ms
-    (measured before this fix: the requests admitted on the warm-up's word waited 1.8 times
+    (measured before this fix: the requests admitted on the warm-up's word waited 1.7 times
     their deadline). The first batches' overrun must scale admission at once."""
     row_s, deadline_s = 0.02, 1.0
 
