@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 
@@ -243,37 +244,42 @@ async def test_admission_refuses_at_once_what_would_wait_past_the_deadline() -> 
     await b.aclose()
 
 
-async def test_a_burst_on_warm_up_figures_too_kind_is_held_near_its_deadline() -> None:
-    """Warm-up timed on an idle machine says a row takes 2.5 ms; under the burst it takes 20 ms
-    (measured before this fix: the requests admitted on the warm-up's word waited 1.7 times
-    their deadline). The first batches' overrun must scale admission at once."""
+async def test_a_burst_on_warm_up_figures_too_kind_is_held_to_its_deadline() -> None:
+    """Warm-up timed on an idle machine says a row takes 3.3 ms; under the burst it takes 20 ms.
+    Measured before the fix: requests admitted on the warm-up's word waited up to 1.5 times
+    their deadline for their batch to start (1.6 with two CPU hogs); now about 1.0 either way.
+    The first batches' overrun must scale admission at once."""
     row_s, deadline_s = 0.02, 1.0
+    batch_started: dict[int, float] = {}
 
     def run(items: list[int]) -> list[int]:
+        now = time.monotonic()
+        batch_started.update((i, now) for i in items)
         time.sleep(row_s * len(items))
         return items
 
-    kind = [([1] * n, n * row_s / 8) for n in (1, 2, 3)]
+    kind = [([1] * n, n * row_s / 6) for n in (1, 2, 3)]
     b = MicroBatcher(run, name="t", max_batch_items=4, max_batch_cost=10**6, max_wait_s=0.002,
                      calibration=kind)
     loop = asyncio.get_running_loop()
     stop = loop.time() + 2.5
+    ids = itertools.count()
     waits: list[float] = []
 
     async def client() -> None:  # ignores Retry-After: tries again 20 ms after a refusal
         while loop.time() < stop:
-            started = loop.time()
+            item, started = next(ids), time.monotonic()
             try:
-                await b.submit([1], deadline=started + deadline_s)
+                await b.submit([item], deadline=loop.time() + deadline_s)
             except Overloaded:
                 await asyncio.sleep(0.02)
                 continue
-            waits.append(loop.time() - started)
+            waits.append(batch_started[item] - started)
 
     await asyncio.gather(*(client() for _ in range(128)))
     await b.aclose()
     assert len(waits) > 60  # the tier stayed busy: 2.5 s of 20 ms rows in fours
-    assert max(waits) < 1.4 * deadline_s, max(waits)
+    assert max(waits) < 1.2 * deadline_s, max(waits)
 
 
 async def test_an_idle_batcher_accepts_any_request_and_learns_its_cost() -> None:
