@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
 from cascade.laya.config import CheckpointError
 
@@ -39,15 +39,15 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def cuts_safely(spec: dict[str, Any]) -> bool:
-    """Whether ``_CUT`` positions are word boundaries for the tokenizer ``spec`` (its JSON)."""
-    pre, norm = spec.get("pre_tokenizer") or {}, spec.get("normalizer")
-    if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True):
+def cuts_safely(tok: Tokenizer) -> bool:
+    """Whether ``_CUT`` positions are word boundaries for ``tok``."""
+    pre, norm = tok.pre_tokenizer, tok.normalizer
+    if not isinstance(pre, pre_tokenizers.ByteLevel) or not pre.use_regex:
         return False
-    if norm is not None and norm.get("type") != "NFC":
+    if norm is not None and not isinstance(norm, normalizers.NFC):
         return False
-    for added in spec.get("added_tokens", []):
-        text, lstrip, rstrip = added.get("content", ""), added.get("lstrip"), added.get("rstrip")
+    for added in tok.get_added_tokens_decoder().values():
+        text, lstrip, rstrip = added.content, added.lstrip, added.rstrip
         if not text or (lstrip and text[0].isalnum()) or (rstrip and text[-1].isalnum()):
             return False
         # Runs of spaces (ModernBERT has 2 to 24 as added tokens) never reach a cut, which has
@@ -95,7 +95,7 @@ class LayaTokenizer:
             raise CheckpointError(f"{path}: cannot load tokenizer ({exc})") from exc
         self._tok.no_padding()
         self._tok.no_truncation()
-        self._in_pieces = cuts_safely(json.loads(self._tok.to_str()))
+        self._in_pieces = cuts_safely(self._tok)
         specials = _special_tokens(tok_dir)
         ids = {}
         for role in ("cls", "sep", "pad", "mask"):
