@@ -1,4 +1,4 @@
-"""``cascade bench gateway|laya|clef|load``: every benchmark prints a table and JSON.
+"""``cascade bench gateway|laya|clef|load|soak``: every benchmark prints a table and JSON.
 
 Imports nothing heavy at module level; each handler imports its benchmark from ``cascade.bench``.
 ``python -m cascade.cli.bench clef ...`` runs the Clef benchmark alone, for a GPU host that has
@@ -49,6 +49,22 @@ def register(groups: dict[str, Any]) -> None:
                       help="send the next request at once even after Retry-After")
     load.add_argument("--json", type=Path, help="also write the JSON here")
     load.set_defaults(func=bench_load)
+
+    soak = groups["bench"].add_parser(
+        "soak", help="honest clients beside hostile ones for minutes: answers and RSS floor",
+        description="Drive a running gateway on loopback with HONEST clients beside bounded "
+        "hostile actors (slow bodies, JPEG scan bombs, 15 MB instructions, h2c smuggling, "
+        "unread batch answers, malformed heads). Prints, per window, the honest answers, their "
+        "p50/p99 and the server's RSS floor and peak, then JSON.",
+    )
+    soak.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    soak.add_argument("--duration", type=float, default=600.0, help="seconds (600)")
+    soak.add_argument("--window", type=float, default=120.0, help="report window, s (120)")
+    soak.add_argument("--honest", type=int, default=4, help="honest clients (4)")
+    soak.add_argument("--key", help="API key to send (default: none)")
+    soak.add_argument("--pid", type=int, help="server pid for RSS (default: the listener's)")
+    soak.add_argument("--json", type=Path, help="also write the JSON here")
+    soak.set_defaults(func=bench_soak)
 
     bench = groups["bench"].add_parser(
         "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint"
@@ -105,6 +121,14 @@ def bench_load(args: argparse.Namespace) -> int:
                       max_state_chars=args.max_state_chars, pid=args.pid,
                       timeout_s=args.timeout, honour_retry_after=not args.ignore_retry_after)
     return _report(load.table(result), result, args.json)
+
+
+def bench_soak(args: argparse.Namespace) -> int:
+    from cascade.bench import soak
+
+    result = soak.run(args.url, duration_s=args.duration, window_s=args.window,
+                      honest_clients=args.honest, key=args.key, pid=args.pid)
+    return _report(soak.table(result), result, args.json)
 
 
 def bench_laya(args: argparse.Namespace) -> int:
