@@ -10,6 +10,12 @@ PACKAGE = Path(__file__).parents[1] / "cascade"
 BASE = {"cascade", "cascade.schema", "cascade.errors", "cascade.settings", "cascade.metrics",
         "cascade.questions", "cascade.calls"}
 FORMATS = ("cascade.laya", "cascade.clef")
+# README's Code map, top to bottom: a module imports only from its own layer or the ones below.
+# The model formats are one rank: neither may import the other. ``cascade.__main__`` is the
+# entry point above everything.
+LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
+          "cascade.build", "cascade.gateway", "cascade.answers", "cascade.policy",
+          "cascade.engines", FORMATS]
 
 
 def _module(path: Path) -> str:
@@ -41,13 +47,33 @@ def _layer(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def test_model_formats_import_only_the_base_and_each_other():
+def _rank(module: str) -> int:
+    """The module's position in ``LAYERS`` (the base is below them all)."""
+    if module in BASE:
+        return len(LAYERS)
+    for rank, layer in enumerate(LAYERS):
+        if any(module == top or module.startswith(top + ".")
+               for top in (layer if isinstance(layer, tuple) else (layer,))):
+            return rank
+    raise AssertionError(f"{module} is in no layer of README's Code map")
+
+
+def test_imports_follow_the_readme_layer_order():
     upward = [
         f"{module} -> {target}"
-        for module, targets in import_graph().items() if module.startswith(FORMATS)
-        for target in targets if target not in BASE and not target.startswith(FORMATS)
+        for module, targets in import_graph().items() if module != "cascade.__main__"
+        for target in targets if _rank(target) < _rank(module)
     ]
     assert upward == []
+
+
+def test_model_formats_import_only_the_base_and_themselves():
+    across = [
+        f"{module} -> {target}"
+        for module, targets in import_graph().items() if module.startswith(FORMATS)
+        for target in targets if target not in BASE and _layer(target) != _layer(module)
+    ]
+    assert across == []
 
 
 def test_no_import_cycles_between_layers():
