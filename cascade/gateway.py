@@ -110,6 +110,8 @@ class DecisionSink(Protocol):
 
     def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None: ...
 
+    def health(self) -> dict[str, Any]: ...
+
 
 class Gateway:
     """Owns the engines of one policy; ``systemone`` answers one validated call."""
@@ -199,6 +201,7 @@ class Gateway:
             "revisions": {name: detail.get("revision") for name, detail in resident},
             "route": {"cheap": self.cheap_name, "strong": self.strong_name},
             "tiers": tiers,
+            **({"decision_log": self.decisions.health()} if self.decisions is not None else {}),
         }
 
     def describe(self) -> str:

@@ -121,6 +121,14 @@ BUILD = Info(
 DECISION_LOG_ROWS = Counter(
     "cascade_decision_log_rows_total",
     "Decision log rows (one per answered question) by outcome: written; dropped (the writer's "
-    "queue was full, the request was not slowed); failed (the database refused the write).",
+    "queue was full, the request was not slowed); failed (the database refused the write; "
+    "not retried).",
     ["outcome"],
+)
+DECISION_LOG_ERRORS = Counter(
+    "cascade_decision_log_errors_total",
+    "Decision log writer failures by stage: write (a batch's transaction, or reopening the file "
+    "for it; its rows count as failed), rotate (checkpoint, rename or reopen at the size cap; "
+    "tried again after the next batch). The writer carries on after each.",
+    ["stage"],
 )

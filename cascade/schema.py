@@ -246,6 +246,7 @@ class Health(Base, kw_only=True):
     revisions: dict[str, str | None] | None = None
     route: dict[str, str | None] | None = None
     tiers: dict[str, dict[str, Any]] | None = None  # each engine's own health, and its breaker
+    decision_log: dict[str, Any] | None = None  # the writer's counts and last failure, if on
 
 
 class Readiness(Base, kw_only=True):

@@ -1,5 +1,6 @@
 """The decision log: rows per answered question, shadow rows with both tiers, a full queue that
-drops without slowing requests, rotation, and a real gateway killed with SIGKILL."""
+drops without slowing requests, rotation, a full disk the writer outlives, states stored once, and
+a real gateway killed with SIGKILL."""
 
 from __future__ import annotations
 
@@ -149,11 +150,13 @@ def test_a_full_queue_drops_and_counts_and_never_slows_a_request(tmp_path: Path)
 def test_the_file_rotates_past_its_size_cap(tmp_path: Path):
     policy = _policy()
     log = _log(tmp_path / "d.db", policy, state_mode="text", max_bytes=64 * 1024, keep=2)
-    big = "x" * 2000
+    big = "x" * 2000  # each state distinct: equal states are stored once
     for i in range(150):
-        log.queue_record(_call(f"r{i}", big), {"u": QuestionRoute("laya")}, {}, {}, None, 0.001)
-        if i % 10 == 9:
-            time.sleep(0.02)  # let the writer commit in several batches
+        done = log.queue_record(_call(f"r{i}", f"{i} {big}"), {"u": QuestionRoute("laya")}, {},
+                                {}, None, 0.001)
+        if i % 10 == 9:  # the writer commits in batches of 10 at most, however busy the machine
+            assert done is not None
+            done.result(timeout=10)
     log.close()
     files = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm")))
     assert files == ["d.db", "d.db.1", "d.db.2"]
@@ -192,6 +195,9 @@ def test_a_gateway_killed_with_sigkill_keeps_a_row_per_answered_question(tmp_pat
                                        headers={"x-request-id": rid})
                 assert response.status_code == 200, response.text
                 answered.append(rid)
+            health = client.get("/health").json()["decision_log"]
+            assert health["alive"] and not health["failing"] and health["errors"] == 0
+            assert health["written"] >= 2 and health["last_error"] is None
         proc.send_signal(signal.SIGKILL)  # at once: no chance to flush or close
         proc.wait(10)
     conn = sqlite3.connect(db)
@@ -199,3 +205,118 @@ def test_a_gateway_killed_with_sigkill_keeps_a_row_per_answered_question(tmp_pat
     conn.close()
     rows = {(r.request_id, r.question_id) for r in read_rows(db)}
     assert rows >= {(rid, q) for rid in answered for q in ("urgent", "team")}
+
+
+class _Disk:
+    """A disk that fills on demand: its connections refuse writes (``write``) and checkpoints
+    (``checkpoint``) with SQLite's own full-disk error while those faults are on."""
+
+    def __init__(self) -> None:
+        self.faults: set[str] = set()
+
+    def connection(self) -> type[sqlite3.Connection]:
+        disk = self
+
+        class Connection(sqlite3.Connection):
+            def execute(self, sql: str, *args: object) -> sqlite3.Cursor:  # type: ignore[override]
+                disk.check(sql)
+                return super().execute(sql, *args)  # type: ignore[arg-type]
+
+            def executemany(self, sql: str, *args: object) -> sqlite3.Cursor:  # type: ignore[override]
+                disk.check(sql)
+                return super().executemany(sql, *args)  # type: ignore[arg-type]
+
+        return Connection
+
+    def check(self, sql: str) -> None:
+        verb = sql.split()[0].upper()
+        if ("checkpoint" in self.faults and "wal_checkpoint" in sql) or (
+                "write" in self.faults and verb in {"INSERT", "UPDATE", "COMMIT"}):
+            raise sqlite3.OperationalError("database or disk is full")
+
+
+def test_a_full_disk_during_rotation_never_stops_the_writer(tmp_path: Path, monkeypatch):
+    disk = _Disk()
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect",
+                        lambda *a, **kw: connect(*a, **kw, factory=disk.connection()))
+    policy = _policy()
+    log = _log(tmp_path / "d.db", policy, state_mode="text", max_bytes=1, keep=3)  # rotate always
+    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")})
+    gateway.decisions = log
+    errors = {stage: metrics.DECISION_LOG_ERRORS.labels(stage=stage)._value.get()
+              for stage in ("write", "rotate")}
+    n = 0
+
+    def send(k: int) -> None:
+        nonlocal n
+        for _ in range(k):
+            n += 1
+            done = log.queue_record(_call(f"r{n}"), {"u": QuestionRoute("laya")}, {}, {}, None,
+                                    0.001)
+            assert done is not None
+            done.result(timeout=5)  # the writer finished with it (a dead one never does)
+
+    disk.faults = {"checkpoint"}  # the rows commit, the checkpoint of each rotation fails
+    send(3)
+    health = gateway.health()["decision_log"]
+    assert health["alive"] and health["failing"] and health["written"] == 3
+    assert health["last_error"] == "rotate: database or disk is full"
+    assert metrics.DECISION_LOG_ERRORS.labels(stage="rotate")._value.get() - errors["rotate"] == 3
+    disk.faults = {"checkpoint", "write"}  # nothing fits any more
+    send(2)
+    health = log.health()
+    assert (health["alive"], health["written"], health["failed"]) == (True, 3, 2)
+    assert health["last_error"] == "write: database or disk is full"
+    assert metrics.DECISION_LOG_ERRORS.labels(stage="write")._value.get() - errors["write"] == 2
+    disk.faults = set()  # space freed: writing and rotating resume
+    send(2)
+    health = log.health()
+    assert (health["alive"], health["failing"], health["written"]) == (True, False, 5)
+    log.close()
+    # r4 and r5 failed; r6 rotated r1-r3 and itself to d.db.1 (now .2), r7 rotated alone
+    ids = [[r.request_id for r in read_rows(tmp_path / f)] for f in ("d.db.2", "d.db.1", "d.db")]
+    assert ids == [["r1", "r2", "r3", "r6"], ["r7"], []]
+
+
+def test_a_text_state_is_stored_once_per_request(tmp_path: Path):
+    """A 0.3 MB state asked 64 questions: stored once (before: once per row, 38.7 MB)."""
+    log = _log(tmp_path / "d.db", _policy(), state_mode="text")
+    state = {"ticket": "charged twice " * 21_500}
+    questions = {f"q{i}": NoulQuestion(instructions=f"Urgent {i}?") for i in range(64)}
+    routes = {q: QuestionRoute("laya") for q in questions}
+    done = log.queue_record(_call("r1", state, **questions), routes, {}, {}, None, 0.01)
+    assert done is not None
+    done.result(timeout=10)
+    stored = sum(p.stat().st_size for p in tmp_path.iterdir())
+    log.close()
+    assert stored < 2 * len(state["ticket"])
+    conn = sqlite3.connect(tmp_path / "d.db")
+    assert conn.execute("SELECT count(*) FROM states").fetchone() == (1,)
+    conn.close()
+    rows = list(read_rows(tmp_path / "d.db"))
+    assert [r.question_id for r in rows] == list(questions)
+    assert all(r.state == state and r.state_mode == "text" for r in rows)
+
+
+def test_a_log_of_the_schema_before_states_is_read_and_rotated_aside(tmp_path: Path):
+    log = _log(tmp_path / "d.db", _policy(), state_mode="text")
+    done = log.queue_record(_call("old", {"t": "a state"}), {"u": QuestionRoute("laya")}, {}, {},
+                            None, 0.01)
+    assert done is not None
+    done.result(timeout=5)
+    log.close()
+    conn = sqlite3.connect(tmp_path / "d.db")  # as written before: the state text in each row
+    conn.executescript("UPDATE decisions SET state = (SELECT state FROM states WHERE key = "
+                       "decisions.state); DROP TABLE states; PRAGMA user_version = 0;")
+    conn.close()
+    assert [r.state for r in read_rows(tmp_path / "d.db")] == [{"t": "a state"}]
+    log = _log(tmp_path / "d.db", _policy(), state_mode="text")  # set aside, not mixed
+    done = log.queue_record(_call("new", {"t": "b"}), {"u": QuestionRoute("laya")}, {}, {}, None,
+                            0.01)
+    assert done is not None
+    done.result(timeout=5)
+    log.close()
+    assert [(r.request_id, r.state) for r in read_rows(tmp_path / "d.db.1")] == [
+        ("old", {"t": "a state"})]
+    assert [(r.request_id, r.state) for r in read_rows(tmp_path / "d.db")] == [("new", {"t": "b"})]
