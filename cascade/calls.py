@@ -16,7 +16,10 @@ from cascade.schema import Controls, OptionSpans, Question, QuestionType
 
 
 class Image(msgspec.Struct, frozen=True):
-    """An image the gateway already decoded and checked (format, bytes, pixels)."""
+    """An image the gateway checked without decoding it (format, bytes, pixels, JPEG scans).
+
+    The tier that reads its pixels decodes it, once; a remote tier gets ``data`` as received.
+    """
 
     data: bytes
     mime: str  # image/png, image/jpeg or image/webp

@@ -39,6 +39,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_request_pixels: int = 64_000_000
     # Longest side / shortest side: Qwen's image processor (Clef) refuses more than 200.
     max_image_aspect: float = 200.0
+    # Scans (SOS markers) in a JPEG: decoding passes over the whole image once per scan, however
+    # few bytes the scan has. libjpeg's progressive script writes 10 (6 in grayscale); libjpeg
+    # leaves a limit to the application (djpeg -maxscans). 100 is 10x that script and bounds a
+    # 16 MP image's decode to about 100 scan passes.
+    max_jpeg_scans: int = 100
     max_batch_states: int = 64  # Laya's /v1/systemone/batch
     max_token_budget: int = 8192  # Laya's LAYA_MAX_TOKEN_BUDGET for max_len / head_max_len
 

@@ -7,12 +7,14 @@ those pad tokens with ``mm_token_type_ids = 1`` (spec §1.5). We do the same wit
 needs no torchvision. (The hosted processor resizes through torchvision; pixel values differ
 from the PIL path by up to ~0.014, which is the only expected source of deviation.)
 
-What a request's images may cost: each is decoded at full size one at a time, at most
-``DECODE_SLOTS`` at once across threads, and resized straight away to the size the processor
-would resize it to (the same PIL call, so the pixels are the same): a 16 MP image holds 48 MB
-(64 MB decoding RGBA) only while it is being resized, never beside its siblings. An image the
-processor refuses (an aspect ratio over 200) is the client's: ``ValidationFailed`` (422) naming
-the image, never a failure of the tier.
+What a request's images may cost: the gateway checked them without decoding (header, pixels,
+a JPEG's scan count: ``cascade.http.images``), so this is each image's only decode, and data
+corrupt inside the compressed stream is refused here (422 naming the image). Each is decoded at
+full size one at a time, at most ``DECODE_SLOTS`` at once across threads, and resized straight
+away to the size the processor would resize it to (the same PIL call, so the pixels are the
+same): a 16 MP image holds 48 MB (64 MB decoding RGBA) only while it is being resized, never
+beside its siblings. An image the processor refuses (an aspect ratio over 200) is the client's:
+``ValidationFailed`` (422) naming the image, never a failure of the tier.
 """
 
 from __future__ import annotations

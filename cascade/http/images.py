@@ -11,13 +11,14 @@ Two wire forms carry images:
   one list, ``images`` first and then ``assets`` in the request's order, so a tier that can see
   images (Clef-flash) gets them in the order the client declared them.
 
-Images are checked in two passes so that nothing is expanded that cannot fit: first every
-image's header (format, pixel count, aspect ratio, and the request's pixel total) before any
-pixel is decoded, so a decompression bomb costs a header read; then each image is decoded, one
-at a time, to prove it intact. JPEGs are decoded at 1/8 scale for that (every byte of the
-entropy-coded data is still read), so one 16 MP check holds about 0.75 MB instead of 48 MB; PNG
-and WebP decode at full size (at most 64 MB for 16 MP RGBA). Callers run ``collect_images`` on
-the ``DecodePool``, whose few threads bound how many such decodes run at once.
+Images are checked here, never decoded, in two passes so that nothing is read that cannot fit:
+first every image's header (format, pixel count, aspect ratio, and the request's pixel total),
+then each JPEG's marker structure up to EOI with its scan count, the one thing besides pixels
+that a decode's cost grows with (``cascade.http.jpeg``). Both are work linear in the bytes, and
+they bound what decoding an image can cost. The tier that reads the pixels decodes each image
+once (the Clef tier, one at a time) and refuses data corrupt inside the compressed stream there,
+with a 422 naming the image; a remote tier gets the original bytes. Callers run
+``collect_images`` on the ``DecodePool``.
 
 The format is detected from the bytes; an asset's ``format`` and a part's content type are not
 trusted (the SDK labels unknown images ``application/octet-stream``).
@@ -37,6 +38,7 @@ from PIL import Image as PILImage
 from cascade.calls import Image
 from cascade.errors import PayloadTooLarge, ValidationFailed
 from cascade.http.bodies import Part
+from cascade.http.jpeg import count_scans
 from cascade.schema import LIMITS, Limits, RequestEnvelope, SystemOneRequest
 
 _MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
@@ -80,21 +82,29 @@ def read_header(data: bytes, *, limits: Limits = LIMITS, loc: Loc = ()) -> Image
     return Image(data=data, mime=_MIME[fmt], width=width, height=height)
 
 
-def prove_decodes(image: Image, *, max_pixels: int = LIMITS.max_image_pixels,
-                  loc: Loc = ()) -> Image:
-    """``image`` if all its data decodes (JPEG at 1/8 scale); ``ValidationFailed`` if not."""
-    with _pillow_errors(loc, max_pixels):
-        with PILImage.open(io.BytesIO(image.data), formats=_FORMATS) as full:
-            if full.format == "JPEG":
-                full.draft(full.mode, (max(1, full.width // 8), max(1, full.height // 8)))
-            full.load()
+def check_scans(image: Image, *, max_scans: int = LIMITS.max_jpeg_scans,
+                loc: Loc = ()) -> Image:
+    """``image`` if it is not a JPEG, or a well-formed one of at most ``max_scans`` scans.
+
+    Raises ``ValidationFailed`` at ``loc`` otherwise (``too_many_scans``, or corrupt data).
+    """
+    if image.mime != "image/jpeg":
+        return image
+    try:
+        scans = count_scans(image.data)
+    except ValueError as exc:
+        raise _invalid(loc, f"the image data is corrupt: {exc}") from exc
+    if scans > max_scans:
+        raise _invalid(
+            loc, f"the JPEG has {scans} scans; at most {max_scans} are decoded", "too_many_scans"
+        )
     return image
 
 
 def load_image(data: bytes, *, limits: Limits = LIMITS, loc: Loc = ()) -> Image:
-    """``data`` as a checked ``Image``: ``read_header`` then ``prove_decodes``."""
-    return prove_decodes(read_header(data, limits=limits, loc=loc),
-                         max_pixels=limits.max_image_pixels, loc=loc)
+    """``data`` as a checked ``Image``: ``read_header`` then ``check_scans``; nothing decoded."""
+    return check_scans(read_header(data, limits=limits, loc=loc),
+                       max_scans=limits.max_jpeg_scans, loc=loc)
 
 
 def _where(loc: Loc) -> str:
@@ -156,7 +166,8 @@ def collect_images(
     names exactly one of ``data_base64`` or ``part``; each part must be claimed by exactly one
     asset, as TypeSafe's API requires. Raises ``ValidationFailed`` (422, with ``loc`` such as
     ``["body", "images", 2]``) or ``PayloadTooLarge`` (413) per image, or for the request's
-    pixel total (``limits.max_request_pixels``), before any image is decoded.
+    pixel total (``limits.max_request_pixels``) before any JPEG's scans are counted. No image is
+    decoded here.
     """
     images = request.images or []
     assets = request.assets or {}
@@ -196,5 +207,5 @@ def collect_images(
             f"the request's images have {total} pixels together; the limit is "
             f"{limits.max_request_pixels}"
         )
-    return [prove_decodes(image, max_pixels=limits.max_image_pixels, loc=loc)
+    return [check_scans(image, max_scans=limits.max_jpeg_scans, loc=loc)
             for image, (_, loc) in zip(headers, found, strict=True)]

@@ -91,3 +91,55 @@ print(peak_mib() - before)
                                check=True, timeout=300).stdout.split()[-1])
     # One 16 MP RGB image is 48 MB: four held at once (and their arrays) were about 400 MB.
     assert grown < 120, f"encoding four 16 MP images grew the process by {grown} MiB"
+
+
+def _request_images(*datas: bytes) -> list[Image]:
+    import base64
+
+    import msgspec
+
+    from cascade.http.images import collect_images
+    from cascade.schema import LIMITS, envelope_decoder
+
+    env = envelope_decoder.decode(msgspec.json.encode({
+        "state": "s", "questions": {"q": {"type": "noul"}},
+        "images": [base64.b64encode(data).decode() for data in datas]}))
+    return collect_images(env, {}, LIMITS)
+
+
+def test_a_request_decodes_each_image_once(tiny_release: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    progressive = io.BytesIO()
+    PILImage.new("RGB", (64, 48), (9, 99, 199)).save(progressive, "JPEG", progressive=True)
+    png = _image(40, 30, noise=True).data
+    encoder = _encoder(tiny_release)
+    decoders: list[str] = []  # every PNG ("zip") or JPEG decode gets its decoder here; "raw"
+    # ones build images from arrays (the processor's), no file
+    getdecoder = PILImage._getdecoder
+
+    def counted(mode: str, decoder_name: str, *args: object) -> object:
+        decoders.append(decoder_name)
+        return getdecoder(mode, decoder_name, *args)
+
+    monkeypatch.setattr(PILImage, "_getdecoder", counted)
+    media = encoder.encode(_request_images(png, progressive.getvalue()))  # gateway, then tier
+    assert media is not None and media.image_grid_thw.shape[0] == 2
+    assert [name for name in decoders if name != "raw"] == ["zip", "jpeg"]
+
+
+def test_data_corrupt_inside_the_stream_is_the_tiers_422_naming_the_image(
+    tiny_release: Path
+) -> None:
+    import struct
+    import zlib
+
+    png = _image(40, 30).data
+    start = png.index(b"IDAT") - 4
+    length = struct.unpack(">I", png[start:start + 4])[0]
+    garbage = b"IDAT" + b"\x78\x9c" + b"\xff" * (length - 2)  # a valid CRC over bad deflate
+    broken = png[:start + 4] + garbage + struct.pack(">I", zlib.crc32(garbage)) + \
+        png[start + 12 + length:]
+    images = _request_images(png, broken)  # the gateway checks headers and CRCs only
+    with pytest.raises(ValidationFailed, match="unreadable image") as exc:
+        _encoder(tiny_release).encode(images)
+    assert exc.value.items[0]["loc"] == ["body", "images", 1]

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 from PIL import Image as PILImage
+from PIL import ImageFile
 
 from cascade.errors import PayloadTooLarge, ValidationFailed
 from cascade.http.bodies import Part
@@ -256,3 +257,46 @@ print(peak_kib() - before)
     grown_kib = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                    check=True, timeout=120).stdout)
     assert grown_kib < 16 * 1024, f"checking the image grew the process by {grown_kib} KiB"
+
+
+# ---------------------------------------------------------------- JPEG scans
+
+
+def _scan_bomb(side: int, extra: int) -> bytes:
+    """A progressive JPEG with its last scan repeated ``extra`` times: each copy is a few bytes
+    and costs the decoder a pass over the whole image."""
+    out = io.BytesIO()
+    PILImage.new("RGB", (side, side), (120, 60, 200)).save(out, "JPEG", progressive=True)
+    data = out.getvalue()
+    scan = data[data.rindex(b"\xff\xda"):-2]
+    return data[:-2] + scan * extra + b"\xff\xd9"
+
+
+def test_a_progressive_jpeg_is_accepted_up_to_the_scan_limit() -> None:
+    normal = _scan_bomb(64, 0)  # libjpeg's 10 scans
+    assert load_image(normal).mime == "image/jpeg"
+    assert load_image(_scan_bomb(64, 90)).width == 64  # 100 scans, the limit
+    with pytest.raises(ValidationFailed, match="101 scans; at most 100"):
+        load_image(_scan_bomb(64, 91))
+
+
+def test_a_scan_bomb_is_422_at_the_image_without_decoding_it() -> None:
+    bomb = _scan_bomb(4000, 2000)  # decoding it took 56 s on the 2-core machine
+    request = _request(images=[B64, base64.b64encode(bomb).decode()])
+    started = time.perf_counter()
+    with pytest.raises(ValidationFailed, match="2010 scans") as exc:
+        collect_images(request, {}, Limits())
+    assert time.perf_counter() - started < 1.0
+    assert _loc(exc) == ["body", "images", 1]
+    assert exc.value.items[0]["type"] == "too_many_scans"
+
+
+def test_the_gateway_decodes_no_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tier that reads the pixels decodes each image once (tests/clef/test_media.py).
+    request = _request(images=[B64, base64.b64encode(_scan_bomb(64, 0)).decode(),
+                               base64.b64encode(WEBP).decode()])
+    loads: list[str | None] = []
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda im: loads.append(im.format))
+    assert [image.mime for image in collect_images(request, {}, Limits())] == [
+        "image/png", "image/jpeg", "image/webp"]
+    assert loads == []
