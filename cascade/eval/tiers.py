@@ -1,5 +1,5 @@
-"""The tiers an evaluation runs: their engines (built as the gateway builds them) and the
-identities of their weights (cache keys, calibration stamps)."""
+"""The tiers an evaluation or a distillation runs: their engines (built as the gateway builds
+them) and their identities (tier-cache keys, calibration stamps)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,23 @@ from contextlib import asynccontextmanager
 
 from cascade.build import build_engine, fingerprints
 from cascade.engines.base import Engine
-from cascade.policy.model import Policy, UpstreamTier
+from cascade.policy.model import Policy, Tier, UpstreamTier
 from cascade.settings import Settings
 
 
+def identity(name: str, tier: Tier) -> str:
+    """What a tier's outputs are cached under: the content hash of its weights (Laya: of the
+    checkpoints its ONNX exports are built from and keyed by; Clef: of the release's files),
+    recomputed when the files change; ``upstream:MODEL@URLS`` for an upstream, whose weights
+    cannot be seen from here."""
+    if isinstance(tier, UpstreamTier):
+        return f"upstream:{tier.model or ''}@{','.join(tier.urls)}"
+    return fingerprints(Policy.single_tier(name, tier))[name]
+
+
 def identities(policy: Policy) -> dict[str, str]:
-    """{tier name: content hash of its weights}, or ``upstream:MODEL@URLS`` for an upstream
-    (whose weights cannot be seen from here)."""
-    found = fingerprints(policy)
-    for name, tier in policy.tiers.items():
-        if isinstance(tier, UpstreamTier):
-            found[name] = f"upstream:{tier.model or ''}@{','.join(tier.urls)}"
-    return found
+    """{tier name: ``identity``} of every tier of the policy."""
+    return {name: identity(name, tier) for name, tier in policy.tiers.items()}
 
 
 @asynccontextmanager
