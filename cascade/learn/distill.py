@@ -24,7 +24,7 @@ import torch
 from cascade import __version__
 from cascade.build import build_engine, policy_from_settings, resolve_laya
 from cascade.eval.data import Item
-from cascade.eval.tiers import identity
+from cascade.eval.tiers import identity, identity_of
 from cascade.laya.checkpoint import content_hash
 from cascade.laya.export import cache_root
 from cascade.laya.preview import Previewer
@@ -90,9 +90,9 @@ def student_of(policy: Policy, laya: str | None) -> tuple[str, Path]:
 
 
 def teacher_identity(policy: Policy) -> dict[str, Any]:
-    """What names the teacher in distill.json and the run directory's key: its ``identity``
-    (the content hash of a Clef release's files, so a release retrained in place is a new
-    teacher), and where it is."""
+    """What names the teacher in distill.json and the run directory's key: where it is and,
+    for Clef, its ``identity`` (the content hash of the release's files, so a release retrained
+    in place is a new teacher; an upstream's, with what it reports, keys its cached answers)."""
     name = policy.route.strong
     tier = policy.tiers.get(name or "")
     if isinstance(tier, ClefTier):
@@ -100,8 +100,7 @@ def teacher_identity(policy: Policy) -> dict[str, Any]:
         return {"tier": name, "kind": "clef", "identity": identity(name or "", tier),
                 "release": str(where.resolve()) if where.exists() else tier.release}
     if isinstance(tier, UpstreamTier):
-        return {"tier": name, "kind": "upstream", "identity": identity(name or "", tier),
-                "urls": tier.urls, "model": tier.model}
+        return {"tier": name, "kind": "upstream", "urls": tier.urls, "model": tier.model}
     raise DistillError("the policy has no strong tier (clef or upstream) to learn from")
 
 
@@ -116,11 +115,16 @@ def _teach(options: Options, policy: Policy, items: list[Item], run_dir: Path) -
     tier = policy.tiers[name]
     engine = build_engine(name, tier, options.settings)
     model = (policy.models.strong_only or [cascade_model(policy)])[0]
-    known = identity(name, tier)
     cache = teacher.open_cache(run_dir)
+
+    async def teach() -> str:
+        known = await identity_of(name, tier, engine)  # an upstream says what it serves
+        await teacher.ask(engine, items, cache, identity=known, model=model,
+                          progress=options.progress)
+        return known
+
     try:
-        asyncio.run(teacher.ask(engine, items, cache, identity=known, model=model,
-                                progress=options.progress))
+        known = asyncio.run(teach())
     finally:
         cache.close()
     return teacher.attach(items, cache, identity=known)
