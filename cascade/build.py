@@ -169,24 +169,32 @@ def fingerprints(policy: Policy) -> dict[str, str]:
     found = {}
     for name, tier in policy.tiers.items():
         if isinstance(tier, LayaTier):
-            hashes = {ck: _laya_hash(str(resolve_laya(ref)))
+            hashes = {ck: _laya_hash(*_stamped(resolve_laya(ref)))
                       for ck, ref in tier.checkpoints.named().items()}
             found[name] = next(iter(hashes.values())) if len(hashes) == 1 else hashlib.sha256(
                 "".join(f"{ck}={h}\n" for ck, h in sorted(hashes.items())).encode()).hexdigest()
         elif isinstance(tier, ClefTier):
-            found[name] = _clef_hash(str(resolve_clef(tier.release, tier.download)))
+            found[name] = _clef_hash(*_stamped(resolve_clef(tier.release, tier.download)))
     return found
 
 
+def _stamped(path: Path) -> tuple[str, tuple[tuple[str, int, int, int], ...]]:
+    """``path`` and the name, size, mtime and inode of every file under it: the hashes below
+    are computed once per process, and again when weights are rewritten in place."""
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return str(path), tuple((str(p.relative_to(path)), (st := p.stat()).st_size,
+                             st.st_mtime_ns, st.st_ino) for p in files)
+
+
 @functools.cache
-def _laya_hash(path: str) -> str:
+def _laya_hash(path: str, stamp: tuple[tuple[str, int, int, int], ...]) -> str:
     from cascade.laya.checkpoint import content_hash
 
     return content_hash(Path(path))
 
 
 @functools.cache
-def _clef_hash(path: str) -> str:
+def _clef_hash(path: str, stamp: tuple[tuple[str, int, int, int], ...]) -> str:
     from cascade.clef.release import content_hash
 
     return content_hash(Path(path))

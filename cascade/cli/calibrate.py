@@ -45,7 +45,7 @@ def register(groups: dict[str, Any]) -> None:
 
 def calibrate_command(args: argparse.Namespace) -> int:
     from cascade.build import fingerprints
-    from cascade.eval.data import load_items
+    from cascade.eval.data import DataError, load_items
     from cascade.eval.decide import reaches_gate
     from cascade.eval.evaluate import run_tiers
     from cascade.eval.fit import fit
@@ -70,7 +70,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
         n_items = len({r.id for r in rows})
     else:
         model = policy.models.cascade[0] if policy.models.cascade else "jev-latest"
-        items = load_items(args.data, model=model, limit=args.limit)
+        try:
+            items = load_items(args.data, model=model, limit=args.limit)
+        except DataError as exc:  # a bad line: its FILE:LINE, no traceback
+            raise SystemExit(f"cascade calibrate: {exc}") from None
         rows, _ = asyncio.run(run_tiers(items, gateless, settings, args.cache, slots=["cheap"],
                                         progress=not args.no_progress))
         n_items = len(items)

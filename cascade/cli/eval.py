@@ -135,7 +135,7 @@ def _prices(pairs: list[str]) -> dict[str, float]:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    from cascade.eval.data import load_items
+    from cascade.eval.data import DataError, load_items
     from cascade.eval.evaluate import run_tiers, slots_of, write_outputs
     from cascade.eval.from_log import log_rows
     from cascade.eval.sweep import costs
@@ -148,7 +148,10 @@ def eval_command(args: argparse.Namespace) -> int:
         errors: list[str] = []
     else:
         model = policy.models.cascade[0] if policy.models.cascade else "jev-latest"
-        items = load_items(args.data, model=model, limit=args.limit)
+        try:
+            items = load_items(args.data, model=model, limit=args.limit)
+        except DataError as exc:  # a bad line: its FILE:LINE, no traceback
+            raise SystemExit(f"cascade eval: {exc}") from None
         rows, errors = asyncio.run(run_tiers(items, policy, settings, args.out, slots=slots,
                                              progress=not args.no_progress))
     for line in errors:

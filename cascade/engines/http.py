@@ -420,6 +420,20 @@ class HttpEngine:
             "urls": [{"url": u.base, "up": u.up(now)} for u in self._upstreams],
         }
 
+    async def reported(self) -> dict[str, Any]:
+        """What the upstream says it serves: ``/health``'s ``loaded`` (models) and ``revisions``
+        (a cascade or laya-serve upstream shows them to a valid key), from the first URL that
+        answers with a JSON object; ``{}`` when none does."""
+        for upstream in self._upstreams:
+            try:
+                response = await self._client.get(upstream.health_url)
+                body = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                continue
+            if isinstance(body, dict):
+                return {k: body[k] for k in ("loaded", "revisions") if k in body}
+        return {}
+
     async def _probe_loop(self) -> None:
         while True:
             await asyncio.sleep(self._health_interval_s)

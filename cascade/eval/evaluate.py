@@ -35,7 +35,7 @@ async def run_tiers(items: Sequence[Item], policy: Policy, settings: Settings,
                     progress: bool = True) -> tuple[list[ItemRow], list[str]]:
     """The ``items.jsonl`` rows of ``items``, and one line per item a tier failed on."""
     async with running(policy, settings, slots) as engines:
-        runner = Runner(policy, engines, identities(policy), cache_dir,
+        runner = Runner(policy, engines, await identities(policy, engines), cache_dir,
                         slots=slots)  # type: ignore[arg-type]
         outputs = await runner.run(items, progress=progress)
     rows = [row for item, out in zip(items, outputs, strict=True)

@@ -7,16 +7,14 @@ a call it refuses (a 4xx, e.g. too many options for Laya's head) is retried ques
 and each refusal is kept. Tier failures (timeouts, overload, a 5xx) are retried a few times and
 never cached, so the next run retries them.
 
-The cache is one JSONL file per tier under ``DIR/cache/``, a line per finished item, appended
-and flushed as items finish: an interrupted run (Ctrl-C, a crash) resumes where it stopped. A
-line is reused only when its key matches: a hash of the tier's weights (content hash, or the
-upstream's URL and model), the checkpoint, and the item's state, questions, images and controls.
+The cache is ``cascade.eval.tiercache``'s, one JSONL file per tier under ``DIR/cache/``: an
+interrupted run (Ctrl-C, a crash) resumes where it stopped, and a tier whose weights changed
+runs again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,19 +26,12 @@ from cascade.calls import CallPreview, EngineAnswer, EngineCall, EngineUsage
 from cascade.engines.base import Engine
 from cascade.errors import ClientError, EngineError, Overloaded
 from cascade.eval.data import Item
+from cascade.eval.tiercache import TierCache, TierRun, item_key
 from cascade.policy.model import LayaTier, Policy
 from cascade.policy.routing import preview_call
 
 Slot = Literal["cheap", "strong"]
 RETRIES = 3
-
-
-class TierRun(msgspec.Struct, kw_only=True):
-    """One tier's output on one item: its answer (None if it answered nothing) and the
-    questions it refused, with why."""
-
-    answer: EngineAnswer | None
-    refused: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Outputs(msgspec.Struct, kw_only=True):
@@ -51,52 +42,6 @@ class Outputs(msgspec.Struct, kw_only=True):
     cheap: TierRun | None
     strong: TierRun | None
     error: str | None = None  # why a tier failed on this run, or why pre-routing refused it
-
-
-class _Line(msgspec.Struct):
-    key: str
-    id: str
-    run: TierRun
-
-
-class TierCache:
-    """``DIR/cache/<slot>.jsonl``: finished items by key; a torn last line is ignored."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.runs: dict[str, TierRun] = {}
-        torn = False
-        if path.exists():
-            text = path.read_bytes()
-            torn = bool(text) and not text.endswith(b"\n")
-            for raw in text.splitlines():
-                try:
-                    line = msgspec.json.decode(raw, type=_Line)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                self.runs[line.key] = line.run
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = path.open("ab")
-        if torn:  # an interrupted write: end it, so the next line starts clean
-            self._handle.write(b"\n")
-
-    def put(self, key: str, item_id: str, run: TierRun) -> None:
-        self.runs[key] = run
-        self._handle.write(msgspec.json.encode(_Line(key=key, id=item_id, run=run)) + b"\n")
-        self._handle.flush()
-
-    def close(self) -> None:
-        self._handle.close()
-
-
-def item_key(identity: str, checkpoint: str | None, call: EngineCall) -> str:
-    digest = hashlib.sha256(f"{identity}\0{checkpoint}\0".encode())
-    digest.update(msgspec.json.encode(call.state, order="sorted"))
-    digest.update(msgspec.json.encode(call.questions, order="sorted"))
-    digest.update(msgspec.json.encode(call.controls, order="sorted"))
-    for image in call.images:
-        digest.update(hashlib.sha256(image.data).digest())
-    return digest.hexdigest()
 
 
 class Runner:

@@ -21,9 +21,9 @@ from collections.abc import Iterable
 import msgspec
 
 from cascade.errors import ValidationFailed
+from cascade.eval.data import Item
 from cascade.laya.preview import Previewer
 from cascade.laya.rows import Row
-from cascade.learn.source import Item
 
 
 class Example(msgspec.Struct, frozen=True, kw_only=True):

@@ -23,12 +23,14 @@ import torch
 
 from cascade import __version__
 from cascade.build import build_engine, policy_from_settings, resolve_laya
+from cascade.eval.data import Item
+from cascade.eval.tiers import identity, identity_of
 from cascade.laya.checkpoint import content_hash
 from cascade.laya.export import cache_root
 from cascade.laya.preview import Previewer
 from cascade.learn import dataset, teacher
 from cascade.learn.figures import Figures, figures, predict
-from cascade.learn.source import Item, data_hash, read_requests
+from cascade.learn.source import data_hash, read_requests
 from cascade.learn.student import Student, cpu_threads, device_for
 from cascade.learn.train import TrainConfig, train
 from cascade.learn.write import META_FILE, refuse_existing, write_checkpoint
@@ -88,12 +90,14 @@ def student_of(policy: Policy, laya: str | None) -> tuple[str, Path]:
 
 
 def teacher_identity(policy: Policy) -> dict[str, Any]:
-    """What names the teacher in distill.json and the run directory's key."""
+    """What names the teacher in distill.json and the run directory's key: where it is and,
+    for Clef, its ``identity`` (the content hash of the release's files, so a release retrained
+    in place is a new teacher; an upstream's, with what it reports, keys its cached answers)."""
     name = policy.route.strong
     tier = policy.tiers.get(name or "")
     if isinstance(tier, ClefTier):
         where = Path(tier.release).expanduser()
-        return {"tier": name, "kind": "clef",
+        return {"tier": name, "kind": "clef", "identity": identity(name or "", tier),
                 "release": str(where.resolve()) if where.exists() else tier.release}
     if isinstance(tier, UpstreamTier):
         return {"tier": name, "kind": "upstream", "urls": tier.urls, "model": tier.model}
@@ -106,13 +110,24 @@ def cascade_model(policy: Policy) -> str:
 
 
 def _teach(options: Options, policy: Policy, items: list[Item], run_dir: Path) -> list[Item]:
-    cache = teacher.TeacherCache(run_dir)
     name = policy.route.strong
     assert name is not None
-    engine = build_engine(name, policy.tiers[name], options.settings)
+    tier = policy.tiers[name]
+    engine = build_engine(name, tier, options.settings)
     model = (policy.models.strong_only or [cascade_model(policy)])[0]
-    asyncio.run(teacher.ask(engine, items, cache, model=model, progress=options.progress))
-    return teacher.attach(items, cache)
+    cache = teacher.open_cache(run_dir)
+
+    async def teach() -> str:
+        known = await identity_of(name, tier, engine)  # an upstream says what it serves
+        await teacher.ask(engine, items, cache, identity=known, model=model,
+                          progress=options.progress)
+        return known
+
+    try:
+        known = asyncio.run(teach())
+    finally:
+        cache.close()
+    return teacher.attach(items, cache, identity=known)
 
 
 def _read(options: Options, policy: Policy) -> tuple[list[Item], dict[str, Any], dict[str, Any]]:

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from cascade.calls import CallPreview, EngineAnswer, EngineUsage, QuestionResult, RowPreview
+from cascade.eval.data import Item
 from cascade.learn.dataset import Example
-from cascade.learn.source import Item
 from cascade.learn.student import Student
 from cascade.policy.model import Policy
 from cascade.policy.routing import post_route, pre_route

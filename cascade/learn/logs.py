@@ -31,8 +31,9 @@ from typing import Any
 import msgspec
 
 from cascade.calls import EngineCall
+from cascade.eval.data import Item
 from cascade.eval.decision_log import LogRow, read_rows
-from cascade.learn.source import Item, SourceError, content_key
+from cascade.learn.source import SourceError
 from cascade.schema import Question
 
 
@@ -104,4 +105,4 @@ def _item(rows: list[LogRow], weight: float) -> Item:
     first = rows[0]
     call = EngineCall(state=first.state, questions=questions, model=first.model,
                       request_id=first.request_id)
-    return Item(key=content_key(call), call=call, weight=weight, teacher=teacher)
+    return Item(id=first.request_id, call=call, weight=weight, teacher=teacher)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from cascade.clef.release import content_hash as clef_hash
 from cascade.laya.checkpoint import content_hash, read_header
 from cascade.learn import train
 from cascade.learn.source import data_hash, read_requests
@@ -35,6 +36,7 @@ def test_distilling_raises_held_back_agreement(distilled: Run, demo_dir: Path,
     assert meta == report.meta
     assert meta["source"]["content_hash"] == content_hash(demo_dir / "laya-english")
     assert meta["teacher"] == {"tier": "clef", "kind": "clef",
+                               "identity": clef_hash(demo_dir / "clef-flash"),
                                "release": str((demo_dir / "clef-flash").resolve())}
     items, _ = read_requests(requests_file)
     assert meta["data"]["items"] == REQUESTS
