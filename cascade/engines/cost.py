@@ -46,6 +46,13 @@ class CostModel:
         self._b = self.forget * self._b + weight * x * max(seconds, 0.0)
         self.weights = self._fit()
 
+    def warm_up(self, runs: Sequence[tuple[Sequence[int], float]]) -> None:
+        """Observe runs made before serving, ``(costs, seconds)`` each. They were timed on an
+        idle machine: together they count as one batch, so the first batches under traffic
+        soon outweigh them."""
+        for costs, seconds in runs:
+            self.observe(costs, seconds, weight=1 / len(runs))
+
     def seconds(self, costs: Sequence[int]) -> float | None:
         """Predicted compute seconds of rows with these ``costs`` (None: no data yet)."""
         if self.weights is None:

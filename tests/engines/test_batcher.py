@@ -12,27 +12,9 @@ from prometheus_client import REGISTRY
 
 from cascade.engines.batcher import MicroBatcher
 from cascade.errors import EngineFailed, EngineUnavailable, Overloaded
+from tests.engines.conftest import FakeClock, Recorder, settle
 
 pytestmark = pytest.mark.anyio
-
-
-class Recorder:
-    """A run_batch that records each batch and its thread; optionally blocks or fails."""
-
-    def __init__(self, fail: Exception | None = None) -> None:
-        self.batches: list[list[int]] = []
-        self.threads: set[int] = set()
-        self.gate = threading.Event()
-        self.gate.set()
-        self.fail = fail
-
-    def __call__(self, items: list[int]) -> list[int]:
-        self.gate.wait(5)
-        self.batches.append(list(items))
-        self.threads.add(threading.get_ident())
-        if self.fail is not None:
-            raise self.fail
-        return [i * 10 for i in items]
 
 
 async def test_concurrent_requests_share_a_batch_off_the_loop() -> None:
@@ -112,12 +94,12 @@ async def test_cancelled_callers_rows_are_dropped_before_batching() -> None:
     run.gate.clear()  # hold the worker inside the first batch
     b = MicroBatcher(run, name="t", max_batch_items=1, max_batch_cost=10**6, max_wait_s=0)
     first = asyncio.create_task(b.submit([1]))
-    await asyncio.sleep(0.05)
+    await run.inside()
     doomed = asyncio.create_task(b.submit([2, 3]))
-    await asyncio.sleep(0.01)
+    await settle()
     assert b.queue_depth() == 2
     doomed.cancel()
-    await asyncio.sleep(0.01)
+    await settle()
     assert b.queue_depth() == 0 and b.dropped_rows == 2
     run.gate.set()
     assert await first == [10]
@@ -132,9 +114,9 @@ async def test_full_queue_answers_overloaded_at_once() -> None:
         run, name="t", max_batch_items=1, max_batch_cost=10**6, max_wait_s=0, max_queue=2
     )
     busy = asyncio.create_task(b.submit([1]))
-    await asyncio.sleep(0.05)
+    await run.inside()
     waiting = asyncio.create_task(b.submit([2, 3]))
-    await asyncio.sleep(0.01)
+    await settle()
     with pytest.raises(Overloaded) as info:
         await b.submit([4])
     assert info.value.retry_after >= 1.0
@@ -172,15 +154,16 @@ async def test_batchers_of_one_tier_share_the_queue_depth_gauge() -> None:
     for run in runs:
         run.gate.clear()  # hold each worker inside its first batch
     busy = [asyncio.create_task(a.submit([1])), asyncio.create_task(b.submit([4]))]
-    await asyncio.sleep(0.05)
+    for run in runs:
+        await run.inside()
     assert depth() == 0  # both rows are in flight, not waiting
     doomed = asyncio.create_task(a.submit([2, 3]))
     last = asyncio.create_task(a.submit([8]))
     closed = asyncio.create_task(b.submit([5, 6, 7]))
-    await asyncio.sleep(0.01)
+    await settle()
     assert depth() == 6  # 3 rows waiting in a, 3 in b
     doomed.cancel()
-    await asyncio.sleep(0.01)
+    await settle()
     assert depth() == 4
     await b.aclose()
     assert depth() == 1
@@ -204,43 +187,17 @@ async def test_a_small_request_behind_a_big_batch_is_served_next() -> None:
     run.gate.clear()
     b = MicroBatcher(run, name="t", max_batch_items=4, max_batch_cost=10**6, max_wait_s=0)
     first = asyncio.create_task(b.submit([0]))
-    await asyncio.sleep(0.05)  # row 0 is in flight, the worker blocked in it
+    await run.inside()  # row 0 is in flight, the worker blocked in it
     states = [asyncio.create_task(b.submit(list(range(100 + 4 * s, 104 + 4 * s)), flow="batch"))
               for s in range(10)]
-    await asyncio.sleep(0.01)
+    await settle()
     small = asyncio.create_task(b.submit([7]))
-    await asyncio.sleep(0.01)
+    await settle()
     run.gate.set()
     assert await small == [70]
     await asyncio.gather(first, *states)
     served = [row for batch in run.batches for row in batch]
     assert served.index(7) <= 1 + 4 + 1  # row 0, the first state's 4 rows, then it
-    await b.aclose()
-
-
-async def test_admission_refuses_at_once_what_would_wait_past_the_deadline() -> None:
-    run = Recorder()
-    run.gate.clear()
-    b = MicroBatcher(run, name="t", max_batch_items=8, max_batch_cost=10**6, max_wait_s=0,
-                     calibration=[([1], 0.5)])  # half a second per row, measured
-    loop = asyncio.get_running_loop()
-    busy = asyncio.create_task(b.submit([1]))
-    await asyncio.sleep(0.02)
-    queued = [asyncio.create_task(b.submit([i], deadline=loop.time() + 5)) for i in (2, 3, 4, 5)]
-    await asyncio.sleep(0.01)
-    started = time.monotonic()
-    with pytest.raises(Overloaded, match="work ahead") as info:
-        await b.submit([6], deadline=loop.time() + 1.0)  # ~2.5 s of others' rows ahead
-    assert time.monotonic() - started < 0.1 and info.value.retry_after >= 1.0
-    assert b.queue_depth() == 4  # nothing of the refused request was queued
-    # a flow's own rows never count against it: with the 0.5 s of [8] counted, [9] would
-    # expect ~2.95 s of wait and be refused
-    more = asyncio.create_task(b.submit([8], flow="x", deadline=loop.time() + 100))
-    same = asyncio.create_task(b.submit([9], flow="x", deadline=loop.time() + 2.6))
-    await asyncio.sleep(0.01)
-    run.gate.set()
-    answers = await asyncio.gather(busy, *queued, more, same)
-    assert answers == [[10], [20], [30], [40], [50], [80], [90]]
     await b.aclose()
 
 
@@ -297,19 +254,15 @@ async def test_an_idle_batcher_accepts_any_request_and_learns_its_cost() -> None
 async def test_a_batch_stops_growing_past_its_time_budget() -> None:
     """Every row of a batch waits for all of it: at 0.05 s a row, a 0.12 s budget takes two
     rows at a time."""
-    class Slow(Recorder):
-        def __call__(self, items: list[int]) -> list[int]:
-            time.sleep(0.05 * len(items))
-            return super().__call__(items)
-
-    run = Slow()
+    clock = FakeClock()
+    run = Recorder(clock=clock, seconds_per_row=0.05)
     b = MicroBatcher(run, name="t", max_batch_items=8, max_batch_cost=10**6, max_wait_s=0,
-                     calibration=[([1], 0.05), ([1, 1], 0.1)], max_batch_s=0.12)
+                     calibration=[([1], 0.05), ([1, 1], 0.1)], max_batch_s=0.12, clock=clock)
     run.gate.clear()
     first = asyncio.create_task(b.submit([0]))
-    await asyncio.sleep(0.05)
+    await run.inside()
     rest = [asyncio.create_task(b.submit([i])) for i in range(1, 7)]
-    await asyncio.sleep(0.01)
+    await settle()
     run.gate.set()
     await asyncio.gather(first, *rest)
     assert [len(batch) for batch in run.batches] == [1, 2, 2, 2]

@@ -36,3 +36,15 @@ def test_the_past_is_forgotten_when_the_machine_slows_down() -> None:
     for _ in range(40):
         model.observe([100], 0.03)  # three times slower now
     assert model.seconds([100]) == pytest.approx(0.03, rel=0.05)
+
+
+def test_warm_up_runs_together_count_as_one_batch() -> None:
+    """Three warm-up runs on an idle machine (10 ms a row), then one batch under traffic (30
+    ms): the traffic outweighs them (counted as three batches, the prediction would be 15.8 ms)."""
+    model = CostModel()
+    model.warm_up([([1], 0.01)] * 3)
+    assert model.seconds([1]) == pytest.approx(0.01, rel=1e-3)
+    model.observe([1], 0.03)
+    warm = 0.9 * (0.81 + 0.9 + 1) / 3  # the warm-up's weight, forgotten once
+    assert model.seconds([1]) == pytest.approx((warm * 0.01 + 0.03) / (warm + 1), rel=1e-3)
+    assert model.seconds([1]) > 0.02
