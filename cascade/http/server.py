@@ -10,6 +10,11 @@ Closing a listening socket makes the kernel reset the connections it completed t
 had not accepted yet, and a client that already sent its request on one sees it lost; so at
 shutdown the server first accepts what is queued, then stops listening, and serves those
 connections too (their first request gets the grace ``cascade.http.protocol`` gives one).
+
+HEAD is served wherever GET is: the app sees a GET, and uvicorn, which knows the request was a
+HEAD, sends the head of the answer without its body (RFC 9110 section 9.3.2). uvicorn's own log
+lines go to the process's handlers (``log_config=None``), so they share its format and its
+repeated-line limit.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import signal
 import socket
 import time
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from litestar import Litestar
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from cascade.http.protocol import HeadLimits, guarded
 from cascade.settings import Settings
@@ -95,11 +102,22 @@ def head_limits(settings: Settings) -> HeadLimits:
                       header_timeout_s=settings.header_timeout_s)
 
 
+def head_as_get(app: ASGIApp) -> Any:
+    """``app`` answering HEAD wherever it answers GET (see the module docstring)."""
+
+    async def serve_head(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "HEAD":
+            scope = {**scope, "method": "GET"}  # type: ignore[typeddict-item]
+        await app(scope, receive, send)
+
+    return serve_head
+
+
 def serve(app: Litestar, settings: Settings, log_level: str) -> None:
     """Run ``app`` until a signal ends it (see the module docstring)."""
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=log_level, workers=1,
-        lifespan="on", http=guarded(head_limits(settings)),
+        head_as_get(app), host=settings.host, port=settings.port, log_level=log_level,
+        log_config=None, workers=1, lifespan="on", http=guarded(head_limits(settings)),
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )
     DrainingServer(config, app, settings.drain_s).run()
