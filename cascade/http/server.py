@@ -12,7 +12,8 @@ shutdown the server first accepts what is queued, then stops listening, and serv
 connections too (their first request gets the grace ``cascade.http.protocol`` gives one).
 
 HEAD is served wherever GET is: the app sees a GET, and uvicorn, which knows the request was a
-HEAD, sends the head of the answer without its body (RFC 9110 section 9.3.2). uvicorn's own log
+HEAD, sends the head of the answer without its body (RFC 9110 section 9.3.2). An exception that
+escapes the app before its answer began is a JSON 500, like every error answer. uvicorn's own log
 lines go to the process's handlers (``log_config=None``), so they share its format and its
 repeated-line limit.
 """
@@ -34,6 +35,7 @@ from litestar import Litestar
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from cascade.http.protocol import HeadLimits, guarded
+from cascade.schema import ErrorBody, ErrorDetail, encoder
 from cascade.settings import Settings
 
 log = logging.getLogger("cascade")
@@ -102,21 +104,44 @@ def head_limits(settings: Settings) -> HeadLimits:
                       header_timeout_s=settings.header_timeout_s)
 
 
-def head_as_get(app: ASGIApp) -> Any:
-    """``app`` answering HEAD wherever it answers GET (see the module docstring)."""
+def served(app: ASGIApp) -> Any:
+    """``app`` as the server runs it: HEAD is answered wherever GET is (see the module
+    docstring), and an exception that escapes ``app`` before it began its answer is a 500 in the
+    contract's JSON shape (uvicorn's own is text/plain)."""
 
-    async def serve_head(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "HEAD":
+    async def serve_http(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        if scope["method"] == "HEAD":
             scope = {**scope, "method": "GET"}  # type: ignore[typeddict-item]
-        await app(scope, receive, send)
+        try:
+            await app(scope, receive, send_tracked)
+        except Exception:
+            if started:
+                raise
+            log.exception("unhandled error answering %s %s", scope["method"], scope["path"])
+            body = encoder.encode(ErrorBody(detail=ErrorDetail(
+                error_type="api_error", message="internal error")))
+            await send({"type": "http.response.start", "status": 500, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": body})
 
-    return serve_head
+    return serve_http
 
 
 def serve(app: Litestar, settings: Settings, log_level: str) -> None:
     """Run ``app`` until a signal ends it (see the module docstring)."""
     config = uvicorn.Config(
-        head_as_get(app), host=settings.host, port=settings.port, log_level=log_level,
+        served(app), host=settings.host, port=settings.port, log_level=log_level,
         log_config=None, workers=1, lifespan="on", http=guarded(head_limits(settings)),
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )

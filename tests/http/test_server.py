@@ -276,3 +276,28 @@ def test_pipelined_requests_are_answered_in_order(server: tuple[str, int, int]) 
         answer = _send_and_read(sock, iter([requests + b"GET /nope HTTP/1.1\r\nHost: x\r\n"
                                             b"Connection: close\r\n\r\n"]))
     assert _statuses(answer) == [b"HTTP/1.1 200 OK"] * 50 + [b"HTTP/1.1 404 Not Found"]
+
+
+def test_an_app_failure_before_its_answer_is_a_json_500() -> None:
+    """uvicorn answers an exception escaping the app with a text/plain 500; ``served`` answers
+    it in the contract's shape (the app's own handlers catch its errors; this is the rest)."""
+    import asyncio
+
+    from cascade.http.server import served
+
+    async def broken(scope: object, receive: object, send: object) -> None:
+        raise RuntimeError("boom")
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {"type": "http", "method": "GET", "path": "/health", "headers": []}
+    asyncio.run(served(broken)(scope, receive, send))
+    assert sent[0]["status"] == 500
+    assert (b"content-type", b"application/json") in sent[0]["headers"]
+    assert json.loads(sent[1]["body"])["detail"]["error_type"] == "api_error"
