@@ -1,5 +1,10 @@
 """Rate limiting for repeated log lines: an outage must not turn into one WARNING per request
-(3,300 lines in 70 s were measured with the strong tier down)."""
+(3,300 lines in 70 s were measured with the strong tier down).
+
+The served process's handlers carry the filter, and uvicorn logs through them too
+(``cascade.http.server``), so its warnings about malformed requests are limited like ours. The
+access log (``uvicorn.access``, one line per request by design) is not a repeat and passes.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import time
 from collections.abc import Callable
 
 _MAX_KEYS = 1024  # templates remembered; older windows are dropped past this
+ACCESS_LOG = "uvicorn.access"
 
 
 class _Window:
@@ -35,6 +41,8 @@ class RepeatFilter(logging.Filter):
         self._windows: dict[tuple[str, str], _Window] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == ACCESS_LOG:
+            return True
         key = (record.name, str(record.msg))
         now = self.clock()
         window = self._windows.get(key)

@@ -1,22 +1,37 @@
-"""uvicorn's httptools protocol with limits on the request head: its size, its number of header
-fields, and the time a client may take to send it.
+"""uvicorn's h11 protocol with the rules of RFC 9112 that h11 leaves to its user, limits on the
+request head (its size, its number of fields, the time a client may take to send it), and error
+answers in the contract's JSON shape.
 
-httptools buffers a header field until it ends and has no limit or timeout of its own, so
-without these a client could hold a connection open forever by dribbling a header, or make the
-server buffer a 10 MB header. Here:
+Why h11 and not httptools (uvicorn's default): httptools (llhttp) switches protocols as soon as
+it parses ``Connection: Upgrade`` with ``Upgrade: h2c``: it skips the request's body, and uvicorn
+then parses the body's bytes as the next request on the connection (request smuggling behind a
+proxy that forwards ``Upgrade``). h11 switches only when the server answers ``101``, so such a
+request is served as ordinary HTTP/1.1 with its body, as nginx does. h11 also refuses a request
+without ``Host`` or with two (RFC 9112 section 3.2), and enforces uvicorn's
+``h11_max_incomplete_event_size`` on a head that spans several reads. What is left here:
 
-- a head (request line and header fields) over ``max_header_bytes``, or with more than
-  ``max_headers`` fields, is answered ``431`` and the connection closed, as soon as the bytes
-  received prove it (at most one read past the limit is buffered);
+- a head (request line and header fields) over ``max_header_bytes``, however its bytes arrive,
+  or with more than ``max_headers`` fields, is answered ``431``;
+- a request with both ``Content-Length`` and ``Transfer-Encoding`` is answered ``400`` (h11
+  would let Transfer-Encoding win; RFC 9112 section 6.3 lets a server refuse it, and a proxy
+  that reads it the other way is how requests are smuggled);
+- every other malformed request is answered ``400`` with h11's reason;
 - a connection that has not finished a request head within ``header_timeout_s`` of opening, or
   of the first byte of its next request, is closed (``408`` when it had sent part of one).
 
-Idle keep-alive connections are uvicorn's ``timeout_keep_alive``.
+Every refusal is a JSON ``ErrorBody`` followed by a lingering close. Idle keep-alive connections
+are uvicorn's ``timeout_keep_alive``. An ``Upgrade`` the server does not do is ignored without a
+log line.
 
 At shutdown uvicorn closes every connection that has no request in progress. A connection
 opened just before that may already have its request on the wire, and closing it loses a request
 the client saw accepted; so a connection that has not yet sent a complete request head gets
 ``FIRST_REQUEST_GRACE_S`` to send one, which is then served and the connection closed.
+
+The size of a head that arrives in one read is the length of h11's receive buffer before and
+after parsing it: h11 keeps an incomplete head in that buffer, so the difference is the whole
+head's bytes. The buffer is private to h11 (pinned in ``pyproject.toml``);
+``tests/http/test_server.py`` sends such a head in one write and in many.
 """
 
 from __future__ import annotations
@@ -24,12 +39,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+import h11
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
+from uvicorn.server import ServerState
 
 from cascade.schema import ErrorBody, ErrorDetail, encoder
 
 LINGER_S = 1.0  # after refusing a head: how long to keep reading (and dropping) before closing
 FIRST_REQUEST_GRACE_S = 1.0  # at shutdown: how long a new connection may take to send its request
+MAX_REASON_CHARS = 200  # h11's reasons may quote the offending line; the answer quotes its start
 
 
 class HeadLimits:
@@ -41,21 +60,53 @@ class HeadLimits:
         self.header_timeout_s = header_timeout_s
 
 
-class _HeadTooLarge(Exception):
-    """Raised from a parser callback to stop parsing a head over a limit (httptools turns it
-    into a parse error, which uvicorn answers with 400 unless ``send_400_response`` says no)."""
+class _Connection(h11.Connection):
+    """h11's server side with the checks on a parsed head (see the module docstring). The
+    error that ends the connection is kept in ``error`` for the answer."""
+
+    def __init__(self, limits: HeadLimits) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
+        self.limits = limits
+        self.error: h11.RemoteProtocolError | None = None
+
+    def next_event(self) -> Any:
+        before = len(self._receive_buffer)
+        try:
+            event = super().next_event()
+            if isinstance(event, h11.Request):
+                self._check(event, before - len(self._receive_buffer))
+            return event
+        except h11.RemoteProtocolError as exc:
+            self.error = exc
+            raise
+
+    def _check(self, request: h11.Request, head_bytes: int) -> None:
+        limits = self.limits
+        if head_bytes > limits.max_header_bytes:
+            raise h11.RemoteProtocolError(head_too_large(limits), error_status_hint=431)
+        if len(request.headers) > limits.max_headers:
+            raise h11.RemoteProtocolError(
+                f"the request has more than {limits.max_headers} header fields",
+                error_status_hint=431)
+        names = {name for name, _ in request.headers}
+        if b"content-length" in names and b"transfer-encoding" in names:
+            raise h11.RemoteProtocolError(
+                "a request may not have both Content-Length and Transfer-Encoding")
 
 
-class GuardedHttpToolsProtocol(HttpToolsProtocol):
+def head_too_large(limits: HeadLimits) -> str:
+    return f"the request head exceeds the {limits.max_header_bytes}-byte limit"
+
+
+class GuardedH11Protocol(H11Protocol):
     limits: HeadLimits
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._in_head = True  # waiting for (the rest of) a request head
-        self._head_bytes = 0
-        self._head_fields = 0
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.conn = _Connection(self.limits)
+        self._head_begun = False  # bytes of a request head have arrived, the head is not done
         self._head_timer: asyncio.TimerHandle | None = None
-        self._too_large: str | None = None
         self._discarding = False
         self._shutting_down = False
 
@@ -70,45 +121,45 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._discarding:  # refused: the rest of what the client sends is dropped unread
             return
-        if self._in_head:
-            self._head_bytes += len(data)
+        if data and self.conn.their_state is h11.IDLE:  # (part of) the next request head
+            self._head_begun = True
+            self._arm_head_timer()
         super().data_received(data)
-        limit = self.limits.max_header_bytes
-        if self._too_large is None and self._in_head and self._head_bytes > limit:
-            self._too_large = f"the request head exceeds the {limit}-byte limit"
-        if self._too_large is not None and not self.transport.is_closing():
-            self._refuse(431, "request_too_large", self._too_large)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.conn.their_state is not h11.IDLE:  # a request head was parsed (or refused)
+            self._head_begun = False
+            self._disarm_head_timer()
+            if self._shutting_down and self.cycle is not None:
+                self.cycle.keep_alive = False
 
     def send_400_response(self, msg: str) -> None:
-        if self._too_large is not None:  # httptools wraps our callback's error as a parse error
+        """Answer the error h11 raised (uvicorn passes only a generic ``msg``)."""
+        error = self.conn.error
+        status = error.error_status_hint if error is not None else 400
+        if status == 431:
+            reason = str(error)
+            if reason == "Receive buffer too long":  # h11's words for a head over the limit
+                reason = head_too_large(self.limits)
+            self._refuse(431, "request_too_large", reason)
             return
-        super().send_400_response(msg)
+        reason = str(error) if error is not None else msg
+        if len(reason) > MAX_REASON_CHARS:
+            reason = reason[:MAX_REASON_CHARS] + "..."
+        # 400 also for h11's 501 (a transfer coding other than chunked): bad input is a 4xx.
+        self._refuse(400, "invalid_request_error", f"malformed HTTP request: {reason}")
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._in_head = True
-        self._head_fields = 0
-        self._arm_head_timer()
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_fields += 1
-        if self._head_fields > self.limits.max_headers:
-            self._too_large = f"the request has more than {self.limits.max_headers} header fields"
-            raise _HeadTooLarge
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self._in_head = False
-        self._head_bytes = 0
-        self._disarm_head_timer()
-        super().on_headers_complete()
-        if self._shutting_down and self.cycle is not None:
-            self.cycle.keep_alive = False
+    def _unsupported_upgrade_warning(self) -> None:
+        """An ``Upgrade`` we do not do (``h2c`` from ``curl --http2``) is ignored: the request
+        is served as HTTP/1.1, which is what RFC 9110 section 7.8 asks; not worth a line."""
 
     def shutdown(self) -> None:
         """uvicorn's graceful close, except that a connection still waiting for its first
         request head gets ``FIRST_REQUEST_GRACE_S`` to send it (see the module docstring)."""
         self._shutting_down = True
+        if self._discarding:  # refused: the lingering close ends it
+            return
         if self.cycle is None and not self.transport.is_closing():
             self.loop.call_later(FIRST_REQUEST_GRACE_S, super().shutdown)
             return
@@ -130,7 +181,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = None
         if self.transport.is_closing():
             return
-        if self._head_bytes:
+        if self._head_begun:
             wait = self.limits.header_timeout_s
             self._refuse(408, "timeout", f"request headers not received within {wait:g} s")
         else:
@@ -142,7 +193,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         sending its 10 MB header would see only "connection reset"); so, as nginx's lingering
         close does, send the answer and a FIN, then read and discard for ``LINGER_S``."""
         body = encoder.encode(ErrorBody(detail=ErrorDetail(error_type=error_type, message=message)))
-        head = [STATUS_LINE[status]]
+        head = [b"HTTP/1.1 %d %s\r\n" % (status, STATUS_PHRASES[status])]
         for name, value in self.server_state.default_headers:
             head.extend([name, b": ", value, b"\r\n"])
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\n"
@@ -157,6 +208,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def guarded(limits: HeadLimits) -> type[GuardedHttpToolsProtocol]:
+def guarded(limits: HeadLimits) -> type[GuardedH11Protocol]:
     """A protocol class for ``uvicorn.Config(http=...)`` that applies ``limits``."""
-    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"limits": limits})
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})

@@ -10,6 +10,12 @@ Closing a listening socket makes the kernel reset the connections it completed t
 had not accepted yet, and a client that already sent its request on one sees it lost; so at
 shutdown the server first accepts what is queued, then stops listening, and serves those
 connections too (their first request gets the grace ``cascade.http.protocol`` gives one).
+
+HEAD is served wherever GET is: the app sees a GET, and uvicorn, which knows the request was a
+HEAD, sends the head of the answer without its body (RFC 9110 section 9.3.2). An exception that
+escapes the app before its answer began is a JSON 500, like every error answer. uvicorn's own log
+lines go to the process's handlers (``log_config=None``), so they share its format and its
+repeated-line limit.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ import signal
 import socket
 import time
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from litestar import Litestar
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from cascade.http.protocol import HeadLimits, guarded
+from cascade.schema import ErrorBody, ErrorDetail, encoder
 from cascade.settings import Settings
 
 log = logging.getLogger("cascade")
@@ -95,11 +104,45 @@ def head_limits(settings: Settings) -> HeadLimits:
                       header_timeout_s=settings.header_timeout_s)
 
 
+def served(app: ASGIApp) -> Any:
+    """``app`` as the server runs it: HEAD is answered wherever GET is (see the module
+    docstring), and an exception that escapes ``app`` before it began its answer is a 500 in the
+    contract's JSON shape (uvicorn's own is text/plain)."""
+
+    async def serve_http(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        if scope["method"] == "HEAD":
+            scope = {**scope, "method": "GET"}  # type: ignore[typeddict-item]
+        try:
+            await app(scope, receive, send_tracked)
+        except Exception:
+            if started:
+                raise
+            log.exception("unhandled error answering %s %s", scope["method"], scope["path"])
+            body = encoder.encode(ErrorBody(detail=ErrorDetail(
+                error_type="api_error", message="internal error")))
+            await send({"type": "http.response.start", "status": 500, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": body})
+
+    return serve_http
+
+
 def serve(app: Litestar, settings: Settings, log_level: str) -> None:
     """Run ``app`` until a signal ends it (see the module docstring)."""
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=log_level, workers=1,
-        lifespan="on", http=guarded(head_limits(settings)),
+        served(app), host=settings.host, port=settings.port, log_level=log_level,
+        log_config=None, workers=1, lifespan="on", http=guarded(head_limits(settings)),
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )
     DrainingServer(config, app, settings.drain_s).run()

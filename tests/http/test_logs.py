@@ -41,3 +41,48 @@ def test_the_served_process_filters_its_root_handlers(monkeypatch) -> None:  # n
     configure_logging(Settings(log_repeat_burst=2), None)
     (repeats,) = [f for f in handler.filters if isinstance(f, RepeatFilter)]
     assert repeats.burst == 2
+
+
+def test_uvicorn_warnings_share_the_limit_and_the_format(tmp_path) -> None:  # noqa: ANN001
+    """2,000 malformed request heads made 2,000 uvicorn WARNING lines in its own format, past
+    the limiter; now they are lines of ours, and at most ``burst`` per interval pass."""
+    import os
+    import re
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.servers import free_port, wait_http
+
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    cmd = [str(Path(sys.executable).parent / "cascade"), "serve", "--upstream",
+           "http://127.0.0.1:9", "--port", str(port), "--log-level", "warning"]
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", timeout_s=120, proc=proc)
+        started = time.monotonic()
+        refused = 0
+        for i in range(2000):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nBad Header %d\r\n\r\n" % i)
+                refused += sock.recv(65536).startswith(b"HTTP/1.1 400 ")
+        elapsed = time.monotonic() - started
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    lines = [line for line in log_path.read_text().splitlines() if "Invalid HTTP" in line]
+    assert refused == 2000
+    assert 1 <= len(lines) <= 5 * (int(elapsed // 10) + 1), (len(lines), elapsed)
+    ours = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ WARNING uvicorn\.error: Invalid HTTP request")
+    assert all(ours.match(line) for line in lines), lines[:3]
+
+
+def test_the_access_log_is_one_line_per_request_not_a_repeat() -> None:
+    repeats = RepeatFilter(burst=2, interval_s=10, clock=lambda: 0.0)
+    lines = [_record('%s - "%s %s HTTP/%s" %d', "c", "GET", "/", "1.1", 200,
+                     name="uvicorn.access") for _ in range(50)]
+    assert all(repeats.filter(r) for r in lines)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import sys
 import time
@@ -147,3 +149,155 @@ def test_1000_slow_connections_are_closed_and_their_fds_return(
     assert after <= baseline + 5, f"fds: baseline {baseline}, peak {peak}, after {after}"
     assert closed == 1000
     assert httpx.get(f"http://{host}:{port}/health").status_code == 200
+
+
+# ---------------------------------------------------------------- issue 16: framing and errors
+
+_VALID = (b'{"model": "jev-latest", "state": "hi", "questions": '
+          b'{"q": {"type": "noul", "instructions": "Is it?"}}}')
+_H2C = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+        b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n")
+
+
+def _segments(server: tuple[str, int, int], *segments: bytes) -> bytes:
+    """Send each segment in a TCP segment of its own (a pause between them), then read the
+    answers until the server closes the connection (its keep-alive is 1 s)."""
+    with _connect(server) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for segment in segments:
+            sock.sendall(segment)
+            time.sleep(0.3)
+        return _send_and_read(sock, iter([]))
+
+
+def _statuses(answer: bytes) -> list[bytes]:
+    """The status lines in ``answer`` (a response may follow the previous body directly)."""
+    return re.findall(rb"HTTP/1\.1 \d{3} [A-Za-z ]*", answer)
+
+
+def test_an_h2c_upgrade_body_in_a_later_segment_is_the_body_not_a_second_request(
+    server: tuple[str, int, int]
+) -> None:
+    smuggled = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    answer = _segments(server, _H2C % len(smuggled), smuggled)
+    # One answer, to the POST: its body (not JSON) was read; before, the POST got 422 "Field
+    # required" (no body) and the body was served as a second request (200 with the metrics).
+    assert _statuses(answer) == [b"HTTP/1.1 422 Unprocessable Entity"], answer[:400]
+    assert b"json_invalid" in answer
+    assert b"# HELP" not in answer
+
+
+def test_an_h2c_upgrade_request_is_served_as_http_1_1_with_its_body(
+    server: tuple[str, int, int]
+) -> None:
+    follow_up = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    answer = _segments(server, _H2C % len(_VALID), _VALID, follow_up)
+    statuses = _statuses(answer)
+    assert len(statuses) == 2, answer[:600]  # the POST, then the GET on the same connection
+    assert not statuses[0].startswith((b"HTTP/1.1 101", b"HTTP/1.1 422")), answer[:600]
+    assert statuses[1] == b"HTTP/1.1 200 OK"
+
+
+@pytest.mark.parametrize("writes", [1, 100])
+def test_a_100_kb_header_is_431_in_one_write_or_many(
+    server: tuple[str, int, int], writes: int
+) -> None:
+    head = _head(b"X-Big: " + b"a" * 100_000 + b"\r\n\r\n")
+    size = -(-len(head) // writes)
+    with _connect(server) as sock:
+        answer = _send_and_read(sock, (head[i:i + size] for i in range(0, len(head), size)))
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert b"65536-byte limit" in answer
+
+
+def test_a_head_just_under_the_limit_in_one_write_is_served(server: tuple[str, int, int]) -> None:
+    head = _head(b"X-Big: ")
+    head += b"a" * (65536 - len(head) - 4) + b"\r\n\r\n"
+    assert len(head) == 65536
+    with _connect(server) as sock:
+        sock.sendall(head)
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+
+@pytest.mark.parametrize("path", ["/health", "/ready", "/metrics", "/v1/models"])
+def test_head_is_answered_wherever_get_is(server: tuple[str, int, int], path: str) -> None:
+    url = f"http://{server[0]}:{server[1]}{path}"
+    get, head = httpx.get(url), httpx.head(url)
+    assert head.status_code == get.status_code != 405
+    assert head.content == b""
+    assert head.headers["content-type"] == get.headers["content-type"]
+    if path != "/metrics":  # the metrics change between the two requests
+        assert head.headers["content-length"] == str(len(get.content))
+
+
+def test_head_on_a_post_route_is_405(server: tuple[str, int, int]) -> None:
+    r = httpx.head(f"http://{server[0]}:{server[1]}/v1/systemone")
+    assert r.status_code == 405
+    assert r.content == b""
+
+
+@pytest.mark.parametrize(("head", "reason"), [
+    (b"GET /health HTTP/1.1\r\n\r\n", b"Missing mandatory Host"),
+    (b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"multiple Host"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", b"illegal header line"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"both Content-Length and Transfer-Encoding"),
+    (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+     b"conflicting Content-Length"),
+    (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+     b"Transfer-Encoding: chunked is supported"),
+    (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", b"illegal request line"),
+])
+def test_a_malformed_request_is_400_in_the_contract_error_shape(
+    server: tuple[str, int, int], head: bytes, reason: bytes
+) -> None:
+    with _connect(server) as sock:
+        answer = _send_and_read(sock, iter([head]))
+    status, _, rest = answer.partition(b"\r\n")
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    assert status == b"HTTP/1.1 400 Bad Request", answer[:300]
+    assert b"content-type: application/json" in headers
+    error = json.loads(body)
+    assert error["detail"]["error_type"] == "invalid_request_error"
+    assert reason.decode() in error["detail"]["message"]
+
+
+def test_http_1_0_without_host_is_served(server: tuple[str, int, int]) -> None:
+    with _connect(server) as sock:
+        answer = _send_and_read(sock, iter([b"GET /health HTTP/1.0\r\n\r\n"]))
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+
+def test_pipelined_requests_are_answered_in_order(server: tuple[str, int, int]) -> None:
+    requests = b"".join(b"GET /health?n=%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(50))
+    with _connect(server) as sock:
+        answer = _send_and_read(sock, iter([requests + b"GET /nope HTTP/1.1\r\nHost: x\r\n"
+                                            b"Connection: close\r\n\r\n"]))
+    assert _statuses(answer) == [b"HTTP/1.1 200 OK"] * 50 + [b"HTTP/1.1 404 Not Found"]
+
+
+def test_an_app_failure_before_its_answer_is_a_json_500() -> None:
+    """uvicorn answers an exception escaping the app with a text/plain 500; ``served`` answers
+    it in the contract's shape (the app's own handlers catch its errors; this is the rest)."""
+    import asyncio
+
+    from cascade.http.server import served
+
+    async def broken(scope: object, receive: object, send: object) -> None:
+        raise RuntimeError("boom")
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {"type": "http", "method": "GET", "path": "/health", "headers": []}
+    asyncio.run(served(broken)(scope, receive, send))
+    assert sent[0]["status"] == 500
+    assert (b"content-type", b"application/json") in sent[0]["headers"]
+    assert json.loads(sent[1]["body"])["detail"]["error_type"] == "api_error"
