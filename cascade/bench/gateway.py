@@ -47,13 +47,13 @@ def _serve_fake(port: int) -> None:
 
 
 def _serve_gateway(port: int, upstream: str) -> None:
-    import uvicorn
-
+    """The gateway as ``cascade serve`` runs it (its HTTP protocol and limits), no drain."""
     from cascade.http.app import create_app
+    from cascade.http.server import serve
     from cascade.settings import Settings
 
-    app = create_app(Settings(upstream=upstream))
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+    settings = Settings(upstream=upstream, host="127.0.0.1", port=port, drain_s=0)
+    serve(create_app(settings), settings, "error")
 
 
 def _free_port() -> int:
