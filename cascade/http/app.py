@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -33,6 +32,7 @@ from cascade.errors import (
     PayloadTooLarge,
     Unauthorized,
     ValidationFailed,
+    retry_after_header,
     status_of,
 )
 from cascade.gateway import Gateway
@@ -90,7 +90,7 @@ def error_response(exc: CascadeError) -> Response[bytes]:
         content = encoder.encode(body)
     headers = {}
     if exc.retry_after is not None:
-        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
+        headers["retry-after"] = retry_after_header(exc.retry_after)
     return Response(content=content, status_code=status, media_type=JSON, headers=headers)
 
 

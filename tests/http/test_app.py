@@ -349,3 +349,15 @@ def test_an_image_the_strong_tier_cannot_take_is_422_at_the_front_door(
     r = client.post("/v1/systemone", json=body)
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"] == ["body", "images", 0]
+
+
+@pytest.mark.parametrize(("seconds", "header"),
+                         [(float("inf"), "3600"), (1e300, "3600"), (float("nan"), "1"),
+                          (-5.0, "1"), (0.2, "1"), (7.5, "8")])
+def test_emitted_retry_after_is_whole_seconds_from_one_to_an_hour(seconds: float,
+                                                                  header: str) -> None:
+    from cascade.errors import Overloaded
+    from cascade.http.app import error_response
+
+    response = error_response(Overloaded("busy", retry_after=seconds))
+    assert response.headers["retry-after"] == header
