@@ -94,7 +94,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         """All configured API keys (inline and from ``api_keys_file``, one per line)."""
         keys = [k for k in self.api_keys if k]
         if self.api_keys_file:
-            text = Path(self.api_keys_file).read_text()
+            try:
+                text = Path(self.api_keys_file).read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{self.api_keys_file}: API keys file is not UTF-8 text "
+                                 f"(byte {exc.start}: {exc.reason})") from exc
             lines = (line.strip() for line in text.splitlines())
             keys += [line for line in lines if line and not line.startswith("#")]
         return frozenset(Secret(k) for k in keys)

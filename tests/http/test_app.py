@@ -361,3 +361,10 @@ def test_emitted_retry_after_is_whole_seconds_from_one_to_an_hour(seconds: float
 
     response = error_response(Overloaded("busy", retry_after=seconds))
     assert response.headers["retry-after"] == header
+
+
+def test_an_api_keys_file_that_is_not_utf8_is_named(tmp_path) -> None:
+    path = tmp_path / "keys"
+    path.write_bytes("k\xe9y\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"{path}: API keys file is not UTF-8 text \(byte 1"):
+        Settings(api_keys_file=str(path)).keys()
