@@ -12,6 +12,8 @@ from typing import Literal
 
 import msgspec
 
+from cascade.schema import LIMITS
+
 ADMISSION_DEADLINE_S = 8.0  # under the 10 s timeout of the official SDKs
 
 
@@ -59,6 +61,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     admission_deadline_s: float = ADMISSION_DEADLINE_S
     max_body_bytes: int = 16 * 1024 * 1024
     body_read_timeout_s: float = 10.0
+    # Client texts besides the state (characters; structured JSON: serialized), checked before
+    # any tier tokenizes: one label, one question's instructions, one option text, all question
+    # texts together, and the state(s) with them (422 at the text, 413 for the totals). A batch
+    # whose answers could pass max_batch_answer_bytes is refused (413) before any work.
+    max_label_chars: int = LIMITS.max_label_chars
+    max_instructions_chars: int = LIMITS.max_instructions_chars
+    max_option_chars: int = LIMITS.max_option_chars
+    max_question_text_chars: int = LIMITS.max_question_text_chars
+    max_request_text_chars: int = LIMITS.max_request_text_chars
+    max_batch_answer_bytes: int = LIMITS.max_batch_answer_bytes
     # Threads that decode and validate bodies and images (apart from the engines' threads), and
     # how many bodies may wait for one before new ones get 503 + Retry-After.
     decode_threads: int = 2
