@@ -25,7 +25,25 @@ subclasses at their edge; only ``cascade.http.app`` knows HTTP statuses, through
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+MAX_RETRY_AFTER_S = 3600.0
+"""The longest Retry-After cascade emits or believes: an upstream's ``1e400`` or far-future date
+means "an hour", never a wait (or a header) without end."""
+
+
+def clamp_retry_after(seconds: float) -> float | None:
+    """``seconds`` within [0, ``MAX_RETRY_AFTER_S``]; None for NaN (no usable value)."""
+    if math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+def retry_after_header(seconds: float) -> str:
+    """The ``Retry-After`` value for a wait of ``seconds``: whole seconds, 1 to the maximum."""
+    clamped = clamp_retry_after(seconds)
+    return str(max(1, math.ceil(clamped if clamped is not None else 1.0)))
 
 
 class CascadeError(Exception):

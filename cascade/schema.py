@@ -32,6 +32,17 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_state_chars: int = 1_000_000  # the serialized state; tiers apply their own token limits
     max_json_depth: int = 64
     max_question_id_chars: int = 256
+    # Client texts besides the state (structured JSON counts as its serialized length). All are
+    # checked before any tier tokenizes anything; the ones below are settings (CASCADE_*).
+    max_name_chars: int = 256  # model, task, lang, lang_guess, asset format and part (fixed)
+    max_label_chars: int = 256  # a choice label (criteria key or list item), a noul label
+    max_instructions_chars: int = 100_000  # one question's instructions
+    max_option_chars: int = 10_000  # one choice description, score level or noul criterion
+    max_question_text_chars: int = 1_000_000  # every question's ids and texts together
+    max_request_text_chars: int = 4_000_000  # the state(s) and the question texts together
+    # Upper bound of a batch's answers (``validation.answer_bytes`` x states), refused past it:
+    # each result repeats the labels, so a batch's answer can be a large multiple of its body.
+    max_batch_answer_bytes: int = 8 * 1024 * 1024
     max_images: int = 4  # Cloudflare's cap
     max_image_bytes: int = 4 * 1024 * 1024
     max_image_pixels: int = 16_000_000
@@ -49,6 +60,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 LIMITS = Limits()
+Name = Annotated[str, Meta(max_length=LIMITS.max_name_chars)]
 
 
 class Base(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -104,12 +116,13 @@ class Asset(Base, kw_only=True):
     """A TypeSafe asset: inline base64 data, or a multipart part name (``asset-N``)."""
 
     type: Literal["image"] = "image"
-    format: str | None = None
+    format: Name | None = None
     data_base64: str | None = None
-    part: str | None = None
+    part: Name | None = None
 
 
-MinConfidence = Annotated[float, Meta(ge=0, le=1)] | dict[str, Annotated[float, Meta(ge=0, le=1)]]
+Unit = Annotated[float, Meta(ge=0, le=1)]
+MinConfidence = Unit | dict[Name, Unit]
 TokenBudget = Annotated[int, Meta(ge=1, le=LIMITS.max_token_budget)]
 
 
@@ -118,14 +131,14 @@ class Controls(Base, kw_only=True):
 
     max_len: TokenBudget | None = None
     head_max_len: TokenBudget | None = None
-    task: str | None = None
-    lang: str | None = None
-    lang_guess: str | None = None
+    task: Name | None = None
+    lang: Name | None = None
+    lang_guess: Name | None = None
     min_confidence: MinConfidence | None = None
 
 
 class SystemOneRequest(Controls, kw_only=True):
-    model: str = "jev-latest"
+    model: Name = "jev-latest"
     state: str | dict[str, Any] | list[Any]
     questions: dict[str, Question]
     # Ollama / Cloudflare: base64 strings or data: URLs; Cloudflare's {content_type, base64} too.
@@ -136,7 +149,7 @@ class SystemOneRequest(Controls, kw_only=True):
 class RequestEnvelope(Controls, kw_only=True):
     """``SystemOneRequest`` with its questions still undecoded (first decoding step)."""
 
-    model: str = "jev-latest"
+    model: Name = "jev-latest"
     state: str | dict[str, Any] | list[Any] | None = None
     states: list[str | dict[str, Any] | list[Any]] | None = None
     questions: dict[str, msgspec.Raw]
@@ -147,7 +160,7 @@ class RequestEnvelope(Controls, kw_only=True):
 class BatchRequest(Controls, kw_only=True):
     """Laya's ``/v1/systemone/batch`` body (documentation: it decodes as ``RequestEnvelope``)."""
 
-    model: str = "jev-latest"
+    model: Name = "jev-latest"
     states: list[str | dict[str, Any] | list[Any]]
     questions: dict[str, Question]
 

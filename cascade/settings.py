@@ -12,6 +12,8 @@ from typing import Literal
 
 import msgspec
 
+from cascade.schema import LIMITS
+
 ADMISSION_DEADLINE_S = 8.0  # under the 10 s timeout of the official SDKs
 
 
@@ -59,6 +61,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     admission_deadline_s: float = ADMISSION_DEADLINE_S
     max_body_bytes: int = 16 * 1024 * 1024
     body_read_timeout_s: float = 10.0
+    # Client texts besides the state (characters; structured JSON: serialized), checked before
+    # any tier tokenizes: one label, one question's instructions, one option text, all question
+    # texts together, and the state(s) with them (422 at the text, 413 for the totals). A batch
+    # whose answers could pass max_batch_answer_bytes is refused (413) before any work.
+    max_label_chars: int = LIMITS.max_label_chars
+    max_instructions_chars: int = LIMITS.max_instructions_chars
+    max_option_chars: int = LIMITS.max_option_chars
+    max_question_text_chars: int = LIMITS.max_question_text_chars
+    max_request_text_chars: int = LIMITS.max_request_text_chars
+    max_batch_answer_bytes: int = LIMITS.max_batch_answer_bytes
     # Threads that decode and validate bodies and images (apart from the engines' threads), and
     # how many bodies may wait for one before new ones get 503 + Retry-After.
     decode_threads: int = 2
@@ -94,7 +106,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         """All configured API keys (inline and from ``api_keys_file``, one per line)."""
         keys = [k for k in self.api_keys if k]
         if self.api_keys_file:
-            text = Path(self.api_keys_file).read_text()
+            try:
+                text = Path(self.api_keys_file).read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{self.api_keys_file}: API keys file is not UTF-8 text "
+                                 f"(byte {exc.start}: {exc.reason})") from exc
             lines = (line.strip() for line in text.splitlines())
             keys += [line for line in lines if line and not line.startswith("#")]
         return frozenset(Secret(k) for k in keys)

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cascade.policy.files import check_text, format_finding
+from cascade.policy.files import PolicyError, check_text, format_finding, read_policy_text
 from cascade.policy.toml_keys import key_lines, locate
 
 
@@ -25,9 +25,9 @@ def check_command(args: argparse.Namespace) -> int:
     failed = False
     for path in args.files:
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            print(f"{path}: error: {exc.strerror}")
+            text = read_policy_text(path)
+        except PolicyError as exc:
+            print(*exc.messages, sep="\n")
             failed = True
             continue
         _, found = check_text(text)

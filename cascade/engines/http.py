@@ -59,6 +59,7 @@ from cascade.errors import (
     PayloadTooLarge,
     UpstreamClientError,
     ValidationFailed,
+    clamp_retry_after,
 )
 from cascade.questions import option_names
 from cascade.schema import NoulQuestion, OptionSpans, Question
@@ -250,17 +251,19 @@ def error_info(content: bytes) -> ErrorInfo:
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date),
+    clamped to [0, ``MAX_RETRY_AFTER_S``]; None when absent or unusable (``nan``, garbage)."""
     with contextlib.suppress(ValueError):
         if "retry-after-ms" in headers:
-            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+            return clamp_retry_after(float(headers["retry-after-ms"]) / 1000)
     value = headers.get("retry-after")
     if value is None:
         return None
     with contextlib.suppress(ValueError):
-        return max(0.0, float(value))
-    with contextlib.suppress(TypeError, ValueError):
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+        return clamp_retry_after(float(value))
+    with contextlib.suppress(TypeError, ValueError, OverflowError):
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+        return clamp_retry_after(when - time.time())
     return None
 
 

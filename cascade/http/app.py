@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -33,10 +32,11 @@ from cascade.errors import (
     PayloadTooLarge,
     Unauthorized,
     ValidationFailed,
+    retry_after_header,
     status_of,
 )
 from cascade.gateway import Gateway
-from cascade.http.intake import read_batch_calls, read_call, read_request
+from cascade.http.intake import limits_of, read_batch_calls, read_call, read_request
 from cascade.http.openapi import AUTH_ERRORS, document, operation
 from cascade.http.workers import DecodePool
 from cascade.schema import (
@@ -90,7 +90,7 @@ def error_response(exc: CascadeError) -> Response[bytes]:
         content = encoder.encode(body)
     headers = {}
     if exc.retry_after is not None:
-        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
+        headers["retry-after"] = retry_after_header(exc.retry_after)
     return Response(content=content, status_code=status, media_type=JSON, headers=headers)
 
 
@@ -238,7 +238,8 @@ async def systemone(request: Request) -> Response[bytes]:
     async def work() -> tuple[Response[bytes], str]:
         body, parts = await _decoded(request)
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            call = await read_call(body, parts, pool, request_id=request_id(request.scope))
+            call = await read_call(body, parts, pool, request_id=request_id(request.scope),
+                                   limits=request.app.state.limits)
         outcome = await unless_disconnected(request, gateway.systemone(call))
         return _json(outcome.response, outcome.headers), outcome.label
 
@@ -257,7 +258,8 @@ async def systemone_batch(request: Request) -> Response[bytes]:
         if parts:  # the batch takes text states only: refuse images rather than drop them
             raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            calls = await read_batch_calls(body, pool, request_id=request_id(request.scope))
+            calls = await read_batch_calls(body, pool, request_id=request_id(request.scope),
+                                           limits=request.app.state.limits)
         async with request.app.state.admission.permit(len(calls) - 1):
             outcomes = await unless_disconnected(request, gateway.batch(calls))
         results = [o.response for o in outcomes]
@@ -354,6 +356,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
     app.state.gateway = gateway
     app.state.api_keys = settings.keys()
     app.state.admission = Admission(settings.max_inflight)
+    app.state.limits = limits_of(settings)
     app.state.ready = False
     app.state.draining = False  # set on SIGTERM by cascade.http.server
     return app

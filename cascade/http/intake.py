@@ -23,9 +23,16 @@ from cascade.errors import (
 )
 from cascade.http.bodies import decode_content, split_multipart
 from cascade.http.images import collect_images
-from cascade.http.validation import check_state, controls_of, parse_envelope, parse_questions
+from cascade.http.validation import (
+    check_batch_answer,
+    check_request_text,
+    check_state,
+    controls_of,
+    parse_envelope,
+    parse_questions,
+)
 from cascade.http.workers import DecodePool
-from cascade.schema import LIMITS, RequestEnvelope
+from cascade.schema import LIMITS, Limits, RequestEnvelope
 from cascade.settings import Settings
 
 # Bodies above this many bytes are decoded and validated in a worker thread: under it, the
@@ -80,13 +87,28 @@ async def read_request(
     return decode()
 
 
-def text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCall]:
+def limits_of(settings: Settings) -> Limits:
+    """The request limits, with the text limits ``settings`` sets."""
+    return msgspec.structs.replace(
+        LIMITS,
+        max_label_chars=settings.max_label_chars,
+        max_instructions_chars=settings.max_instructions_chars,
+        max_option_chars=settings.max_option_chars,
+        max_question_text_chars=settings.max_question_text_chars,
+        max_request_text_chars=settings.max_request_text_chars,
+        max_batch_answer_bytes=settings.max_batch_answer_bytes,
+    )
+
+
+def text_call(body: bytes, request_id: str, limits: Limits = LIMITS
+              ) -> tuple[RequestEnvelope, EngineCall]:
     """The validated call of a body, without its images (``read_call`` adds them)."""
     env = parse_envelope(body)
     if env.state is None:
         raise ValidationFailed.at(["state"], "state is required (text, object or array)", "missing")
-    check_state(env.state, ["state"])
-    questions = parse_questions(env)
+    chars = check_state(env.state, ["state"], limits)
+    questions, question_chars = parse_questions(env, limits)
+    check_request_text(chars + question_chars, limits)
     check_min_confidence(env.min_confidence)
     call = EngineCall(
         state=env.state,
@@ -99,42 +121,44 @@ def text_call(body: bytes, request_id: str) -> tuple[RequestEnvelope, EngineCall
 
 
 async def read_call(
-    body: bytes, parts: dict[str, Any], pool: DecodePool, *, request_id: str = ""
+    body: bytes, parts: dict[str, Any], pool: DecodePool, *, request_id: str = "",
+    limits: Limits = LIMITS,
 ) -> EngineCall:
     """The call of a ``/v1/systemone`` body. Large bodies are validated, and images checked, on
     ``pool``, so the event loop never waits on them."""
     if len(body) > OFFLOAD_BYTES:
-        env, call = await pool.run(text_call, body, request_id)
+        env, call = await pool.run(text_call, body, request_id, limits)
     else:
-        env, call = text_call(body, request_id)
+        env, call = text_call(body, request_id, limits)
     if env.images or env.assets:
-        images = await pool.run(collect_images, env, parts, LIMITS)
+        images = await pool.run(collect_images, env, parts, limits)
         call = msgspec.structs.replace(call, images=images)
     return call
 
 
 async def read_batch_calls(
-    body: bytes, pool: DecodePool, *, request_id: str = ""
+    body: bytes, pool: DecodePool, *, request_id: str = "", limits: Limits = LIMITS
 ) -> list[EngineCall]:
     """The calls of a ``/v1/systemone/batch`` body (large bodies validated on ``pool``)."""
     if len(body) > OFFLOAD_BYTES:
-        return await pool.run(_batch_calls, body, request_id)
-    return _batch_calls(body, request_id)
+        return await pool.run(_batch_calls, body, request_id, limits)
+    return _batch_calls(body, request_id, limits)
 
 
-def _batch_calls(body: bytes, request_id: str) -> list[EngineCall]:
+def _batch_calls(body: bytes, request_id: str, limits: Limits) -> list[EngineCall]:
     env = parse_envelope(body)
     if not env.states:
         raise ValidationFailed.at(["states"], "states must be a non-empty array", "missing")
-    if len(env.states) > LIMITS.max_batch_states:
+    if len(env.states) > limits.max_batch_states:
         raise PayloadTooLarge(
-            f"{len(env.states)} states in a batch; at most {LIMITS.max_batch_states} allowed"
+            f"{len(env.states)} states in a batch; at most {limits.max_batch_states} allowed"
         )
     if env.images or env.assets:
         raise ValidationFailed.at(["images"], "the batch endpoint takes text states only")
-    for i, state in enumerate(env.states):
-        check_state(state, ["states", i])
-    questions = parse_questions(env)
+    chars = sum(check_state(state, ["states", i], limits) for i, state in enumerate(env.states))
+    questions, question_chars = parse_questions(env, limits)
+    check_request_text(chars + question_chars, limits)
+    check_batch_answer(len(env.states), questions, limits)
     check_min_confidence(env.min_confidence)
     controls = controls_of(env)
     return [

@@ -4,8 +4,10 @@ A body that is not JSON (truncated, NaN, invalid UTF-8, lone surrogates, nested 
 decoder's depth) is a 422 in FastAPI's shape, as the hosted Jev API answers it:
 ``{"loc": ["body", POS], "msg": "JSON decode error", "type": "json_invalid"}`` with POS the
 character offset of the error; an empty body is 422 ``missing`` at ``["body"]``. A body that
-parses but breaks the schema is a 422 whose ``loc`` names the question id; a request over a size
-limit is a 413 that names the limit. Nothing here raises anything but ``ClientError`` subclasses.
+parses but breaks the schema is a 422 whose ``loc`` names the question id; a text over its own
+length limit is a 422 ``string_too_long`` at its ``loc``; a request over a size limit (state,
+all texts together, a batch's answers) is a 413 that names the limit. Nothing here raises
+anything but ``ClientError`` subclasses, and nothing here tokenizes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import msgspec
 
 from cascade.errors import PayloadTooLarge, ValidationFailed
-from cascade.questions import option_names
+from cascade.questions import option_names, render_text
 from cascade.schema import (
     LIMITS,
     ChoiceQuestion,
@@ -26,6 +28,7 @@ from cascade.schema import (
     Question,
     RequestEnvelope,
     ScoreQuestion,
+    encoder,
     envelope_decoder,
     question_decoder,
 )
@@ -59,6 +62,8 @@ def _decode(decoder: msgspec.json.Decoder, data: bytes | msgspec.Raw, prefix: li
         if missing:
             loc.append(missing.group(1))
         kind = "missing" if missing else "value_error"
+        if msg.startswith("Expected `str` of length <="):
+            kind = "string_too_long"
         raise ValidationFailed.at([*prefix, *loc], msg, kind) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise json_invalid(bytes(data), exc) from None
@@ -96,14 +101,50 @@ def check_json_value(value: Any, loc: list[str | int], limits: Limits = LIMITS) 
             raise ValidationFailed.at(loc, "integer outside the 64-bit range", "int_range")
 
 
+def _text_chars(value: Any, loc: list[str | int], limit: int, limits: Limits) -> int:
+    """The length of a client text (structured JSON: serialized), refused past ``limit``."""
+    if isinstance(value, str):
+        size = len(value)
+    elif isinstance(value, dict | list):
+        check_json_value(value, loc, limits)
+        size = len(msgspec.json.encode(value))
+    else:
+        size = len(str(value))  # a number or bool label
+    if size > limit:
+        raise ValidationFailed.at(
+            loc, f"String should have at most {limit} characters (got {size})", "string_too_long"
+        )
+    return size
+
+
+def _question_chars(qid: str, q: Question, limits: Limits) -> int:
+    """Every text of a question (id, instructions, labels, descriptions, levels), each within its
+    limit; returns their total length."""
+    loc: list[str | int] = ["questions", qid]
+    total = len(qid)
+    if q.instructions is not None:
+        total += _text_chars(q.instructions, [*loc, "instructions"],
+                             limits.max_instructions_chars, limits)
+    criteria = q.criteria
+    if isinstance(criteria, dict):
+        for i, (key, value) in enumerate(criteria.items()):
+            total += _text_chars(key, [*loc, "criteria", i], limits.max_label_chars, limits)
+            if value is not None:
+                total += _text_chars(value, [*loc, "criteria", key], limits.max_option_chars,
+                                     limits)
+    elif isinstance(criteria, list):
+        limit = limits.max_label_chars if isinstance(q, ChoiceQuestion) else limits.max_option_chars
+        for i, value in enumerate(criteria):
+            total += _text_chars(value, [*loc, "criteria", i], limit, limits)
+    if isinstance(q, NoulQuestion) and q.labels is not None:
+        for name in ("false", "true"):
+            total += _text_chars(getattr(q.labels, name), [*loc, "labels", name],
+                                 limits.max_label_chars, limits)
+    return total
+
+
 def _check_question(qid: str, q: Question, limits: Limits) -> None:
     loc: list[str | int] = ["questions", qid]
-    if not qid or len(qid) > limits.max_question_id_chars:
-        raise ValidationFailed.at(
-            loc, f"question ids must have 1 to {limits.max_question_id_chars} characters"
-        )
-    if q.instructions is not None and not isinstance(q.instructions, str):
-        check_json_value(q.instructions, [*loc, "instructions"], limits)
     if isinstance(q, ChoiceQuestion):
         n = len(q.criteria)
         if n > limits.max_choice_options:
@@ -142,24 +183,36 @@ def _check_noul(loc: list[str | int], q: NoulQuestion) -> None:
             raise ValidationFailed.at([*loc, "labels"], "labels must be distinct non-empty strings")
 
 
-def _questions(raw: dict[str, msgspec.Raw], limits: Limits) -> dict[str, Question]:
+def _questions(raw: dict[str, msgspec.Raw], limits: Limits) -> tuple[dict[str, Question], int]:
     if not raw:
         raise ValidationFailed.at(["questions"], "at least one question is required")
     if len(raw) > limits.max_questions:
         raise PayloadTooLarge(f"{len(raw)} questions; at most {limits.max_questions} allowed")
+    for qid in raw:
+        if not qid or len(qid) > limits.max_question_id_chars:
+            raise ValidationFailed.at(
+                ["questions", qid[: limits.max_question_id_chars]],
+                f"question ids must have 1 to {limits.max_question_id_chars} characters",
+            )
     questions = {
         qid: _decode(question_decoder, body, ["questions", qid])
         for qid, body in raw.items()
     }
+    chars = sum(_question_chars(qid, q, limits) for qid, q in questions.items())
+    if chars > limits.max_question_text_chars:
+        raise PayloadTooLarge(f"the questions' texts have {chars} characters together; at most "
+                              f"{limits.max_question_text_chars}")
     for qid, q in questions.items():
         _check_question(qid, q, limits)
     total = sum(2 if isinstance(q, NoulQuestion) else len(q.criteria) for q in questions.values())
     if total > limits.max_total_options:
         raise PayloadTooLarge(f"{total} options in total; at most {limits.max_total_options}")
-    return questions
+    return questions, chars
 
 
-def check_state(state: Any, loc: list[str | int], limits: Limits = LIMITS) -> None:
+
+def check_state(state: Any, loc: list[str | int], limits: Limits = LIMITS) -> int:
+    """The state's size in characters (structured: serialized), refused past the limit."""
     if isinstance(state, str):
         size = len(state)
     else:
@@ -167,6 +220,45 @@ def check_state(state: Any, loc: list[str | int], limits: Limits = LIMITS) -> No
         size = len(msgspec.json.encode(state))
     if size > limits.max_state_chars:
         raise PayloadTooLarge(f"state too large ({size} > {limits.max_state_chars} characters)")
+    return size
+
+
+def check_request_text(chars: int, limits: Limits = LIMITS) -> None:
+    """The total of a request's texts: its state(s) and its questions' texts."""
+    if chars > limits.max_request_text_chars:
+        raise PayloadTooLarge(f"the request's texts (states and questions) have {chars} "
+                              f"characters together; at most {limits.max_request_text_chars}")
+
+
+_STATE_BYTES = 1024  # model, usage and x_cascade of one result, besides per-question entries
+_QUESTION_BYTES = 512  # an answer's numbers and tags, its tier, reason and usage entries
+_OPTION_BYTES = 40  # an option's probability (and score legend key) with its punctuation
+_QID_COPIES = 6  # answers, x_cascade tiers / reasons / degraded, usage options / truncated
+
+
+def answer_bytes(questions: dict[str, Question]) -> int:
+    """An upper bound of one state's encoded answer (``SystemOneResponse``) to ``questions``:
+    what each result of a batch repeats. Choice labels appear twice at most (``probabilities``
+    and ``choice``), score levels once (``legend``)."""
+    size = _STATE_BYTES
+    for qid, q in questions.items():
+        size += _QUESTION_BYTES + _QID_COPIES * len(encoder.encode(qid))
+        size += sum(2 * len(encoder.encode(name)) + _OPTION_BYTES for name in option_names(q))
+        if isinstance(q, ScoreQuestion):
+            size += sum(len(encoder.encode(render_text(level))) for level in q.criteria)
+    return size
+
+
+def check_batch_answer(states: int, questions: dict[str, Question],
+                       limits: Limits = LIMITS) -> None:
+    """Refuse a batch whose answers could pass ``max_batch_answer_bytes`` before any work."""
+    bound = states * answer_bytes(questions)
+    if bound > limits.max_batch_answer_bytes:
+        raise PayloadTooLarge(
+            f"the batch's answers could reach {bound} bytes ({states} states x "
+            f"{bound // states} bytes of labels, levels and numbers each); at most "
+            f"{limits.max_batch_answer_bytes}: send fewer states per batch or shorter labels"
+        )
 
 
 def parse_envelope(body: bytes) -> RequestEnvelope:
@@ -175,7 +267,9 @@ def parse_envelope(body: bytes) -> RequestEnvelope:
     return _decode(envelope_decoder, body, [])
 
 
-def parse_questions(env: RequestEnvelope, limits: Limits = LIMITS) -> dict[str, Question]:
+def parse_questions(env: RequestEnvelope, limits: Limits = LIMITS
+                    ) -> tuple[dict[str, Question], int]:
+    """The validated questions, and the length of their texts together."""
     return _questions(env.questions, limits)
 
 

@@ -77,6 +77,8 @@ def read_calibration(path: str | Path) -> CalibrationFile:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         cal = msgspec.convert(data, CalibrationFile)
+    except UnicodeDecodeError as exc:
+        raise CalibrationError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
     except (OSError, tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
         raise CalibrationError(f"{path}: not a cascade calibration file ({exc})") from exc
     for qtype in QTYPES:
@@ -85,8 +87,9 @@ def read_calibration(path: str | Path) -> CalibrationFile:
                 raise CalibrationError(f"{path}: threshold {qtype} {band} = {value} is outside "
                                        "[0, 1]")
         for band, value in cal.temperatures.of(qtype).items():
-            if not value > 0:
-                raise CalibrationError(f"{path}: temperature {qtype} {band} = {value} is not > 0")
+            if not (value > 0 and math.isfinite(value)):
+                raise CalibrationError(f"{path}: temperature {qtype} {band} = {value} is not a "
+                                       "finite number > 0")
     return cal
 
 

@@ -7,6 +7,7 @@ raises ``PolicyError`` (``FILE:LINE: error: ...`` lines) when it cannot be used;
 
 from __future__ import annotations
 
+import math
 import tomllib
 import typing
 from collections.abc import Iterator
@@ -80,6 +81,18 @@ def _shape(value: Any, tp: Any, path: KeyPath) -> Iterator[Finding]:
         except msgspec.ValidationError as exc:
             what = str(exc).split(" - at ")[0]
             yield _err(path, f"`{'.'.join(path)}`: {what}")
+            return
+        if _non_finite(value):
+            yield _err(path, f"`{'.'.join(path)}` must be a finite number, not {value}")
+
+
+def _non_finite(value: Any) -> bool:
+    """TOML has ``nan`` and ``inf``; no policy number (timeouts, windows, costs) may be either."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return any(_non_finite(v) for v in value)
+    return False
 
 
 def _shape_struct(value: Any, cls: type[msgspec.Struct], path: KeyPath) -> Iterator[Finding]:
@@ -300,7 +313,7 @@ def load_policy(path: str | Path) -> Policy:
     working directory. A ``[calibration] file`` is read and applied here.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    text = read_policy_text(path)
     policy, found = check_text(text)
     if policy is None:
         raise PolicyError([format_finding(str(path), text, f) for f in found
@@ -313,6 +326,18 @@ def load_policy(path: str | Path) -> Policy:
             finding = _err(("calibration", "file"), str(exc))
             raise PolicyError([format_finding(str(path), text, finding)]) from exc
     return policy
+
+
+def read_policy_text(path: Path) -> str:
+    """The file's UTF-8 text; ``PolicyError`` (``FILE[:LINE]: error: ...``) when unreadable."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError([f"{path}: error: {exc.strerror or exc}"]) from exc
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise PolicyError([f"{path}:{line}: error: not UTF-8 text (byte {exc.start}: "
+                           f"{exc.reason})"]) from exc
 
 
 def _anchored(policy: Policy, base: Path) -> Policy:

@@ -140,3 +140,17 @@ def test_route_refuses_broken_lines_instead_of_crashing(
     assert got["requests"] == 1
     assert got["refused"] == {"invalid_request_error": 2}
     assert f"{path}:1: refused: request body is not valid JSON" in out.err
+
+
+def test_policy_check_names_a_file_that_is_not_utf8_and_refuses_nan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    latin = tmp_path / "latin1.toml"
+    latin.write_bytes("# caf\xe9\n".encode("latin-1") + TWO_TIER.encode())
+    nan = tmp_path / "nan.toml"
+    nan.write_text(TWO_TIER.replace('kind = "clef"\n', 'kind = "clef"\ntimeout_s = nan\n'))
+    assert main(["policy", "check", str(latin), str(nan)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{latin}:1: error: not UTF-8 text (byte 5: invalid continuation byte)",
+        f"{nan}:7: error: `tiers.clef.timeout_s` must be a finite number, not nan",
+    ]

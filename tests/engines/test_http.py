@@ -369,6 +369,55 @@ def test_retry_after_accepts_http_dates_and_ignores_garbage() -> None:
     assert retry_after({}) is None
 
 
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("1e400", 3600.0), ("inf", 3600.0), ("nan", None), ("-5", 0.0),
+     ("Fri, 31 Dec 9999 23:59:59 GMT", 3600.0), ("Mon, 01 Jan 0001 00:00:00 GMT", 0.0)],
+)
+def test_retry_after_is_clamped_to_an_hour_and_nan_is_no_value(
+    value: str, seconds: float | None
+) -> None:
+    assert retry_after({"retry-after": value}) == seconds
+    if not value[0].isalpha():  # retry-after-ms takes numbers only
+        assert retry_after({"retry-after-ms": value}) == seconds
+
+
+@pytest.mark.parametrize("kind", ["overloaded_error", "unavailable"])
+@pytest.mark.parametrize(
+    ("value", "header"),
+    [("1e400", "3600"), ("nan", "1"), ("-5", "1"), ("Fri, 31 Dec 9999 23:59:59 GMT", "3600")],
+)
+def test_an_upstreams_wild_retry_after_becomes_a_sane_json_503(
+    kind: str, value: str, header: str
+) -> None:
+    """Before the clamp, ``1e400`` (and a far-future date) made the next request a text/plain
+    500 (``OverflowError`` in ``math.ceil``) and ``nan`` one too (``ValueError``)."""
+    from litestar.testing import TestClient
+
+    from cascade.gateway import Gateway
+    from cascade.http.app import create_app
+    from cascade.policy.model import Policy, UpstreamTier
+    from cascade.settings import Settings
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":  # the health probe: up
+            return reply(200, {"status": "ok"})
+        return reply(503, {"detail": {"error_type": kind, "message": "busy"}},
+                     **{"Retry-After": value})
+
+    policy = Policy.single_tier("up", UpstreamTier(urls=["http://up"]))
+    gateway = Gateway(policy, {"up": engine(upstream, health_interval_s=60)})
+    body = {"state": "s", "questions": {"q": {"type": "noul"}}}
+    with TestClient(create_app(Settings(), gateway)) as client:
+        first, after = (client.post("/v1/systemone", json=body) for _ in range(2))
+    assert first.headers["retry-after"] == header
+    for response in (first, after):  # after a 503 ``unavailable`` the URL is backed off
+        assert response.status_code == 503, response.text
+        assert response.headers["content-type"] == "application/json"
+        assert 1 <= int(response.headers["retry-after"]) <= 3600
+        assert response.json()["detail"]["error_type"] in ("overloaded_error", "unavailable")
+
+
 # ---------------------------------------------------------------- transport errors and routing
 
 

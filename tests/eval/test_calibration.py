@@ -14,6 +14,7 @@ from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.engines.fake import FakeEngine
 from cascade.gateway import Gateway
 from cascade.policy.calibration import (
+    CalibrationError,
     CalibrationFile,
     CalibrationMismatch,
     CellFit,
@@ -122,3 +123,25 @@ def test_the_gateway_refuses_a_calibration_for_other_weights(tmp_path: Path):
     write_calibration(tmp_path / "cal.toml", stamped)
     gateway = build_gateway(settings)  # the right weights boot
     assert gateway.policy.calibration.checkpoints == real
+
+
+def test_a_calibration_file_that_is_not_utf8_names_the_file(tmp_path: Path):
+    write_calibration(tmp_path / "cal.toml", CAL, header="caf\xe9")
+    path = tmp_path / "cal.toml"
+    path.write_bytes(path.read_bytes().replace("caf\xe9".encode(), "caf\xe9".encode("latin-1")))
+    with pytest.raises(CalibrationError, match=r"cal\.toml: not UTF-8 text \(byte 5: "):
+        read_calibration(path)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_calibration_temperatures_must_be_finite(tmp_path: Path, value: str):
+    write_calibration(tmp_path / "cal.toml", CAL)
+    path = tmp_path / "cal.toml"
+    text = path.read_text()
+    start = text.index("[temperatures.")
+    line_end = text.index("\n", text.index(" = ", start))
+    line_start = text.rindex("\n", 0, line_end) + 1
+    key = text[line_start:line_end].split(" = ")[0]
+    path.write_text(text[:line_start] + f"{key} = {value}" + text[line_end:])
+    with pytest.raises(CalibrationError, match="is not a finite number > 0"):
+        read_calibration(path)

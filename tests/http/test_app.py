@@ -349,3 +349,22 @@ def test_an_image_the_strong_tier_cannot_take_is_422_at_the_front_door(
     r = client.post("/v1/systemone", json=body)
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"] == ["body", "images", 0]
+
+
+@pytest.mark.parametrize(("seconds", "header"),
+                         [(float("inf"), "3600"), (1e300, "3600"), (float("nan"), "1"),
+                          (-5.0, "1"), (0.2, "1"), (7.5, "8")])
+def test_emitted_retry_after_is_whole_seconds_from_one_to_an_hour(seconds: float,
+                                                                  header: str) -> None:
+    from cascade.errors import Overloaded
+    from cascade.http.app import error_response
+
+    response = error_response(Overloaded("busy", retry_after=seconds))
+    assert response.headers["retry-after"] == header
+
+
+def test_an_api_keys_file_that_is_not_utf8_is_named(tmp_path) -> None:
+    path = tmp_path / "keys"
+    path.write_bytes("k\xe9y\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"{path}: API keys file is not UTF-8 text \(byte 1"):
+        Settings(api_keys_file=str(path)).keys()

@@ -239,3 +239,36 @@ def test_load_policy_anchors_relative_paths_at_the_policy_file(tmp_path: Path) -
         "typed-decisions": str(Path("~/td").expanduser()),
     }
     assert clef.release == str(tmp_path.resolve() / "conf" / "clef")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+nan"])
+@pytest.mark.parametrize(
+    ("table", "key", "line"),
+    [("tiers.clef", "timeout_s", 7), ("breaker.clef", "window_s", 13),
+     ("breaker.clef", "cooldown_s", 13), ("degrade", "retry_after_s", 13),
+     ("cost", "clef", 13), ("shadow", "fraction", 13)],
+)
+def test_policy_numbers_must_be_finite(value: str, table: str, key: str, line: int) -> None:
+    """TOML's nan and inf were accepted; with ``timeout_s = nan`` every strong call failed."""
+    if table == "tiers.clef":
+        text = GOOD.replace('kind = "clef"\n', f'kind = "clef"\n{key} = {value}\n')
+    else:
+        text = GOOD + f"\n[{table}]\n{key} = {value}\n"
+    policy, found = check_text(text)
+    assert policy is None
+    assert f"p.toml:{line}: error: `{table}.{key}` must be a finite number, not " \
+        f"{float(value)}" in [format_finding("p.toml", text, f) for f in found]
+
+
+def test_a_policy_file_that_is_not_utf8_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(GOOD.encode() + "# caf\xe9\n".encode("latin-1"))
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    assert info.value.messages == [f"{path}:11: error: not UTF-8 text (byte {len(GOOD) + 5}: "
+                                   "invalid continuation byte)"]
+
+
+def test_an_unreadable_policy_file_is_a_policy_error(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match=r"missing\.toml: error: No such file"):
+        load_policy(tmp_path / "missing.toml")
