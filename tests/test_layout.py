@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -14,8 +16,8 @@ FORMATS = ("cascade.laya", "cascade.clef")
 # The model formats are one rank: neither may import the other. ``cascade.__main__`` is the
 # entry point above everything.
 LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
-          "cascade.build", "cascade.gateway", "cascade.answers", "cascade.policy",
-          "cascade.engines", FORMATS]
+          "cascade.request", "cascade.build", "cascade.gateway", "cascade.answers",
+          "cascade.policy", "cascade.engines", FORMATS]
 
 
 def _module(path: Path) -> str:
@@ -99,3 +101,21 @@ def test_few_top_level_modules_and_a_docstring_per_package():
     assert len(list(PACKAGE.glob("*.py"))) <= 12
     for init in PACKAGE.glob("*/__init__.py"):
         assert ast.get_docstring(ast.parse(init.read_text())), f"{init} has no docstring"
+
+
+def test_the_offline_tools_do_not_load_the_web_stack():
+    """Importing every module of ``cascade.eval`` and ``cascade.learn`` (and their CLIs) loads
+    neither Litestar nor uvicorn: they read requests through ``cascade.request``."""
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import cascade.eval, cascade.learn\n"
+        "for pkg in (cascade.eval, cascade.learn):\n"
+        "    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        importlib.import_module(info.name)\n"
+        "for cli in ('eval', 'calibrate', 'distill'):\n"
+        "    importlib.import_module('cascade.cli.' + cli)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'litestar', 'uvicorn'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, check=True).stdout
+    assert out.strip() == "[]"

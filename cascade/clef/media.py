@@ -8,7 +8,7 @@ needs no torchvision. (The hosted processor resizes through torchvision; pixel v
 from the PIL path by up to ~0.014, which is the only expected source of deviation.)
 
 What a request's images may cost: the gateway checked them without decoding (header, pixels,
-a JPEG's scan count: ``cascade.http.images``), so this is each image's only decode, and data
+a JPEG's scan count: ``cascade.request.images``), so this is each image's only decode, and data
 corrupt inside the compressed stream is refused here (422 naming the image). Each is decoded at
 full size one at a time, at most ``DECODE_SLOTS`` at once across threads, and resized straight
 away to the size the processor would resize it to (the same PIL call, so the pixels are the

@@ -19,7 +19,6 @@ import msgspec
 
 from cascade.calls import EngineCall, Image
 from cascade.errors import ClientError
-from cascade.http.intake import text_call
 from cascade.policy.calibration import (
     CalibrationError,
     check_checkpoints,
@@ -28,6 +27,7 @@ from cascade.policy.calibration import (
 from cascade.policy.files import PolicyError, load_policy
 from cascade.policy.model import Checkpoint, Checkpoints, LayaTier, Policy
 from cascade.policy.routing import PreRoute, pre_route, preview_call
+from cascade.request.decode import text_call
 
 SUBDIRS: dict[Checkpoint, str] = {"multilingual": "multilingual",
                                   "typed-decisions": "typed-decisions"}

@@ -22,9 +22,9 @@ import msgspec
 
 from cascade.calls import EngineCall
 from cascade.errors import ClientError
-from cascade.http.images import collect_images
-from cascade.http.intake import text_call
 from cascade.questions import option_names
+from cascade.request.decode import text_call
+from cascade.request.images import collect_images
 from cascade.schema import LIMITS, ChoiceQuestion, NoulQuestion, Question
 
 Label = str | bool | int

@@ -36,9 +36,10 @@ from cascade.errors import (
     status_of,
 )
 from cascade.gateway import Gateway
-from cascade.http.intake import limits_of, read_batch_calls, read_call, read_request
+from cascade.http.intake import read_batch_calls, read_call, read_request
 from cascade.http.openapi import AUTH_ERRORS, document, operation
 from cascade.http.workers import DecodePool
+from cascade.request.decode import limits_of
 from cascade.schema import (
     BatchRequest,
     BatchResponse,

@@ -11,11 +11,11 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import multipart
 import zstandard
 
 from cascade.errors import MalformedBody, PayloadTooLarge, UnsupportedMediaType
+from cascade.request.parts import Part
 
 # A zstd block of 4 compressed bytes (an RLE block) can expand to 128 KiB, the format's worst
 # ratio. zstandard's decompressobj has no output cap of its own, so its input is bounded to
@@ -144,15 +144,6 @@ def decode_content(body: bytes, content_encoding: str | None, *, limit: int) -> 
 
 
 # ---------------------------------------------------------------- multipart/form-data
-
-
-class Part(msgspec.Struct, frozen=True):
-    """One ``multipart/form-data`` part other than ``request`` (an ``asset-N`` image)."""
-
-    name: str
-    data: bytes
-    content_type: str | None = None
-    filename: str | None = None
 
 
 REQUEST_PART = "request"

@@ -1,5 +1,6 @@
 """From the wire to validated ``EngineCall``s: read the body (capped in size and time), undo its
-content coding, split multipart, validate (single and Laya batch), and check its images.
+content coding, split multipart, then validate (``cascade.request``: single and Laya batch) and
+check its images.
 
 Compressed or large bodies and every image are handled on the ``DecodePool``, never on the event
 loop and never on the default executor the engines use.
@@ -13,26 +14,13 @@ from typing import Any
 import msgspec
 from litestar import Request
 
-from cascade.answers import check_min_confidence
 from cascade.calls import EngineCall
-from cascade.errors import (
-    BodyTimeout,
-    PayloadTooLarge,
-    UnsupportedMediaType,
-    ValidationFailed,
-)
+from cascade.errors import BodyTimeout, PayloadTooLarge, UnsupportedMediaType
 from cascade.http.bodies import decode_content, split_multipart
-from cascade.http.images import collect_images
-from cascade.http.validation import (
-    check_batch_answer,
-    check_request_text,
-    check_state,
-    controls_of,
-    parse_envelope,
-    parse_questions,
-)
 from cascade.http.workers import DecodePool
-from cascade.schema import LIMITS, Limits, RequestEnvelope
+from cascade.request.decode import batch_calls, text_call
+from cascade.request.images import collect_images
+from cascade.schema import LIMITS, Limits
 from cascade.settings import Settings
 
 # Bodies above this many bytes are decoded and validated in a worker thread: under it, the
@@ -87,39 +75,6 @@ async def read_request(
     return decode()
 
 
-def limits_of(settings: Settings) -> Limits:
-    """The request limits, with the text limits ``settings`` sets."""
-    return msgspec.structs.replace(
-        LIMITS,
-        max_label_chars=settings.max_label_chars,
-        max_instructions_chars=settings.max_instructions_chars,
-        max_option_chars=settings.max_option_chars,
-        max_question_text_chars=settings.max_question_text_chars,
-        max_request_text_chars=settings.max_request_text_chars,
-        max_batch_answer_bytes=settings.max_batch_answer_bytes,
-    )
-
-
-def text_call(body: bytes, request_id: str, limits: Limits = LIMITS
-              ) -> tuple[RequestEnvelope, EngineCall]:
-    """The validated call of a body, without its images (``read_call`` adds them)."""
-    env = parse_envelope(body)
-    if env.state is None:
-        raise ValidationFailed.at(["state"], "state is required (text, object or array)", "missing")
-    chars = check_state(env.state, ["state"], limits)
-    questions, question_chars = parse_questions(env, limits)
-    check_request_text(chars + question_chars, limits)
-    check_min_confidence(env.min_confidence)
-    call = EngineCall(
-        state=env.state,
-        questions=questions,
-        model=env.model,
-        controls=controls_of(env),
-        request_id=request_id,
-    )
-    return env, call
-
-
 async def read_call(
     body: bytes, parts: dict[str, Any], pool: DecodePool, *, request_id: str = "",
     limits: Limits = LIMITS,
@@ -141,33 +96,5 @@ async def read_batch_calls(
 ) -> list[EngineCall]:
     """The calls of a ``/v1/systemone/batch`` body (large bodies validated on ``pool``)."""
     if len(body) > OFFLOAD_BYTES:
-        return await pool.run(_batch_calls, body, request_id, limits)
-    return _batch_calls(body, request_id, limits)
-
-
-def _batch_calls(body: bytes, request_id: str, limits: Limits) -> list[EngineCall]:
-    env = parse_envelope(body)
-    if not env.states:
-        raise ValidationFailed.at(["states"], "states must be a non-empty array", "missing")
-    if len(env.states) > limits.max_batch_states:
-        raise PayloadTooLarge(
-            f"{len(env.states)} states in a batch; at most {limits.max_batch_states} allowed"
-        )
-    if env.images or env.assets:
-        raise ValidationFailed.at(["images"], "the batch endpoint takes text states only")
-    chars = sum(check_state(state, ["states", i], limits) for i, state in enumerate(env.states))
-    questions, question_chars = parse_questions(env, limits)
-    check_request_text(chars + question_chars, limits)
-    check_batch_answer(len(env.states), questions, limits)
-    check_min_confidence(env.min_confidence)
-    controls = controls_of(env)
-    return [
-        EngineCall(
-            state=state,
-            questions=questions,
-            model=env.model,
-            controls=controls,
-            request_id=f"{request_id}/{i}",
-        )
-        for i, state in enumerate(env.states)
-    ]
+        return await pool.run(batch_calls, body, request_id, limits)
+    return batch_calls(body, request_id, limits)

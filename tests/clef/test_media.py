@@ -98,7 +98,7 @@ def _request_images(*datas: bytes) -> list[Image]:
 
     import msgspec
 
-    from cascade.http.images import collect_images
+    from cascade.request.images import collect_images
     from cascade.schema import LIMITS, envelope_decoder
 
     env = envelope_decoder.decode(msgspec.json.encode({

@@ -14,7 +14,8 @@ from typesafe_sdk._core.multipart import Part as SdkPart
 from typesafe_sdk._core.multipart import encode_multipart
 
 from cascade.errors import MalformedBody, PayloadTooLarge, UnsupportedMediaType
-from cascade.http.bodies import Part, decode_content, split_multipart
+from cascade.http.bodies import decode_content, split_multipart
+from cascade.request.parts import Part
 
 DATA = b'{"state": "hello", "questions": {}}' * 200
 LIMIT = 1 << 20

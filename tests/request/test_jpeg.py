@@ -1,4 +1,4 @@
-"""cascade.http.jpeg: a JPEG's scan count from its markers, entropy-coded data skipped right."""
+"""cascade.request.jpeg: a JPEG's scan count from its markers, entropy-coded data skipped right."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 from PIL import Image as PILImage
 
-from cascade.http.jpeg import count_scans
+from cascade.request.jpeg import count_scans
 
 
 def _jpeg(mode: str = "RGB", size: tuple[int, int] = (64, 48), **options: object) -> bytes:

@@ -1,4 +1,4 @@
-"""cascade.http.images: image checks, reference decoding and collection with 422 locations."""
+"""cascade.request.images: image checks, reference decoding and collection with 422 locations."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from PIL import Image as PILImage
 from PIL import ImageFile
 
 from cascade.errors import PayloadTooLarge, ValidationFailed
-from cascade.http.bodies import Part
-from cascade.http.images import collect_images, image_bytes, load_image
+from cascade.request.images import collect_images, image_bytes, load_image
+from cascade.request.parts import Part
 from cascade.schema import Limits, RequestEnvelope, envelope_decoder
 
 BIG = 1 << 30
@@ -246,7 +246,7 @@ def test_checking_a_16_mp_jpeg_does_not_expand_it(tmp_path: Path) -> None:
     path = tmp_path / "big.jpg"
     PILImage.linear_gradient("L").resize((4000, 4000)).convert("RGB").save(path, "JPEG")
     code = f"""
-from cascade.http.images import load_image
+from cascade.request.images import load_image
 def peak_kib():  # this process's high-water RSS (ru_maxrss would start at the parent's)
     return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
 data = open({str(path)!r}, "rb").read()

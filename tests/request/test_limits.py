@@ -15,9 +15,9 @@ from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.errors import ValidationFailed
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
-from cascade.http.intake import text_call
-from cascade.http.validation import answer_bytes, parse_envelope, parse_questions
 from cascade.policy.model import Policy, UpstreamTier
+from cascade.request.decode import text_call
+from cascade.request.validation import answer_bytes, parse_envelope, parse_questions
 from cascade.schema import LIMITS
 from cascade.settings import Settings, from_env
 

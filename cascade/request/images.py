@@ -14,7 +14,7 @@ Two wire forms carry images:
 Images are checked here, never decoded, in two passes so that nothing is read that cannot fit:
 first every image's header (format, pixel count, aspect ratio, and the request's pixel total),
 then each JPEG's marker structure up to EOI with its scan count, the one thing besides pixels
-that a decode's cost grows with (``cascade.http.jpeg``). Both are work linear in the bytes, and
+that a decode's cost grows with (``cascade.request.jpeg``). Both are work linear in the bytes, and
 they bound what decoding an image can cost. The tier that reads the pixels decodes each image
 once (the Clef tier, one at a time) and refuses data corrupt inside the compressed stream there,
 with a 422 naming the image; a remote tier gets the original bytes. Callers run
@@ -37,8 +37,8 @@ from PIL import Image as PILImage
 
 from cascade.calls import Image
 from cascade.errors import PayloadTooLarge, ValidationFailed
-from cascade.http.bodies import Part
-from cascade.http.jpeg import count_scans
+from cascade.request.jpeg import count_scans
+from cascade.request.parts import Part
 from cascade.schema import LIMITS, Limits, RequestEnvelope, SystemOneRequest
 
 _MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}

@@ -1,0 +1,1 @@
+"""A decoded request body becomes validated ``EngineCall``s: limits, questions, images; no HTTP."""
