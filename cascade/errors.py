@@ -1,4 +1,5 @@
-"""The error tree, and the one table that turns each error into an HTTP status.
+"""The error tree. Errors say what went wrong, never how to answer it: the one table from
+these classes to HTTP statuses is ``cascade.http.errors`` (the statuses below are its).
 
 ::
 
@@ -7,12 +8,14 @@
     │   ├── MalformedBody               400 invalid_request_error (broken compression or multipart)
     │   ├── Unauthorized                401 authentication_error
     │   ├── UnknownModel                400 api_usage_error (jevcompat's mock answers the same)
-    │   ├── PayloadTooLarge             413 request_too_large (body, state, images, tokens)
+    │   ├── PayloadTooLarge             413 request_too_large (body, state, images, texts)
+    │   │   └── TokensExceeded          413 tokens_exceeded (a state over a tier's context)
     │   ├── UnsupportedMediaType        415 invalid_request_error
     │   ├── BodyTimeout                 408 timeout (the body did not arrive in time)
     │   ├── ValidationFailed            422 FastAPI-style ``detail[]``
-    │   └── UpstreamClientError         the upstream's own 4xx, status passed through
-    ├── Overloaded                      503 (or 429) overloaded_error, with Retry-After
+    │   └── UpstreamClientError         the upstream's own 4xx, its status passed through
+    ├── Overloaded                      503 overloaded_error, with Retry-After
+    │   └── RateLimited                 429 overloaded_error (an upstream's rate limit)
     └── EngineError                     a tier failed; engines raise these, never HTTP codes
         ├── EngineUnavailable           503 + Retry-After (connect failure, down)
         │   └── BreakerOpen             503 + Retry-After (the tier's circuit breaker is open)
@@ -20,7 +23,7 @@
         └── EngineFailed                502 (an upstream answered garbage or 5xx)
 
 Engines wrap their library's exceptions (httpx, onnxruntime, torch) into ``EngineError``
-subclasses at their edge; only ``cascade.http.app`` knows HTTP statuses, through ``STATUS``.
+subclasses at their edge; only ``cascade.http`` knows HTTP statuses.
 """
 
 from __future__ import annotations
@@ -38,12 +41,6 @@ def clamp_retry_after(seconds: float) -> float | None:
     if math.isnan(seconds):
         return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
-
-
-def retry_after_header(seconds: float) -> str:
-    """The ``Retry-After`` value for a wait of ``seconds``: whole seconds, 1 to the maximum."""
-    clamped = clamp_retry_after(seconds)
-    return str(max(1, math.ceil(clamped if clamped is not None else 1.0)))
 
 
 class CascadeError(Exception):
@@ -103,11 +100,13 @@ class ValidationFailed(ClientError):
 
 
 class UpstreamClientError(ClientError):
-    """An upstream's 4xx (other than overload), passed through with its status."""
+    """An upstream refused the request as the client's mistake (a 4xx other than those with a
+    class of their own); ``upstream_status`` is what it answered."""
 
-    def __init__(self, status: int, message: str, error_type: str = "invalid_request_error"):
+    def __init__(self, upstream_status: int, message: str,
+                 error_type: str = "invalid_request_error") -> None:
         super().__init__(message)
-        self.status = status
+        self.upstream_status = upstream_status
         self.error_type = error_type
 
 
@@ -116,9 +115,12 @@ class Overloaded(CascadeError):
 
     error_type = "overloaded_error"
 
-    def __init__(self, message: str, *, retry_after: float = 1.0, status: int = 503) -> None:
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         super().__init__(message, retry_after=retry_after)
-        self.status = status
+
+
+class RateLimited(Overloaded):
+    """An upstream's rate limit (its 429): back-pressure the client should see as such."""
 
 
 class EngineError(CascadeError):
@@ -145,32 +147,3 @@ class EngineTimeout(EngineError):
 
 class EngineFailed(EngineError):
     error_type = "upstream_error"
-
-
-STATUS: dict[type[CascadeError], int] = {
-    MalformedBody: 400,
-    Unauthorized: 401,
-    UnknownModel: 400,
-    PayloadTooLarge: 413,
-    TokensExceeded: 413,
-    UnsupportedMediaType: 415,
-    BodyTimeout: 408,
-    ValidationFailed: 422,
-    ClientError: 400,
-    Overloaded: 503,
-    EngineUnavailable: 503,
-    EngineTimeout: 503,
-    EngineFailed: 502,
-    EngineError: 502,
-    CascadeError: 500,
-}
-
-
-def status_of(exc: CascadeError) -> int:
-    """The HTTP status for ``exc``: instance overrides first, then the nearest class in STATUS."""
-    if isinstance(exc, UpstreamClientError | Overloaded):
-        return exc.status
-    for cls in type(exc).__mro__:
-        if cls in STATUS:
-            return STATUS[cls]
-    return 500

@@ -10,7 +10,8 @@ Errors: ``TokensExceeded`` (over-long in reject mode, or a schema that cannot fi
 ``MemoryBudgetExceeded`` (a ``PayloadTooLarge``), ``ValidationFailed`` (an image the processor
 cannot take: the client's content, never a tier failure), ``Overloaded`` (queue full, or the
 measured work ahead would keep the call past its budget's deadline), ``EngineUnavailable`` (not
-started, closed, release missing), ``EngineFailed`` (a forward failed).
+started, closed, release missing), ``EngineFailed`` (a forward failed, or the image processor
+raised something other than a refusal: a bug, never answered as the client's mistake).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Literal
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.clef.prompt import question_type
-from cascade.errors import CascadeError, EngineUnavailable, ValidationFailed
+from cascade.errors import CascadeError, EngineFailed, EngineUnavailable
 
 WARMUP_STATE = "warm-up"
 # A device batch stops growing past this much predicted compute (every request in it waits for
@@ -185,13 +186,13 @@ class _Loaded:
         from cascade.clef.runner import Job
 
         try:
+            # Content the image processor refuses is a ValidationFailed from ``clef.media``;
+            # anything else it raises is this tier's bug, never the client's mistake.
             media = self.images.encode(call.images)
         except CascadeError:
             raise
-        except Exception as exc:  # the image processor refused this content
-            raise ValidationFailed.at(
-                ["images"], f"the strong tier cannot process this image: {exc}"
-            ) from exc
+        except Exception as exc:
+            raise EngineFailed(f"the Clef image processor failed: {exc!r}") from exc
         encoded = self.encoder.encode(call.state, call.questions,
                                       media.input_ids if media is not None else ())
         self.runner.check_fits(len(encoded.input_ids))

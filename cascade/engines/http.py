@@ -22,12 +22,13 @@ connect failure or timeout, every URL  ``EngineUnavailable`` (each URL is tried 
 every URL marked down                  ``EngineUnavailable``
 read or write timeout                  ``EngineTimeout``
 connection pool full                   ``Overloaded``
-429, 529, 503 ``overloaded_error``     ``Overloaded`` with their ``Retry-After`` (back-pressure)
+429                                    ``RateLimited`` with their ``Retry-After`` (back-pressure)
+529, 503 ``overloaded_error``          ``Overloaded`` with their ``Retry-After`` (back-pressure)
 other 503                              ``EngineUnavailable`` with their ``Retry-After`` (down,
                                        draining: the gateway's breaker counts it)
 422                                    ``ValidationFailed`` with their ``detail[]`` items
 413                                    ``PayloadTooLarge``
-400, 409, other 4xx                    ``UpstreamClientError`` (status and error_type kept)
+400, 409, other 4xx                    ``UpstreamClientError`` (their status and error_type kept)
 404, 405                               ``EngineFailed``: a wrong URL or path, a broken tier
 401, 403, 407                          ``EngineFailed``: our credentials, not the client's
 408                                    ``EngineTimeout``: our request was too slow
@@ -57,6 +58,7 @@ from cascade.errors import (
     EngineUnavailable,
     Overloaded,
     PayloadTooLarge,
+    RateLimited,
     UpstreamClientError,
     ValidationFailed,
     clamp_retry_after,
@@ -281,9 +283,8 @@ def raise_for_status(response: httpx.Response, name: str) -> None:
     what = f"{name}: upstream answered {status}: {info.message}"
     wait = retry_after(response.headers)
     if status in (429, 529) or (status == 503 and not _unavailable(response)):
-        raise Overloaded(
-            what, retry_after=1.0 if wait is None else wait, status=429 if status == 429 else 503
-        )
+        overloaded = RateLimited if status == 429 else Overloaded
+        raise overloaded(what, retry_after=1.0 if wait is None else wait)
     if status == 503:
         raise EngineUnavailable(what, retry_after=1.0 if wait is None else wait)
     if status == 422:

@@ -32,10 +32,9 @@ from cascade.errors import (
     PayloadTooLarge,
     Unauthorized,
     ValidationFailed,
-    retry_after_header,
-    status_of,
 )
 from cascade.gateway import Gateway
+from cascade.http.errors import retry_after_header, status_of
 from cascade.http.intake import read_batch_calls, read_call, read_request
 from cascade.http.openapi import AUTH_ERRORS, document, operation
 from cascade.http.workers import DecodePool

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from cascade.calls import EngineCall, Image
+from cascade.clef.media import _refused
 from cascade.engines.batcher import MicroBatcher
 from cascade.engines.clef import ClefEngine, _Loaded
-from cascade.errors import EngineUnavailable, ValidationFailed
+from cascade.errors import EngineFailed, EngineUnavailable, ValidationFailed
 from cascade.schema import NoulQuestion
 
 CALL = EngineCall(state="s", questions={"q": NoulQuestion(instructions="?")}, model="clef-flash")
@@ -48,7 +49,8 @@ def test_closing_while_a_call_is_prepared_is_unavailable_not_a_crash() -> None:
 def test_an_image_the_processor_refuses_is_the_clients_422() -> None:
     class Images:
         def encode(self, images: list[Image]) -> Any:
-            raise ValueError("absolute aspect ratio must be smaller than 200, got 201")
+            with _refused(None):  # how ImageEncoder wraps every processor call
+                raise ValueError("absolute aspect ratio must be smaller than 200, got 201")
 
     release = SimpleNamespace(path=Path("/models/clef-tiny"))
     parts = _Loaded(release, encoder=None, images=Images(), runner=None, calibration=[])
@@ -56,3 +58,15 @@ def test_an_image_the_processor_refuses_is_the_clients_422() -> None:
     with pytest.raises(ValidationFailed, match="aspect ratio") as info:
         parts.prepare(EngineCall(state="s", questions=CALL.questions, model="m", images=[image]))
     assert info.value.items[0]["loc"] == ["body", "images"]
+
+
+def test_an_image_processor_bug_is_the_tiers_failure_not_the_clients() -> None:
+    class Images:
+        def encode(self, images: list[Image]) -> Any:
+            raise TypeError("'NoneType' object is not subscriptable")
+
+    release = SimpleNamespace(path=Path("/models/clef-tiny"))
+    parts = _Loaded(release, encoder=None, images=Images(), runner=None, calibration=[])
+    image = Image(data=b"png", mime="image/png", width=8, height=8)
+    with pytest.raises(EngineFailed, match="image processor failed"):
+        parts.prepare(EngineCall(state="s", questions=CALL.questions, model="m", images=[image]))

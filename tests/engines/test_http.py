@@ -26,6 +26,7 @@ from cascade.errors import (
     UpstreamClientError,
     ValidationFailed,
 )
+from cascade.http.errors import status_of
 from cascade.schema import ChoiceQuestion, Controls, NoulQuestion, Question, ScoreQuestion
 
 T = TypeVar("T")
@@ -271,7 +272,7 @@ def test_other_4xx_of_every_dialect_keep_status_message_and_type(
 ) -> None:
     with pytest.raises(UpstreamClientError) as exc:
         run(answer(Recorder(reply(status, body))))
-    assert (exc.value.status, exc.value.message, exc.value.error_type) == (
+    assert (exc.value.upstream_status, exc.value.message, exc.value.error_type) == (
         status,
         message,
         error_type,
@@ -326,7 +327,7 @@ def test_overload_carries_their_retry_after_and_is_not_retried(
                          **headers))  # fmt: skip
     with pytest.raises(Overloaded) as exc:
         run(answer(rec))
-    assert (exc.value.retry_after, exc.value.status) == (retry, wire_status)
+    assert (exc.value.retry_after, status_of(exc.value)) == (retry, wire_status)
     assert len(rec.requests) == 1
 
 
@@ -579,7 +580,7 @@ def test_against_jevcompats_mock_on_loopback() -> None:
     assert result.results["anger"].probabilities == pytest.approx([anger[str(i)] for i in range(3)])
     assert result.results["urgent"].probabilities[1] == pytest.approx(expected["urgent"]["noul"])
     assert isinstance(error, UpstreamClientError)
-    assert (error.status, error.error_type) == (400, "api_usage_error")
+    assert (error.upstream_status, error.error_type) == (400, "api_usage_error")
 
 
 def test_a_closed_port_is_unavailable() -> None:

@@ -1,0 +1,62 @@
+"""The one table from cascade's error tree to HTTP: each error's status, and ``Retry-After``."""
+
+from __future__ import annotations
+
+import math
+
+from cascade.errors import (
+    BodyTimeout,
+    CascadeError,
+    ClientError,
+    EngineError,
+    EngineFailed,
+    EngineTimeout,
+    EngineUnavailable,
+    MalformedBody,
+    Overloaded,
+    PayloadTooLarge,
+    RateLimited,
+    TokensExceeded,
+    Unauthorized,
+    UnknownModel,
+    UnsupportedMediaType,
+    UpstreamClientError,
+    ValidationFailed,
+    clamp_retry_after,
+)
+
+STATUS: dict[type[CascadeError], int] = {
+    MalformedBody: 400,
+    Unauthorized: 401,
+    UnknownModel: 400,
+    PayloadTooLarge: 413,
+    TokensExceeded: 413,
+    UnsupportedMediaType: 415,
+    BodyTimeout: 408,
+    ValidationFailed: 422,
+    ClientError: 400,
+    RateLimited: 429,
+    Overloaded: 503,
+    EngineUnavailable: 503,
+    EngineTimeout: 503,
+    EngineFailed: 502,
+    EngineError: 502,
+    CascadeError: 500,
+}
+
+
+def status_of(exc: CascadeError) -> int:
+    """The HTTP status for ``exc``: an upstream's own 4xx is passed through, every other error
+    takes the nearest class in ``STATUS``."""
+    if isinstance(exc, UpstreamClientError) and 400 <= exc.upstream_status < 500:
+        return exc.upstream_status
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def retry_after_header(seconds: float) -> str:
+    """The ``Retry-After`` value for a wait of ``seconds``: whole seconds, 1 to the maximum."""
+    clamped = clamp_retry_after(seconds)
+    return str(max(1, math.ceil(clamped if clamped is not None else 1.0)))
