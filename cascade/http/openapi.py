@@ -7,9 +7,10 @@ web fonts, so it renders without internet."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
+import litestar_offline_docs
 import msgspec
 from litestar import Litestar, Router
 from litestar.openapi import OpenAPIConfig
@@ -49,14 +50,14 @@ BEARER = "bearer"
 # which answers without one (its details need one).
 AUTHENTICATED: list[SecurityRequirement] = [{BEARER: []}]
 KEY_OPTIONAL: list[SecurityRequirement] = [{}, {BEARER: []}]
-SECURITY_SCHEMES = {BEARER: SecurityScheme(
+SECURITY_SCHEMES: dict[str, SecurityScheme | Reference] = {BEARER: SecurityScheme(
     type="http", scheme="bearer",
     description="An API key from CASCADE_API_KEYS / CASCADE_API_KEYS_FILE, sent as "
     "`Authorization: Bearer <key>`; with no keys configured, auth is off.",
 )}
 DOCS = "/docs"
 ASSETS = "/assets"  # under DOCS
-ASSET_DIR = files("litestar_offline_docs") / "static"  # Swagger UI 5.1.3
+ASSET_DIR = Path(litestar_offline_docs.__file__).parent / "static"  # Swagger UI 5.1.3
 DOCUMENTED = (SystemOneRequest, SystemOneResponse, BatchRequest, BatchResponse, ModelList,
               Health, Readiness, ErrorBody, ValidationErrorBody)
 
@@ -93,7 +94,7 @@ ROUTE_ERRORS = {
     "5XX": ("Overloaded or a needed tier is down (503, see Retry-After), or an upstream "
             "answered garbage (502)", ErrorBody),
 }
-CHALLENGE = {"WWW-Authenticate": OpenAPIHeader(
+CHALLENGE: dict[str, OpenAPIHeader | Reference] = {"WWW-Authenticate": OpenAPIHeader(
     schema=Schema(type=OpenAPIType.STRING), required=True,
     description="`Bearer realm=\"cascade\"` (RFC 6750)",
 )}
