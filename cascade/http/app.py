@@ -17,11 +17,10 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import msgspec
-from litestar import Litestar, Request, Response, Router, get, post
+from litestar import Litestar, Request, Response, get, post
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException
 from litestar.handlers import BaseRouteHandler
-from litestar.openapi import OpenAPIConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cascade import __version__, metrics
@@ -36,7 +35,14 @@ from cascade.errors import (
 from cascade.gateway import Gateway
 from cascade.http.errors import retry_after_header, status_of
 from cascade.http.intake import read_batch_calls, read_call, read_request
-from cascade.http.openapi import AUTH_ERRORS, document, operation
+from cascade.http.openapi import (
+    AUTH_ERRORS,
+    AUTHENTICATED,
+    KEY_OPTIONAL,
+    docs_config,
+    document,
+    operation,
+)
 from cascade.http.workers import DecodePool
 from cascade.request.decode import limits_of
 from cascade.schema import (
@@ -89,6 +95,8 @@ def error_response(exc: CascadeError) -> Response[bytes]:
         body = ErrorBody(detail=ErrorDetail(error_type=exc.error_type, message=exc.message))
         content = encoder.encode(body)
     headers = {}
+    if isinstance(exc, Unauthorized):  # RFC 6750: every 401 names the scheme to use
+        headers["www-authenticate"] = 'Bearer realm="cascade"'
     if exc.retry_after is not None:
         headers["retry-after"] = retry_after_header(exc.retry_after)
     return Response(content=content, status_code=status, media_type=JSON, headers=headers)
@@ -229,7 +237,7 @@ async def _decoded(request: Request) -> tuple[bytes, dict[str, Any]]:
 
 
 @post("/v1/systemone", status_code=200, summary="Answer typed questions about one state",
-      operation_class=operation(SystemOneRequest, SystemOneResponse))
+      operation_class=operation(SystemOneRequest, SystemOneResponse), security=AUTHENTICATED)
 async def systemone(request: Request) -> Response[bytes]:
     """System One: ``{model, state, questions, images?, assets?}`` → ``{model, answers, usage}``."""
     gateway: Gateway = request.app.state.gateway
@@ -247,7 +255,7 @@ async def systemone(request: Request) -> Response[bytes]:
 
 
 @post("/v1/systemone/batch", status_code=200, summary="Laya's batch: many states, one question set",
-      operation_class=operation(BatchRequest, BatchResponse))
+      operation_class=operation(BatchRequest, BatchResponse), security=AUTHENTICATED)
 async def systemone_batch(request: Request) -> Response[bytes]:
     """``{states: [...], questions}`` → ``{results: [...], total_usage}`` (at most 64 states)."""
     gateway: Gateway = request.app.state.gateway
@@ -274,14 +282,14 @@ async def systemone_batch(request: Request) -> Response[bytes]:
 
 
 @get("/v1/models", summary="Model names this gateway answers to (Jev shape)",
-     operation_class=operation(None, ModelList, AUTH_ERRORS))
+     operation_class=operation(None, ModelList, AUTH_ERRORS), security=AUTHENTICATED)
 async def models(request: Request) -> Response[bytes]:
     require_auth(request)
     return _json(ModelList(models=request.app.state.gateway.model_cards()))
 
 
 @get("/health", summary="Liveness; details with a valid key or when auth is off",
-     operation_class=operation(None, Health, {}))
+     operation_class=operation(None, Health, {}), security=KEY_OPTIONAL)
 async def health(request: Request) -> Response[bytes]:
     if request.app.state.api_keys and not authorized(request, request.app.state.api_keys):
         return _json({"status": "ok"})
@@ -342,11 +350,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
             HTTPException: _handle_http_exception,
             Exception: _handle_unexpected,
         },
-        openapi_config=OpenAPIConfig(
-            title="cascade", version=__version__,
-            openapi_router=Router("/docs", route_handlers=[], guards=[_docs_guard],
-                                  include_in_schema=False),
-        ),
+        openapi_config=docs_config(_docs_guard),
         request_max_body_size=None,
         logging_config=None,  # the process configures logging (cascade.cli.serve)
         debug=False,

@@ -23,11 +23,15 @@ from cascade.settings import Settings
 from tests.servers import serve_app
 
 MAX_EXAMPLES = 40
+KEY = "schemathesis-key"
 
 
 def _app() -> Litestar:
+    """With an API key, so the documented bearer security is enforced (schemathesis also
+    checks that the authenticated operations refuse requests without the key)."""
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
-    return create_app(Settings(), Gateway(policy, {"upstream": FakeEngine("upstream")}))
+    return create_app(Settings(api_keys=(KEY,)),
+                      Gateway(policy, {"upstream": FakeEngine("upstream")}))
 
 
 # The document the app serves at /docs/openapi.json, read at collection time (schemathesis'
@@ -35,6 +39,7 @@ def _app() -> Litestar:
 schema = schemathesis.openapi.from_dict(_app().openapi_schema.to_schema())
 # Valid bodies and invalid ones (wrong types, missing fields, bad content types) alike.
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+schema.config.update(headers={"Authorization": f"Bearer {KEY}"})
 
 
 @pytest.fixture(scope="module")
