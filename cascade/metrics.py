@@ -124,3 +124,7 @@ DECISION_LOG_ROWS = Counter(
     "queue was full, the request was not slowed); failed (the database refused the write).",
     ["outcome"],
 )
+SEND_TIMEOUTS = Counter(
+    "cascade_send_timeouts_total",
+    "Connections closed because their client read none of its answer for CASCADE_SEND_TIMEOUT_S.",
+)

@@ -27,6 +27,7 @@ import uvicorn
 from litestar import Litestar
 
 from cascade.http.protocol import HeadLimits, guarded
+from cascade.http.sending import with_send_timeout
 from cascade.settings import Settings
 
 log = logging.getLogger("cascade")
@@ -97,9 +98,10 @@ def head_limits(settings: Settings) -> HeadLimits:
 
 def serve(app: Litestar, settings: Settings, log_level: str) -> None:
     """Run ``app`` until a signal ends it (see the module docstring)."""
+    protocol = with_send_timeout(guarded(head_limits(settings)), settings.send_timeout_s)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level, workers=1,
-        lifespan="on", http=guarded(head_limits(settings)),
+        lifespan="on", http=protocol,
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )
     DrainingServer(config, app, settings.drain_s).run()
