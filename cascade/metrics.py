@@ -126,5 +126,6 @@ DECISION_LOG_ROWS = Counter(
 )
 SEND_TIMEOUTS = Counter(
     "cascade_send_timeouts_total",
-    "Connections closed because their client read none of its answer for CASCADE_SEND_TIMEOUT_S.",
+    "Connections aborted because their client read under 64 KiB of its answer in "
+    "CASCADE_SEND_TIMEOUT_S.",
 )

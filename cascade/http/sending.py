@@ -4,11 +4,12 @@ uvicorn hands a whole answer to the transport at once; a client that never reads
 the kernel does not take (most of a 13.5 MB batch answer) in the process's memory for as long as
 it keeps the connection: 30 such answers held +390 MiB. Here, while the transport's write buffer
 is over its high-water mark (asyncio's ``pause_writing``), a connection whose unsent bytes
-(that buffer and, on Linux, the kernel's send queue) have not shrunk for ``send_timeout_s`` is
-aborted, which frees the buffer at once (``close`` would wait for it to drain). A client that
-reads, however slowly, keeps its connection, as with nginx's ``send_timeout`` between two
-successive writes. (The kernel's queue counts because a slow reader drains it long before
-asyncio's own buffer moves.)
+(that buffer and, on Linux, the kernel's send queue) have not shrunk by ``MIN_PROGRESS`` bytes
+in ``send_timeout_s`` is aborted, which frees the buffer at once (``close`` would wait for it to
+drain). A client that keeps reading keeps its connection, as with nginx's ``send_timeout``
+between two successive writes. The kernel's queue counts because a slow reader drains it long
+before asyncio's own buffer moves; the minimum because a stalled reader's kernel still takes a
+few bytes now and then (measured: 30 readers that never read all "progressed" over 30 s).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from cascade import metrics
 
 log = logging.getLogger("cascade")
+MIN_PROGRESS = 64 * 1024  # bytes a client must read per send timeout (about 2 KiB/s at 30 s)
 
 
 class SendTimeoutProtocol(HttpToolsProtocol):
@@ -68,16 +70,16 @@ class SendTimeoutProtocol(HttpToolsProtocol):
 
     def _send_timed_out(self) -> None:
         self._send_timer = None
-        if self.transport.is_closing():
-            return
+        # A closing transport counts too: close() waits for the buffer to drain, so a
+        # connection the keep-alive timer closed still holds its unsent answer.
         unsent = self._unsent_bytes()
-        if unsent < self._unsent:  # the client read some: it gets another send_timeout_s
+        if unsent <= self._unsent - MIN_PROGRESS:  # the client reads: another send_timeout_s
             self._arm_send_timer()
             return
         metrics.SEND_TIMEOUTS.inc()
-        log.warning("closing a connection from %s: its client read none of its answer for %g s "
-                    "(%d bytes unsent)", self.client and self.client[0], self.send_timeout_s,
-                    unsent)
+        client = self.client[0] if self.client else "?"
+        log.warning("closing a connection from %s: its client read (almost) none of its answer "
+                    "for %g s (%d bytes unsent)", client, self.send_timeout_s, unsent)
         self.transport.abort()
 
 
