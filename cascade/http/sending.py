@@ -8,8 +8,10 @@ is over its high-water mark (asyncio's ``pause_writing``), a connection whose un
 in ``send_timeout_s`` is aborted, which frees the buffer at once (``close`` would wait for it to
 drain). A client that keeps reading keeps its connection, as with nginx's ``send_timeout``
 between two successive writes. The kernel's queue counts because a slow reader drains it long
-before asyncio's own buffer moves; the minimum because a stalled reader's kernel still takes a
-few bytes now and then (measured: 30 readers that never read all "progressed" over 30 s).
+before asyncio's own buffer moves; the minimum so that a reader that takes a few bytes now and
+then (or a peer kernel that accepts them) cannot hold a large answer indefinitely. The timer runs
+on a closing connection too: uvicorn's keep-alive timer closes a connection right after the
+answer was handed over, and ``close`` keeps the unsent answer until the client reads it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class SendTimeoutProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._send_timer: asyncio.TimerHandle | None = None
-        self._unsent = 0  # the write buffer's size when the timer was armed
+        self._unsent = 0  # the unsent bytes when the timer was armed
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -70,8 +72,7 @@ class SendTimeoutProtocol(HttpToolsProtocol):
 
     def _send_timed_out(self) -> None:
         self._send_timer = None
-        # A closing transport counts too: close() waits for the buffer to drain, so a
-        # connection the keep-alive timer closed still holds its unsent answer.
+        # A closing transport counts too (see the module docstring).
         unsent = self._unsent_bytes()
         if unsent <= self._unsent - MIN_PROGRESS:  # the client reads: another send_timeout_s
             self._arm_send_timer()
