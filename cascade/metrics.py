@@ -132,3 +132,8 @@ DECISION_LOG_ERRORS = Counter(
     "tried again after the next batch). The writer carries on after each.",
     ["stage"],
 )
+SEND_TIMEOUTS = Counter(
+    "cascade_send_timeouts_total",
+    "Connections aborted because their client read under 64 KiB of its answer in "
+    "CASCADE_SEND_TIMEOUT_S.",
+)

@@ -71,6 +71,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_question_text_chars: int = LIMITS.max_question_text_chars
     max_request_text_chars: int = LIMITS.max_request_text_chars
     max_batch_answer_bytes: int = LIMITS.max_batch_answer_bytes
+    # Bodies are read before admission, under a budget of their own (cascade.http.reading): a
+    # body not complete at its first read takes one of max_body_reads slots, at most
+    # max_body_reads_per_client per client address (over them: 503 / 429 + Retry-After), and
+    # must arrive at min_body_rate bytes/s on average once body_rate_grace_s has passed (408).
+    max_body_reads: int = 128
+    max_body_reads_per_client: int = 16
+    min_body_rate: float = 1024.0
+    body_rate_grace_s: float = 2.0
+    # A client that reads nothing of its answer for send_timeout_s while the answer waits in
+    # the server's write buffer (over the transport's high-water mark) is disconnected.
+    send_timeout_s: float = 30.0
     # Threads that decode and validate bodies and images (apart from the engines' threads), and
     # how many bodies may wait for one before new ones get 503 + Retry-After.
     decode_threads: int = 2

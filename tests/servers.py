@@ -24,10 +24,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(app: Any, *, timeout_s: float = 60.0) -> Iterator[str]:
-    """Run an ASGI app under uvicorn in a thread on 127.0.0.1; yield its base URL."""
+def serve_app(app: Any, *, timeout_s: float = 60.0, **options: Any) -> Iterator[str]:
+    """Run an ASGI app under uvicorn in a thread on 127.0.0.1; yield its base URL.
+    ``options``: more ``uvicorn.Config`` arguments (``http=`` a protocol class)."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                            **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -43,6 +43,7 @@ from cascade.http.openapi import (
     document,
     operation,
 )
+from cascade.http.reading import BodyReads, ClientGone, closes_connection
 from cascade.http.workers import DecodePool
 from cascade.request.decode import limits_of
 from cascade.schema import (
@@ -139,18 +140,21 @@ def request_id(scope: Any) -> str:
 async def echo_request_id(message: Any, scope: Any) -> None:
     """``before_send`` hook: every response, errors and 404s included, carries the id in
     ``x-request-id`` and ``x-typesafe-request-id`` (the header the official SDKs read). While
-    draining, responses close their connection, so clients reconnect to another instance."""
+    draining, responses close their connection, so clients reconnect to another instance; so do
+    the refusals of a body left unread (``cascade.http.reading``)."""
     if message["type"] == "http.response.start":
         rid = request_id(scope).encode()
         extra = [(b"x-request-id", rid), (b"x-typesafe-request-id", rid)]
-        if scope["app"].state.draining:
+        if scope["app"].state.draining or closes_connection(scope):
             extra.append((b"connection", b"close"))
         message["headers"] = [*(message.get("headers") or []), *extra]
 
 
 class Admission:
     """A non-blocking in-flight limit: a full gateway answers 503 + Retry-After at once.
-    A batch takes one permit per state beyond the one its request holds."""
+    A request takes its permit once its body has been read and decoded (bodies have a budget of
+    their own, ``BodyReads``), so a slow sender never holds one. A batch takes one permit per
+    state beyond the one its request holds."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -165,10 +169,6 @@ class Admission:
             yield
         finally:
             self.inflight -= count
-
-
-class ClientGone(Exception):
-    """The client disconnected before its answer was ready; its work was cancelled."""
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
@@ -205,13 +205,15 @@ def _json(payload: Any, headers: dict[str, str] | None = None) -> Response[bytes
 
 
 async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
-    """Runs ``work()`` under auth and admission, recording the request's outcome metrics."""
+    """Checks auth, reads and decodes the body, then runs ``work(body, parts)`` under admission,
+    recording the request's outcome metrics."""
     started = time.perf_counter()
     app_state = request.app.state
     try:
         require_auth(request)
+        body, parts = await _decoded(request)
         async with app_state.admission.permit():
-            response, outcome = await work()
+            response, outcome = await work(body, parts)
     except CascadeError as exc:
         status = status_of(exc)
         outcome = "client_error" if status < 500 else "error"
@@ -231,9 +233,9 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
 
 async def _decoded(request: Request) -> tuple[bytes, dict[str, Any]]:
     """The request's decoded body and multipart parts, timed as the ``decode`` hop."""
+    state = request.app.state
     with metrics.HOP_DURATION.labels(hop="decode").time():
-        return await read_request(request, request.app.state.settings,
-                                  request.app.state.decode_pool)
+        return await read_request(request, state.settings, state.decode_pool, state.body_reads)
 
 
 @post("/v1/systemone", status_code=200, summary="Answer typed questions about one state",
@@ -243,8 +245,7 @@ async def systemone(request: Request) -> Response[bytes]:
     gateway: Gateway = request.app.state.gateway
     pool: DecodePool = request.app.state.decode_pool
 
-    async def work() -> tuple[Response[bytes], str]:
-        body, parts = await _decoded(request)
+    async def work(body: bytes, parts: dict[str, Any]) -> tuple[Response[bytes], str]:
         with metrics.HOP_DURATION.labels(hop="validate").time():
             call = await read_call(body, parts, pool, request_id=request_id(request.scope),
                                    limits=request.app.state.limits)
@@ -261,8 +262,7 @@ async def systemone_batch(request: Request) -> Response[bytes]:
     gateway: Gateway = request.app.state.gateway
     pool: DecodePool = request.app.state.decode_pool
 
-    async def work() -> tuple[Response[bytes], str]:
-        body, parts = await _decoded(request)
+    async def work(body: bytes, parts: dict[str, Any]) -> tuple[Response[bytes], str]:
         if parts:  # the batch takes text states only: refuse images rather than drop them
             raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
         with metrics.HOP_DURATION.labels(hop="validate").time():
@@ -361,6 +361,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
     app.state.api_keys = settings.keys()
     app.state.admission = Admission(settings.max_inflight)
     app.state.limits = limits_of(settings)
+    app.state.body_reads = BodyReads(settings.max_body_reads, settings.max_body_reads_per_client)
     app.state.ready = False
     app.state.draining = False  # set on SIGTERM by cascade.http.server
     return app

@@ -1,4 +1,4 @@
-"""From the wire to validated ``EngineCall``s: read the body (capped in size and time), undo its
+"""From the wire to validated ``EngineCall``s: read the body (``cascade.http.reading``), undo its
 content coding, split multipart, then validate (``cascade.request``: single and Laya batch) and
 check its images.
 
@@ -8,15 +8,15 @@ loop and never on the default executor the engines use.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import msgspec
 from litestar import Request
 
 from cascade.calls import EngineCall
-from cascade.errors import BodyTimeout, PayloadTooLarge, UnsupportedMediaType
+from cascade.errors import UnsupportedMediaType
 from cascade.http.bodies import decode_content, split_multipart
+from cascade.http.reading import BodyReads, read_body
 from cascade.http.workers import DecodePool
 from cascade.request.decode import batch_calls, text_call
 from cascade.request.images import collect_images
@@ -29,32 +29,12 @@ OFFLOAD_BYTES = 64 * 1024
 JSON = "application/json"
 
 
-async def read_body(request: Request, settings: Settings) -> bytes:
-    """The raw body, refused past ``max_body_bytes`` (413) or ``body_read_timeout_s`` (408)."""
-    limit = settings.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(settings.body_read_timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-                chunks.append(chunk)
-    except TimeoutError as exc:
-        wait = settings.body_read_timeout_s
-        raise BodyTimeout(f"request body not received within {wait} s") from exc
-    return b"".join(chunks)
-
-
 async def read_request(
-    request: Request, settings: Settings, pool: DecodePool
+    request: Request, settings: Settings, pool: DecodePool, reads: BodyReads
 ) -> tuple[bytes, dict[str, Any]]:
-    """Decoded JSON bytes and multipart parts (``asset-N`` images) of a request."""
-    raw = await read_body(request, settings)
+    """Decoded JSON bytes and multipart parts (``asset-N`` images) of a request, its body read
+    under the ``reads`` budget (``cascade.http.reading``)."""
+    raw = await read_body(request, settings, reads)
     content_type = request.headers.get("content-type", JSON)
     media = content_type.split(";", 1)[0].strip().lower()
     multipart = media.startswith("multipart/form-data")

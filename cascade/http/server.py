@@ -35,6 +35,7 @@ from litestar import Litestar
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from cascade.http.protocol import HeadLimits, guarded
+from cascade.http.sending import with_send_timeout
 from cascade.schema import ErrorBody, ErrorDetail, encoder
 from cascade.settings import Settings
 
@@ -140,9 +141,10 @@ def served(app: ASGIApp) -> Any:
 
 def serve(app: Litestar, settings: Settings, log_level: str) -> None:
     """Run ``app`` until a signal ends it (see the module docstring)."""
+    protocol = with_send_timeout(guarded(head_limits(settings)), settings.send_timeout_s)
     config = uvicorn.Config(
         served(app), host=settings.host, port=settings.port, log_level=log_level,
-        log_config=None, workers=1, lifespan="on", http=guarded(head_limits(settings)),
+        log_config=None, workers=1, lifespan="on", http=protocol,
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )
     DrainingServer(config, app, settings.drain_s).run()
