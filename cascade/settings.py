@@ -98,6 +98,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     drain_s: float = 5.0
     grace_s: float = 20.0
     log_level: str = "info"
+    # text: "TIME LEVEL LOGGER: message" lines; json: one object per line (cascade.http.logs).
+    log_format: Literal["text", "json"] = "text"
     # A calibration file from ``cascade calibrate`` (overrides the policy's [calibration] file).
     calibration: str | None = None
     # A SQLite decision log, one row per answered question (overrides [decision_log] file).

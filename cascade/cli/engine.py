@@ -31,6 +31,7 @@ def run_engine_clef(args: argparse.Namespace) -> int:
             "clef": args.checkpoint, "clef_overlong": args.overlong,
             "clef_max_length": args.max_length,
             "admission_deadline_s": args.admission_deadline_s,
+            "log_format": args.log_format,
         },
         args.log_level,
     )

@@ -21,6 +21,8 @@ def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
         help="confidence profile: laya (default; Laya extras) or jev (exact Jev shape)",
     )
     parser.add_argument("--log-level", default=None, help="debug, info (default), warning")
+    parser.add_argument("--log-format", choices=["text", "json"],
+                        help="text (default) or json, one object per line (CASCADE_LOG_FORMAT)")
     parser.add_argument(
         "--admission-deadline", type=float, metavar="SECONDS", dest="admission_deadline_s",
         help="refuse at once (503 + Retry-After) a request the measured work ahead would keep "
@@ -81,15 +83,12 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
 
 
 def configure_logging(settings: Settings, log_level: str | None) -> str:
-    """The process's logging: one format, and repeated lines rate-limited. Returns the level."""
-    from cascade.http.logs import RepeatFilter
+    """The process's logging (``cascade.http.logs.configure``). Returns the level."""
+    from cascade.http.logs import configure
 
     level = (log_level or settings.log_level).upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream call is noise
-    repeats = RepeatFilter(settings.log_repeat_burst, settings.log_repeat_interval_s)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(repeats)
+    configure(level, settings.log_format, burst=settings.log_repeat_burst,
+              interval_s=settings.log_repeat_interval_s)
     return level
 
 
@@ -126,6 +125,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "clef_overlong": args.overlong, "clef_max_length": args.max_length,
             "demo": args.demo, "calibration": args.calibration,
             "decision_log": args.decision_log, "admission_deadline_s": args.admission_deadline_s,
+            "log_format": args.log_format,
         },
         args.log_level,
     )

@@ -15,7 +15,8 @@ HEAD is served wherever GET is: the app sees a GET, and uvicorn, which knows the
 HEAD, sends the head of the answer without its body (RFC 9110 section 9.3.2). An exception that
 escapes the app before its answer began is a JSON 500, like every error answer. uvicorn's own log
 lines go to the process's handlers (``log_config=None``), so they share its format and its
-repeated-line limit.
+repeated-line limit; the access lines are ours (``cascade.http.logs.access_logged``: uvicorn's
+cannot see the request id).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import uvicorn
 from litestar import Litestar
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from cascade.http.logs import access_logged
 from cascade.http.protocol import HeadLimits, guarded
 from cascade.http.sending import with_send_timeout
 from cascade.schema import ErrorBody, ErrorDetail, encoder
@@ -143,8 +145,8 @@ def serve(app: Litestar, settings: Settings, log_level: str) -> None:
     """Run ``app`` until a signal ends it (see the module docstring)."""
     protocol = with_send_timeout(guarded(head_limits(settings)), settings.send_timeout_s)
     config = uvicorn.Config(
-        served(app), host=settings.host, port=settings.port, log_level=log_level,
-        log_config=None, workers=1, lifespan="on", http=protocol,
+        access_logged(served(app)), host=settings.host, port=settings.port, log_level=log_level,
+        log_config=None, access_log=False, workers=1, lifespan="on", http=protocol,
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )
     DrainingServer(config, app, settings.drain_s).run()
