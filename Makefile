@@ -50,4 +50,4 @@ k8s-rules: $(VENV)/.installed-test
 	print("# Generated from deploy/prometheus/alerts.yml by make k8s-rules: edit that file, not this."); \
 	yaml.safe_dump({"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", \
 	"metadata": {"name": "cascade"}, "spec": rules}, sys.stdout, sort_keys=False, width=100)' \
-	> deploy/k8s/base/prometheusrule.yaml
+	> deploy/k8s/components/prometheus-operator/prometheusrule.yaml

@@ -1,12 +1,17 @@
 """The PNG plots of an evaluation (matplotlib, the ``eval`` extra; Agg backend, no display).
 
 - ``reliability.png``: a reliability diagram per tier (accuracy against mean max p per
-  equal-width bin, bar widths showing the bins, the diagonal for perfect calibration);
+  equal-width bin, bar widths showing the bins, the diagonal for perfect calibration), with the
+  questions per bin as a histogram in a panel of its own below it;
 - ``deferral.png``: cascade accuracy against escalation rate over the sweep, the operating point
   and the strong tier alone marked (the operating point uses the policy's per type x band
-  thresholds, the sweep one confidence order: it need not lie on the curve);
+  thresholds, the sweep one confidence order: it need not lie on the curve). The curve starts at
+  the share sent strong before the confidence gate (pre-routed, truncated, collapsed), which a
+  shaded band marks;
 - ``cost.png``: accuracy against cost over the same sweep, with the cheapest point that reaches
-  the strong tier's accuracy.
+  the strong tier's accuracy. Cost is in percent of the strong tier alone (bottom axis) and in
+  the prices' own units (top axis: tokens / 1000 x price per 1k input tokens, summed over the
+  questions).
 """
 
 from __future__ import annotations
@@ -36,40 +41,65 @@ def write_plots(out: Path, summary: Mapping[str, Any], scored: Mapping[str, Sequ
                 sweep: Sweep, title: str) -> list[Path]:
     """Write the three PNGs into ``out``; returns their paths."""
     plt = _pyplot()
-    paths = [out / name for name in FILES]
-    _reliability(plt, paths[0], scored, title)
-    cascade = summary["tiers"]["cascade"]
-    strong = summary["tiers"]["strong"]
-    _deferral(plt, paths[1], sweep, cascade, strong, title)
-    _cost(plt, paths[2], sweep, cascade, strong, title)
+    paths = []
+    for name, fig in figures(plt, summary, scored, sweep, title).items():
+        paths.append(out / name)
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
     return paths
 
 
-def _reliability(plt: Any, path: Path, scored: Mapping[str, Sequence[Scored]], title: str) -> None:
+def figures(plt: Any, summary: Mapping[str, Any], scored: Mapping[str, Sequence[Scored]],
+            sweep: Sweep, title: str) -> dict[str, Any]:
+    """The three figures, by file name (not yet saved)."""
+    cascade = summary["tiers"]["cascade"]
+    strong = summary["tiers"]["strong"]
+    return {
+        FILES[0]: _reliability(plt, scored, title),
+        FILES[1]: _deferral(plt, sweep, cascade, strong, title),
+        FILES[2]: _cost(plt, sweep, cascade, strong, title),
+    }
+
+
+def _reliability(plt: Any, scored: Mapping[str, Sequence[Scored]], title: str) -> Any:
     tiers = [(name, rows) for name, rows in scored.items() if rows]
-    fig, axes = plt.subplots(1, max(1, len(tiers)), figsize=(4.2 * max(1, len(tiers)), 4.4),
-                             squeeze=False)
-    for ax, (name, rows) in zip(axes[0], tiers, strict=False):
+    columns = max(1, len(tiers))
+    fig, axes = plt.subplots(2, columns, figsize=(4.2 * columns, 5.4), squeeze=False,
+                             sharex="col", gridspec_kw={"height_ratios": [3, 1]})
+    for top, bottom, (name, rows) in zip(axes[0], axes[1], tiers, strict=False):
         bins = [b for b in reliability(rows) if b["n"]]
-        ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
-        ax.bar([b["lo"] for b in bins], [b["accuracy"] for b in bins], width=0.1, align="edge",
-               edgecolor="black", alpha=0.7, label="accuracy")
-        ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o",
-                color="crimson", label="mean max p")
-        for b in bins:
-            ax.annotate(str(b["n"]), (b["lo"] + 0.05, 0.02), ha="center", fontsize=7)
-        ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="confidence (max p)", ylabel="accuracy",
-               title=f"{name} (n={len(rows)})")
-        ax.legend(loc="upper left", fontsize=7)
-    fig.suptitle(f"{title}: reliability (bar labels: questions per bin)", fontsize=10)
-    _save(plt, fig, path)
+        lows = [b["lo"] for b in bins]
+        top.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
+        top.bar(lows, [b["accuracy"] for b in bins], width=0.1, align="edge",
+                edgecolor="black", alpha=0.7, label="accuracy")
+        top.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o",
+                 color="crimson", label="mean max p")
+        top.set(xlim=(0, 1), ylim=(0, 1.02), ylabel="accuracy", title=f"{name} (n={len(rows)})")
+        top.legend(loc="upper left", fontsize=7)
+        # The counts get their own panel: in the diagram they would sit on the points.
+        counts = [b["n"] for b in bins]
+        bottom.bar(lows, counts, width=0.1, align="edge", color="grey", edgecolor="black")
+        for lo, n in zip(lows, counts, strict=True):
+            bottom.annotate(str(n), (lo + 0.05, n), xytext=(0, 2), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=7)
+        bottom.set(xlim=(0, 1), ylim=(0, 1.3 * max(counts, default=1)),
+                   xlabel="confidence (max p)", ylabel="questions")
+    fig.suptitle(f"{title}: reliability (below: questions per bin)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
-def _deferral(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
-              strong: Mapping[str, Any] | None, title: str) -> None:
+def _deferral(plt: Any, sweep: Sweep, cascade: Mapping[str, Any],
+              strong: Mapping[str, Any] | None, title: str) -> Any:
     fig, ax = plt.subplots(figsize=(6, 4.4))
     xs = [p.escalation_rate for p in sweep.points]
-    ax.plot(xs, [p.accuracy for p in sweep.points], color="steelblue", label="threshold sweep")
+    # k = 0 already sends strong what never reaches the confidence gate.
+    start = xs[0]
+    if start > 0:
+        ax.axvspan(0, start, color="grey", alpha=0.15, linewidth=0,
+                   label=f"pre-routed, never gated: {start:.1%} (truncated, collapsed, ...)")
+    ax.plot(xs, [p.accuracy for p in sweep.points], color="steelblue",
+            label="threshold sweep (starts at the pre-routed share)")
     curve = cascade["deferral_curve"]
     ax.plot([p["escalation_rate"] for p in curve], [p["accuracy"] for p in curve], "o",
             color="steelblue", markersize=4)
@@ -79,37 +109,56 @@ def _deferral(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
     if strong and strong["accuracy"] is not None:
         ax.axhline(strong["accuracy"], color="darkgreen", linestyle=":",
                    label=f"strong tier alone ({strong['accuracy']:.3f})")
+    ax.xaxis.set_major_formatter(_percent())
     ax.set(xlim=(0, 1), xlabel="escalation rate (share of questions the strong tier answers)",
            ylabel="cascade accuracy", title=f"{title}: deferral curve")
-    _save(plt, fig, path, ax)
+    return _finish(fig, ax)
 
 
-def _cost(plt: Any, path: Path, sweep: Sweep, cascade: Mapping[str, Any],
-          strong: Mapping[str, Any] | None, title: str) -> None:
-    fig, ax = plt.subplots(figsize=(6, 4.4))
-    ax.plot([p.cost for p in sweep.points], [p.accuracy for p in sweep.points],
+def _cost(plt: Any, sweep: Sweep, cascade: Mapping[str, Any],
+          strong: Mapping[str, Any] | None, title: str) -> Any:
+    fig, ax = plt.subplots(figsize=(6, 4.6))
+    cost = cascade["cost"]
+    base = cost["strong_only"]
+    # Percent of the strong tier alone when it costs anything; the prices' units on top.
+    scale = 1 / base if base > 0 else 1.0
+
+    def x(value: float) -> float:
+        return value * scale
+
+    ax.plot([x(p.cost) for p in sweep.points], [p.accuracy for p in sweep.points],
             color="steelblue", label="threshold sweep")
     op = cascade["operating_point"]
-    ax.plot([op["cost"]], [op["accuracy"]], "*", color="crimson", markersize=14,
+    ax.plot([x(op["cost"])], [op["accuracy"]], "*", color="crimson", markersize=14,
             label="operating point")
-    cost = cascade["cost"]
     if strong and strong["accuracy"] is not None:
-        ax.plot([cost["strong_only"]], [strong["accuracy"]], "s", color="darkgreen",
+        ax.plot([x(base)], [strong["accuracy"]], "s", color="darkgreen",
                 label="strong tier alone")
     at = cost["at_strong_accuracy"]
     if at is not None:
         saves = "" if at["saved"] is None else f" (saves {at['saved']:.0%})"
-        ax.plot([at["cost"]], [at["accuracy"]], "D", color="orange",
+        ax.plot([x(at["cost"])], [at["accuracy"]], "D", color="orange",
                 label=f"cheapest at strong accuracy{saves}")
     prices = ", ".join(f"{k} {v:g}" for k, v in cost["per_1k_tokens"].items())
-    ax.set(xlabel=f"cost (per 1k input tokens: {prices})", ylabel="accuracy",
-           title=f"{title}: cost against accuracy")
-    _save(plt, fig, path, ax)
+    units = f"price units (input tokens / 1000 × price per 1k tokens: {prices})"
+    if base > 0:
+        ax.xaxis.set_major_formatter(_percent())
+        ax.set_xlabel("cost, % of the strong tier alone")
+        top = ax.secondary_xaxis("top", functions=(lambda v: v * base, lambda v: v / base))
+        top.set_xlabel(f"total cost, {units}", fontsize=8)
+    else:
+        ax.set_xlabel(f"total cost, {units}", fontsize=8)
+    ax.set(ylabel="accuracy", title=f"{title}: cost against accuracy")
+    return _finish(fig, ax)
 
 
-def _save(plt: Any, fig: Any, path: Path, ax: Any = None) -> None:
-    if ax is not None:
-        ax.legend(loc="best", fontsize=8, framealpha=0.6)
+def _percent() -> Any:
+    from matplotlib.ticker import PercentFormatter
+
+    return PercentFormatter(xmax=1, decimals=0)
+
+
+def _finish(fig: Any, ax: Any) -> Any:
+    ax.legend(loc="best", fontsize=8, framealpha=0.6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

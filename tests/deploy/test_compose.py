@@ -98,3 +98,56 @@ def test_mounted_files_exist_and_agree(compose: dict[str, Any]) -> None:
     mounts = dict(v.split(":")[:2] for v in services["grafana"]["volumes"])
     assert mounts["./deploy/grafana/dashboards"] == provider["options"]["path"]
     assert mounts["./deploy/grafana/provisioning"] == "/etc/grafana/provisioning"
+
+
+# Services that are a cascade gateway (auth by API key): the only ones published on every
+# interface. The rest have no auth of their own.
+GATEWAYS = {"gateway", "gateway-ollama", "demo"}
+
+
+def published(port: str) -> tuple[str, str]:
+    """(host address, host port) of a short-syntax port mapping; "" is every interface."""
+    parts = port.split(":")
+    assert len(parts) in (2, 3), port
+    return ("" if len(parts) == 2 else parts[0]), parts[-2]
+
+
+def test_only_gateways_listen_on_every_interface(compose: dict[str, Any]) -> None:
+    seen = set()
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            address, host_port = published(port)
+            seen.add(name)
+            if name in GATEWAYS:
+                assert host_port == "8000", (name, port)
+            else:
+                assert address == "127.0.0.1", (name, port)
+    assert seen >= {"clef", "ollama", "prometheus", "grafana"}
+
+
+def test_grafana_has_no_default_password(compose: dict[str, Any]) -> None:
+    """Grafana's own default is admin/admin: the compose file must set the password, and only
+    from a variable compose refuses to start without (``${VAR:?message}``, no ``:-`` default)."""
+    env = compose["services"]["grafana"]["environment"]
+    password = env["GF_SECURITY_ADMIN_PASSWORD"]
+    match = re.fullmatch(r"\$\{(\w+):\?(.+)\}", password)
+    assert match and match.group(1) in match.group(2), password
+    text = COMPOSE.read_text()
+    assert "admin/admin" not in text
+    assert f"export {match.group(1)}=" in text  # the header says how to set it
+
+
+def test_demo_builds_on_a_cpu_base_image(compose: dict[str, Any]) -> None:
+    demo = compose["services"]["demo"]
+    dockerfile = (promql.REPO / demo["build"]["dockerfile"]).read_text()
+    bases = re.findall(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
+    assert bases == ["python:3.11-slim"], bases
+    commands = [c for c in dockerfile.replace("\\\n", " ").splitlines()
+                if not c.startswith("#")]
+    assert not re.search(r"cuda|nvidia", "\n".join(commands), re.IGNORECASE)
+    # The serving lock with hashes, and its torch is the CPU build.
+    (install,) = [c for c in commands if "pip install" in c and "deploy/lock/serve.txt" in c]
+    assert "--require-hashes" in install and "--no-deps" in install, install
+    lock = (promql.REPO / "deploy" / "lock" / "serve.txt").read_text()
+    assert re.search(r"^torch==[\d.]+\+cpu ", lock, re.MULTILINE)
+    assert demo["image"].startswith("cascade-demo:")

@@ -3,6 +3,8 @@ every metric family cascade exports (test_live_queries.py evaluates its PromQL).
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.deploy import promql
 
 
@@ -68,3 +70,49 @@ def test_build_info_shows_demo_weights_at_a_glance() -> None:
     assert 'demo="true"' in weights["targets"][0]["expr"]
     mapped = weights["fieldConfig"]["defaults"]["mappings"][0]["options"]
     assert mapped["1"]["text"] == "DEMO WEIGHTS" and mapped["1"]["color"] == "red"
+
+
+def test_weights_show_no_data_rather_than_real_weights() -> None:
+    """Without any cascade_build_info (nothing scraped) the stat has no value: it must say so,
+    not fall back to 0 and show green "real weights"."""
+    weights = next(p for p in promql.panels(promql.dashboard()) if p["title"] == "Weights")
+    expr = weights["targets"][0]["expr"]
+    assert "vector(" not in expr  # a constant would stand in for missing data
+    assert expr.count("cascade_build_info{") == 2  # demo -> 1, any other build -> 0
+    defaults = weights["fieldConfig"]["defaults"]
+    assert defaults["noValue"] == "no data"
+    base = defaults["thresholds"]["steps"][0]
+    assert base["value"] is None and base["color"] not in {"green", "red"}
+    (special,) = [m for m in defaults["mappings"] if m["type"] == "special"]
+    assert special["options"]["match"] == "null+nan"
+    assert special["options"]["result"]["color"] not in {"green", "red"}
+    (values,) = [m for m in defaults["mappings"] if m["type"] == "value"]
+    greens = [k for k, v in values["options"].items() if v["color"] == "green"]
+    assert greens == ["0"]
+
+
+def is_rate(expr: str) -> bool:
+    """A per-second rate of a counter, drawn as is (not a quantile or a ratio of rates)."""
+    return "rate(" in expr and "histogram_quantile" not in expr and " / " not in expr
+
+
+def unit_of(panel: dict[str, Any], ref: str) -> str:
+    """The unit Grafana draws target ``ref`` in: its override by query, else the default."""
+    unit = panel["fieldConfig"]["defaults"].get("unit", "")
+    for override in panel["fieldConfig"].get("overrides", []):
+        if override["matcher"] == {"id": "byFrameRefID", "options": ref}:
+            unit = next((p["value"] for p in override["properties"] if p["id"] == "unit"), unit)
+    return unit
+
+
+def test_rate_panels_are_per_second() -> None:
+    checked = 0
+    for panel in promql.panels(promql.dashboard()):
+        if panel["type"] not in {"timeseries", "stat"}:
+            continue
+        for target in panel["targets"]:
+            if is_rate(target["expr"]):
+                unit = unit_of(panel, target["refId"])
+                assert unit == "reqps" or unit.endswith("/s"), (panel["title"], unit)
+                checked += 1
+    assert checked >= 8

