@@ -24,16 +24,20 @@ import struct
 import termios
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
 from cascade import metrics
 
 log = logging.getLogger("cascade")
 MIN_PROGRESS = 64 * 1024  # bytes a client must read per send timeout (about 2 KiB/s at 30 s)
 
 
-class SendTimeoutProtocol(HttpToolsProtocol):
+class SendTimeout(asyncio.Protocol):
+    """The send timeout as a mixin for a uvicorn HTTP protocol class (h11's or httptools'),
+    placed before it in the bases: it only needs ``transport``, ``loop`` and ``client``."""
+
     send_timeout_s: float
+    transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
+    client: tuple[str, int] | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -84,8 +88,7 @@ class SendTimeoutProtocol(HttpToolsProtocol):
         self.transport.abort()
 
 
-def with_send_timeout(protocol: type[HttpToolsProtocol],
-                      send_timeout_s: float) -> type[HttpToolsProtocol]:
-    """``protocol`` (uvicorn's httptools protocol or a subclass) with the send timeout."""
-    return type(protocol.__name__, (SendTimeoutProtocol, protocol),
-                {"send_timeout_s": send_timeout_s})
+def with_send_timeout(protocol: type[asyncio.Protocol],
+                      send_timeout_s: float) -> type[asyncio.Protocol]:
+    """``protocol`` (a uvicorn HTTP protocol class) with the send timeout."""
+    return type(protocol.__name__, (SendTimeout, protocol), {"send_timeout_s": send_timeout_s})

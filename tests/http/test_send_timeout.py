@@ -11,12 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cascade.engines.fake import FakeEngine
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.http.sending import with_send_timeout
+from cascade.http.server import guarded, head_limits
 from cascade.policy.model import Policy, UpstreamTier
 from cascade.settings import Settings
 from tests.servers import serve_app
@@ -34,10 +34,12 @@ REQUEST = (b"POST /v1/systemone/batch HTTP/1.1\r\nHost: x\r\nContent-Type: appli
 @pytest.fixture(scope="module")
 def address() -> Iterator[tuple[str, int]]:
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
-    app = create_app(Settings(), Gateway(policy, {"upstream": FakeEngine("upstream")}))
+    # Labels and answers this large need the text limits raised (they refuse the batch else).
+    settings = Settings(max_label_chars=20_000, max_batch_answer_bytes=64 * 2**20)
+    app = create_app(settings, Gateway(policy, {"upstream": FakeEngine("upstream")}))
     # The keep-alive timer closes a connection soon after its answer was handed over: a
     # closing connection still holds its unsent answer, and the send timeout still ends it.
-    protocol = with_send_timeout(HttpToolsProtocol, SEND_TIMEOUT_S)
+    protocol = with_send_timeout(guarded(head_limits(settings)), SEND_TIMEOUT_S)
     with serve_app(app, http=protocol, timeout_keep_alive=SEND_TIMEOUT_S / 5) as url:
         host, port = url.removeprefix("http://").split(":")
         yield host, int(port)
