@@ -82,7 +82,8 @@ def run_distill(args: argparse.Namespace) -> int:
     options = distill.Options(
         source=args.source, from_log=args.from_log or [],
         settings=from_env(policy=args.policy, demo=args.demo or None,
-                          clef_overlong=args.overlong, clef_max_length=args.max_length),
+                          clef_overlong=args.clef_overlong,
+                          clef_max_length=args.clef_max_length),
         laya=args.laya, out=args.out, run_dir=args.run_dir, held_back=args.held_back,
         device=args.device, threads=args.threads, progress=not args.no_progress,
         config=TrainConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,

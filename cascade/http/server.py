@@ -95,11 +95,13 @@ def head_limits(settings: Settings) -> HeadLimits:
                       header_timeout_s=settings.header_timeout_s)
 
 
-def serve(app: Litestar, settings: Settings, log_level: str) -> None:
-    """Run ``app`` until a signal ends it (see the module docstring)."""
+def serve(app: Litestar, settings: Settings, log_level: str,
+          sockets: list[socket.socket] | None = None) -> None:
+    """Run ``app`` until a signal ends it (see the module docstring), on ``sockets`` when given
+    (already listening), else on ``settings.host``/``port``."""
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level, workers=1,
         lifespan="on", http=guarded(head_limits(settings)),
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )
-    DrainingServer(config, app, settings.drain_s).run()
+    DrainingServer(config, app, settings.drain_s).run(sockets=sockets)
