@@ -35,7 +35,8 @@ class Secret(str):
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     host: str = "127.0.0.1"
-    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8000  # Laya's default, so Laya clients switch by base URL only
+    # Laya's default, so Laya clients switch by base URL only.
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8000
     # A policy file (policies/*.toml). Without one: --upstream, --laya or --demo build a policy.
     policy: str | None = None
     # One-tier policy forwarding to any /v1/systemone server.

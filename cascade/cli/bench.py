@@ -68,7 +68,10 @@ def register(groups: dict[str, Any]) -> None:
     soak.set_defaults(func=bench_soak)
 
     bench = groups["bench"].add_parser(
-        "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint"
+        "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint",
+        description="Time cascade's ONNX Laya engine against laya's torch Agent on a random "
+        "checkpoint of the given shape: single requests, then the bundled sample mix from "
+        "concurrent clients. Prints a table and JSON.",
     )
     bench.add_argument(
         "--shape",
@@ -81,18 +84,22 @@ def register(groups: dict[str, Any]) -> None:
         "--requests",
         type=int,
         default=24,
-        help="requests from the sample mix in the concurrent run",
+        help="requests from the sample mix in the concurrent run (default 24)",
     )
     bench.add_argument("--clients", type=int, default=8,
                        help="concurrent clients in the sample-mix run (default 8)")
-    bench.add_argument("--repeat", type=int, default=5, help="single-request repetitions")
+    bench.add_argument("--repeat", type=int, default=5,
+                       help="single-request repetitions (default 5)")
     bench.add_argument("--sample", type=Path, help="requests JSONL (default: the bundled "
                        "sample, cascade/bench/requests-sample.jsonl)")
     bench.add_argument("--json", type=Path, help="also write the figures as JSON here")
     bench.set_defaults(func=bench_laya)
 
     bench = groups["bench"].add_parser(
-        "clef", help="time cascade's Clef engine against the reference systemone loop")
+        "clef", help="time cascade's Clef engine against the reference systemone loop",
+        description="Time cascade's batched Clef engine against the reference one-at-a-time "
+        "systemone loop on random weights: latency per state length, then throughput from "
+        "concurrent clients. Prints a table and JSON.")
     bench.add_argument("--shape", choices=("9b", "tiny"), default="9b",
                        help="9b: Qwen3.5-9B-shaped random bf16 weights (CUDA only); "
                             "tiny: a tiny release, runs on the CPU")
