@@ -72,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the handler ``args`` chose; a mistake the user can fix is a few lines, not a
+    traceback."""
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

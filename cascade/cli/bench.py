@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from cascade.cli.errors import ConfigError, UsageError
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -122,8 +126,31 @@ def _run_gateway(args: argparse.Namespace) -> int:
     return main(args.requests, args.concurrency)
 
 
+def reachable(url: str) -> None:
+    """Raise ``ConfigError`` when nothing accepts a connection at ``url`` (so a benchmark of
+    a server that is not running says so, instead of counting connect errors)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--url {url}: give a base URL such as http://127.0.0.1:8000")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(f"--url {url}: nothing answers there ({exc.strerror or exc}); start "
+                          "the server first (e.g. `cascade serve --demo`)") from None
+
+
+def readable(path: Path | None, flag: str) -> None:
+    """Raise ``ConfigError`` naming ``flag`` when its file cannot be read (before any work)."""
+    if path is not None and not path.is_file():
+        raise ConfigError(f"{flag} {path}: no such file")
+
+
 def bench_load(args: argparse.Namespace) -> int:
     from cascade.bench import load
+
+    reachable(args.url)
+    readable(args.requests, "--requests")
 
     result = load.run(args.url, concurrency=args.concurrency, duration_s=args.duration,
                       requests=args.requests, model=args.model,
@@ -135,6 +162,8 @@ def bench_load(args: argparse.Namespace) -> int:
 def bench_soak(args: argparse.Namespace) -> int:
     from cascade.bench import soak
 
+    reachable(args.url)
+
     result = soak.run(args.url, duration_s=args.duration, window_s=args.window,
                       honest_clients=args.honest, key=args.key, pid=args.pid)
     return _report(soak.table(result), result, args.json)
@@ -143,6 +172,7 @@ def bench_soak(args: argparse.Namespace) -> int:
 def bench_laya(args: argparse.Namespace) -> int:
     from cascade.bench.laya import main
 
+    readable(args.sample, "--sample")
     return main(args)
 
 
@@ -153,7 +183,11 @@ def bench_clef(args: argparse.Namespace) -> int:
         return 2
     from cascade.bench import clef as bench
 
-    tokens = tuple(int(t) for t in args.tokens.split(","))
+    try:
+        tokens = tuple(int(t) for t in args.tokens.split(","))
+    except ValueError:
+        raise UsageError(f"--tokens {args.tokens}: give comma-separated integers, e.g. "
+                         "1024,4096") from None
     result = bench.run(args.shape, release=args.release, device=args.device, tokens=tokens,
                        repeats=args.repeats, concurrency=args.concurrency,
                        requests=args.requests)
@@ -185,8 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cascade.cli.bench")
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register({"bench": top})
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    from cascade.cli import run
+
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
