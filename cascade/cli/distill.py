@@ -74,6 +74,10 @@ def register(groups: dict[str, Any]) -> None:
 
 
 def run_distill(args: argparse.Namespace) -> int:
+    for path in [args.source, *(args.from_log or [])]:  # before torch is imported
+        if path is not None and not path.is_file():
+            print(f"cascade distill: {path}: no such file", file=sys.stderr)
+            return CANNOT_START
     try:
         from cascade.learn import distill
         from cascade.learn.train import TrainConfig

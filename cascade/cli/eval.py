@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,10 +67,14 @@ def tier_flags(parser: argparse.ArgumentParser, *, url: bool, policy_help: str) 
 
 
 def check_source(args: argparse.Namespace) -> None:
+    """The data flags make sense and their files exist (checked before any tier loads)."""
     if bool(args.data) == bool(args.from_log):
         raise UsageError("give DATA.jsonl or --from-log FILE (one of them)")
     if args.from_log and args.teacher != "strong":
         raise UsageError("--from-log needs --teacher strong (the log has no human labels)")
+    for path in [args.data, *args.from_log]:
+        if path is not None and not path.is_file():
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
 
 
 def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
@@ -137,6 +142,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from cascade.eval.from_log import log_rows
     from cascade.eval.sweep import costs
 
+    prices = _prices(args.cost)
     check_source(args)
     policy, settings = tier_policy(args)
     slots = slots_of(policy)
@@ -153,7 +159,7 @@ def eval_command(args: argparse.Namespace) -> int:
                                              progress=not args.no_progress))
     for line in errors:
         print(f"eval: a tier failed on {line}", file=sys.stderr)
-    summary = write_outputs(args.out, rows, slots=slots, price=costs(policy, _prices(args.cost)),
+    summary = write_outputs(args.out, rows, slots=slots, price=costs(policy, prices),
                             meta={**meta(args, policy), "failed_items": len(errors)})
     cascade = summary["tiers"]["cascade"]
     if args.json:

@@ -7,6 +7,7 @@ import errno
 import logging
 import socket
 import typing
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cascade.cli.errors import ConfigError
@@ -86,11 +87,15 @@ def clef_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int:
-    """Serve until a signal. The keys file is read and the port bound before anything heavy is
-    imported or any weights load, so those mistakes are reported in a second."""
+    """Serve until a signal. The keys file is read, the policy and calibration files found and
+    the port bound before anything heavy is imported or any weights load, so those mistakes
+    are reported in a second."""
     settings = from_env(**settings_overrides)
     level = configure_logging(settings, log_level)
     settings.keys()
+    for path in (settings.policy, settings.calibration):
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
     with listen(settings) as listener:
         from cascade.build import build_gateway
         from cascade.http.app import create_app
