@@ -18,6 +18,7 @@ import msgspec
 
 from cascade.cli.errors import UsageError
 from cascade.cli.eval import check_source, data_flags, tier_flags, tier_policy
+from cascade.cli.summary import rounded
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -105,17 +106,6 @@ def calibrate_command(args: argparse.Namespace) -> int:
     print(msgspec.json.encode(rounded(msgspec.to_builtins(summary))).decode() if args.json
           else table(summary))
     return 0
-
-
-def rounded(value: Any, digits: int = 4) -> Any:
-    """``value`` with every float rounded to ``digits`` places (summaries, not the file)."""
-    if isinstance(value, float):
-        return round(value, digits)
-    if isinstance(value, dict):
-        return {k: rounded(v, digits) for k, v in value.items()}
-    if isinstance(value, list):
-        return [rounded(v, digits) for v in value]
-    return value
 
 
 def table(summary: dict[str, Any]) -> str:

@@ -125,7 +125,7 @@ def run_distill(args: argparse.Namespace) -> int:
 def as_json(report: Any) -> str:
     """The figures ``table`` prints, rounded, as one JSON object (all of them are in
     ``distill.json``)."""
-    from cascade.cli.calibrate import rounded
+    from cascade.cli.summary import rounded
 
     figures = {name: rounded(msgspec.to_builtins(getattr(report, name)))
                for name in ("before", "after")}

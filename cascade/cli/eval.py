@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from cascade.cli.errors import UsageError
+from cascade.cli.summary import rounded
 from cascade.policy.model import Policy
 
 
@@ -163,11 +164,11 @@ def eval_command(args: argparse.Namespace) -> int:
                             meta={**meta(args, policy), "failed_items": len(errors)})
     cascade = summary["tiers"]["cascade"]
     if args.json:
-        print(msgspec.json.encode({
+        print(msgspec.json.encode(rounded({
             "out": str(args.out), "questions": summary["questions"],
-            "accuracy": round(cascade["accuracy"], 4),
-            "escalation_rate": round(cascade["escalation_rate"], 4), "demo": summary["demo"],
-        }).decode())
+            "accuracy": cascade["accuracy"], "escalation_rate": cascade["escalation_rate"],
+            "demo": summary["demo"],
+        })).decode())
     else:
         print(table(args.out, summary))
     return 0
