@@ -80,8 +80,6 @@ def run(args: argparse.Namespace) -> int:
     traceback."""
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return 130
     except user_errors() as exc:
         if _debug(args):
             raise
