@@ -56,8 +56,8 @@ def version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cascade", description="A Laya-first cascading router for typed decisions.",
-        epilog="`cascade COMMAND --help` describes each command; every flag of serve and "
-        "engine has a CASCADE_* environment variable (README: Configuration).",
+        epilog="`cascade COMMAND --help` describes each command and names the CASCADE_* "
+        "environment variable of each flag that has one (README: Configuration).",
     )
     parser.add_argument("--version", action="version", version=f"cascade {version()}")
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
