@@ -131,6 +131,16 @@ def resolve_clef(ref: str, download: bool) -> Path:
     return resolve_release(ref, allow_download=download)
 
 
+def locate(tier: Tier) -> None:
+    """Raise ``CheckpointError`` or ``ReleaseError`` naming a missing or incomplete checkpoint
+    of an in-process tier (hub ids are fetched as ``build_engine`` would)."""
+    if isinstance(tier, LayaTier):
+        for ref in tier.checkpoints.named().values():
+            resolve_laya(ref)
+    elif isinstance(tier, ClefTier):
+        resolve_clef(tier.release, tier.download)
+
+
 def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
     if isinstance(tier, LayaTier):
         from cascade.engines.laya import LayaEngine
@@ -206,6 +216,8 @@ def build_gateway(settings: Settings) -> Gateway:
     policy = policy_from_settings(settings)
     if settings.demo:
         log.warning(DEMO_BANNER)
+    for tier in policy.tiers.values():  # every tier's files are found before any weights load
+        locate(tier)
     if policy.calibration.checkpoints:
         check_checkpoints(policy, fingerprints(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}

@@ -6,15 +6,24 @@ Nothing reads the environment at import time; ``create_app(settings)`` receives 
 from __future__ import annotations
 
 import os
+import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
 from cascade.schema import LIMITS
 
 ADMISSION_DEADLINE_S = 8.0  # under the 10 s timeout of the official SDKs
+
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names its environment variable or flag."""
 
 
 class Secret(str):
@@ -28,7 +37,8 @@ class Secret(str):
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     host: str = "127.0.0.1"
-    port: int = 8000  # Laya's default, so Laya clients switch by base URL only
+    # Laya's default, so Laya clients switch by base URL only.
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8000
     # A policy file (policies/*.toml). Without one: --upstream, --laya or --demo build a policy.
     policy: str | None = None
     # One-tier policy forwarding to any /v1/systemone server.
@@ -97,7 +107,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # requests get grace_s to finish before the process exits.
     drain_s: float = 5.0
     grace_s: float = 20.0
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     # text: "TIME LEVEL LOGGER: message" lines; json: one object per line (cascade.http.logs).
     log_format: Literal["text", "json"] = "text"
     # A calibration file from ``cascade calibrate`` (overrides the policy's [calibration] file).
@@ -122,14 +132,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             try:
                 text = Path(self.api_keys_file).read_text(encoding="utf-8")
             except UnicodeDecodeError as exc:
-                raise ValueError(f"{self.api_keys_file}: API keys file is not UTF-8 text "
-                                 f"(byte {exc.start}: {exc.reason})") from exc
+                raise SettingsError(
+                    f"CASCADE_API_KEYS_FILE={self.api_keys_file}: not UTF-8 text (byte "
+                    f"{exc.start}: {exc.reason})") from None
+            except OSError as exc:
+                raise SettingsError(
+                    f"CASCADE_API_KEYS_FILE={self.api_keys_file}: {exc.strerror}; create it "
+                    "(one key per line) or unset the variable") from None
             lines = (line.strip() for line in text.splitlines())
             keys += [line for line in lines if line and not line.startswith("#")]
         return frozenset(Secret(k) for k in keys)
 
 
 _LISTS = {"api_keys"}
+_SECRETS = {"api_keys", "upstream_api_key"}
 _MAPS = {"laya"}
 
 
@@ -141,18 +157,41 @@ def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> S
     """
     environ = os.environ if environ is None else environ
     raw: dict[str, object] = {}
+    sources: dict[str, str] = {}
     for field in msgspec.structs.fields(Settings):
         value = environ.get(f"CASCADE_{field.name.upper()}")
         if value is None:
             continue
+        shown = "***" if field.name in _SECRETS else value
+        sources[field.name] = f"CASCADE_{field.name.upper()}={shown}"
+        if field.name == "log_level":
+            value = value.lower()
         if field.name in _LISTS:
             raw[field.name] = [v.strip() for v in value.split(",") if v.strip()]
         elif field.name in _MAPS:
             raw[field.name] = parse_map(value)
         else:
             raw[field.name] = value
-    raw.update({k: v for k, v in overrides.items() if v is not None})
-    return msgspec.convert(raw, Settings, strict=False)
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    raw.update(flags)
+    sources.update({k: f"--{k.replace('_', '-')} {v}" for k, v in flags.items()})
+    try:
+        return msgspec.convert(raw, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(_named(str(exc), sources)) from None
+
+
+def _named(message: str, sources: Mapping[str, str]) -> str:
+    """msgspec's ``Expected `int`, got `str` - at `$.port``` as ``CASCADE_PORT=abc: expected
+    `int`, got `str```: the variable (or flag) the user wrote, not a JSON path."""
+    found = re.fullmatch(r"(?s)(.*) - at `\$\.(\w+)[^`]*`", message)
+    if found is None:
+        return message
+    reason, field = found.groups()
+    choices = typing.get_args(typing.get_type_hints(Settings).get(field))
+    if reason.startswith("Invalid enum value") and choices:
+        reason += f" (one of: {', '.join(choices)})"
+    return f"{sources.get(field, field)}: {reason[:1].lower()}{reason[1:]}"
 
 
 def parse_map(value: str) -> dict[str, str]:

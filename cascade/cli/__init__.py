@@ -4,15 +4,19 @@
 Top-level commands with targets (``export laya``, ``bench clef``) are groups made here; each
 module adds its parsers through ``register(groups)`` and sets ``func(args) -> int`` as the
 handler. Modules import nothing heavy (torch, onnxruntime, litestar) at module level: handlers
-import what they run.
+import what they run. A mistake the user can fix is reported by ``main`` in a few lines
+(``cascade.cli.errors``), never as a traceback unless the log level is debug.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+
+from cascade.cli.errors import describe, status, user_errors
 
 GROUPS = {
     "export": "export a checkpoint to the format cascade serves",
@@ -32,13 +36,30 @@ COMMANDS = (
     "cascade.cli.eval",
     "cascade.cli.calibrate",
     "cascade.cli.distill",
+    "cascade.cli.completion",
 )
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's (a plain checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("cascade-router")
+    except PackageNotFoundError:
+        from cascade import __version__
+
+        return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="cascade", description="A Laya-first cascading router for typed decisions."
+        prog="cascade", description="A Laya-first cascading router for typed decisions.",
+        epilog="`cascade COMMAND --help` describes each command and names the CASCADE_* "
+        "environment variable of each flag that has one (README: Configuration).",
     )
+    parser.add_argument("--version", action="version", version=f"cascade {version()}")
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     groups = {}
     for name, help_text in GROUPS.items():
@@ -51,8 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the handler ``args`` chose; a mistake the user can fix is a few lines, not a
+    traceback."""
+    try:
+        return int(args.func(args) or 0)
+    except user_errors() as exc:
+        if _debug(args):
+            raise
+        name = " ".join(filter(None, (args.command, getattr(args, "target", None))))
+        print(describe(name, exc), file=sys.stderr)
+        return status(exc)
+
+
+def _debug(args: argparse.Namespace) -> bool:
+    """``--log-level debug`` or ``CASCADE_LOG_LEVEL=debug``: errors keep their traceback."""
+    level = getattr(args, "log_level", None) or os.environ.get("CASCADE_LOG_LEVEL", "")
+    return level.lower() == "debug"
 
 
 if __name__ == "__main__":

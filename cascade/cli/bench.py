@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from cascade.cli.errors import ConfigError, UsageError
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -68,7 +72,10 @@ def register(groups: dict[str, Any]) -> None:
     soak.set_defaults(func=bench_soak)
 
     bench = groups["bench"].add_parser(
-        "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint"
+        "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint",
+        description="Time cascade's ONNX Laya engine against laya's torch Agent on a random "
+        "checkpoint of the given shape: single requests, then the bundled sample mix from "
+        "concurrent clients. Prints a table and JSON.",
     )
     bench.add_argument(
         "--shape",
@@ -81,18 +88,22 @@ def register(groups: dict[str, Any]) -> None:
         "--requests",
         type=int,
         default=24,
-        help="requests from the sample mix in the concurrent run",
+        help="requests from the sample mix in the concurrent run (default 24)",
     )
     bench.add_argument("--clients", type=int, default=8,
                        help="concurrent clients in the sample-mix run (default 8)")
-    bench.add_argument("--repeat", type=int, default=5, help="single-request repetitions")
+    bench.add_argument("--repeat", type=int, default=5,
+                       help="single-request repetitions (default 5)")
     bench.add_argument("--sample", type=Path, help="requests JSONL (default: the bundled "
                        "sample, cascade/bench/requests-sample.jsonl)")
     bench.add_argument("--json", type=Path, help="also write the figures as JSON here")
     bench.set_defaults(func=bench_laya)
 
     bench = groups["bench"].add_parser(
-        "clef", help="time cascade's Clef engine against the reference systemone loop")
+        "clef", help="time cascade's Clef engine against the reference systemone loop",
+        description="Time cascade's batched Clef engine against the reference one-at-a-time "
+        "systemone loop on random weights: latency per state length, then throughput from "
+        "concurrent clients. Prints a table and JSON.")
     bench.add_argument("--shape", choices=("9b", "tiny"), default="9b",
                        help="9b: Qwen3.5-9B-shaped random bf16 weights (CUDA only); "
                             "tiny: a tiny release, runs on the CPU")
@@ -115,8 +126,31 @@ def _run_gateway(args: argparse.Namespace) -> int:
     return main(args.requests, args.concurrency)
 
 
+def reachable(url: str) -> None:
+    """Raise ``ConfigError`` when nothing accepts a connection at ``url`` (so a benchmark of
+    a server that is not running says so, instead of counting connect errors)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--url {url}: give a base URL such as http://127.0.0.1:8000")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(f"--url {url}: nothing answers there ({exc.strerror or exc}); start "
+                          "the server first (e.g. `cascade serve --demo`)") from None
+
+
+def readable(path: Path | None, flag: str) -> None:
+    """Raise ``ConfigError`` naming ``flag`` when its file cannot be read (before any work)."""
+    if path is not None and not path.is_file():
+        raise ConfigError(f"{flag} {path}: no such file")
+
+
 def bench_load(args: argparse.Namespace) -> int:
     from cascade.bench import load
+
+    reachable(args.url)
+    readable(args.requests, "--requests")
 
     result = load.run(args.url, concurrency=args.concurrency, duration_s=args.duration,
                       requests=args.requests, model=args.model,
@@ -128,6 +162,8 @@ def bench_load(args: argparse.Namespace) -> int:
 def bench_soak(args: argparse.Namespace) -> int:
     from cascade.bench import soak
 
+    reachable(args.url)
+
     result = soak.run(args.url, duration_s=args.duration, window_s=args.window,
                       honest_clients=args.honest, key=args.key, pid=args.pid)
     return _report(soak.table(result), result, args.json)
@@ -136,6 +172,7 @@ def bench_soak(args: argparse.Namespace) -> int:
 def bench_laya(args: argparse.Namespace) -> int:
     from cascade.bench.laya import main
 
+    readable(args.sample, "--sample")
     return main(args)
 
 
@@ -146,7 +183,11 @@ def bench_clef(args: argparse.Namespace) -> int:
         return 2
     from cascade.bench import clef as bench
 
-    tokens = tuple(int(t) for t in args.tokens.split(","))
+    try:
+        tokens = tuple(int(t) for t in args.tokens.split(","))
+    except ValueError:
+        raise UsageError(f"--tokens {args.tokens}: give comma-separated integers, e.g. "
+                         "1024,4096") from None
     result = bench.run(args.shape, release=args.release, device=args.device, tokens=tokens,
                        repeats=args.repeats, concurrency=args.concurrency,
                        requests=args.requests)
@@ -178,8 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cascade.cli.bench")
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register({"bench": top})
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    from cascade.cli import run
+
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

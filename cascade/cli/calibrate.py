@@ -16,7 +16,9 @@ from typing import Any
 
 import msgspec
 
-from cascade.cli.eval import UsageError, check_source, data_flags, tier_flags, tier_policy
+from cascade.cli.errors import UsageError
+from cascade.cli.eval import check_source, data_flags, tier_flags, tier_policy
+from cascade.cli.summary import rounded
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -29,7 +31,8 @@ def register(groups: dict[str, Any]) -> None:
     data_flags(cal)
     cal.add_argument("--out", type=Path, required=True, metavar="FILE",
                      help="the calibration file to write (TOML)")
-    tier_flags(cal, url=False)
+    tier_flags(cal, url=False, policy_help="the policy file whose cheap tier is calibrated (only "
+               "that tier runs)")
     target = cal.add_mutually_exclusive_group(required=True)
     target.add_argument("--target-escalation", type=float, metavar="R",
                         help="escalate a share R of the questions the cheap tier answers")
@@ -40,6 +43,8 @@ def register(groups: dict[str, Any]) -> None:
                      help="a (type x band) with fewer questions gets the pooled fit (default 30)")
     cal.add_argument("--cache", type=Path, metavar="DIR",
                      help="cache the cheap tier's outputs here (e.g. an eval --out DIR)")
+    cal.add_argument("--json", action="store_true",
+                     help="print the summary as one JSON object instead of a table")
     cal.set_defaults(func=calibrate_command)
 
 
@@ -96,6 +101,27 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if args.demo:
         header += "\nDEMO: fitted on tiny random weights; it means nothing."
     write_calibration(args.out, cal, header)
-    print(msgspec.json.encode({"out": str(args.out), "target": target, "value": value,
-                               "gated_questions": gated, "cells": diagnostics}).decode())
+    summary = {"out": str(args.out), "target": target, "value": value,
+               "gated_questions": gated, "cells": diagnostics}
+    print(msgspec.json.encode(rounded(msgspec.to_builtins(summary))).decode() if args.json
+          else table(summary))
     return 0
+
+
+def table(summary: dict[str, Any]) -> str:
+    """The fit per (type x band) cell, rounded: what a person reads (``--json`` for tools)."""
+    def num(x: float | None, spec: str) -> str:
+        return "-" if x is None else format(x, spec)
+
+    lines = [f"wrote {summary['out']}: target {summary['target']} {summary['value']:g}, "
+             f"{summary['gated_questions']} gated questions",
+             f"{'cell':<16}{'n':>5}{'threshold':>11}{'temp':>7}{'escalate':>10}"
+             f"{'kept acc':>10}{'95% low':>9}"]
+    for name, cell in summary["cells"].items():
+        lines.append(f"{name + (' *' if cell.pooled else ''):<16}{cell.n:>5}"
+                     f"{num(cell.threshold, '.3f'):>11}{cell.temperature:>7.2f}"
+                     f"{cell.escalation:>10.1%}{num(cell.accepted_accuracy, '.1%'):>10}"
+                     f"{num(cell.lower_bound, '.1%'):>9}")
+    if any(cell.pooled for cell in summary["cells"].values()):
+        lines.append("* too few questions in the cell: the pooled fit applies")
+    return "\n".join(lines)

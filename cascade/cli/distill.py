@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from cascade.cli.serve import clef_flags
 
 REFUSED = 1
@@ -50,23 +52,32 @@ def register(groups: dict[str, Any]) -> None:
                         "resumes)")
     parser.add_argument("--held-back", type=float, default=0.2, metavar="F",
                         help="share of items never trained on, for the figures (default 0.2)")
-    parser.add_argument("--epochs", type=int, default=12, help="default 12")
+    parser.add_argument("--epochs", type=int, default=12, help="passes over the training "
+                        "rows (default 12)")
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (2e-3)")
     parser.add_argument("--batch-size", type=int, default=16, help="rows per step (16)")
     parser.add_argument("--train", choices=["all", "head"], default="all",
                         help="tensors to train: all (default) or head (everything after the "
                         "encoder)")
     parser.add_argument("--seed", type=int, default=0, help="shuffling seed (0)")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    parser.add_argument("--device", default="auto",
+                        help="where to train: auto (CUDA when present, default), cpu, cuda")
     parser.add_argument("--threads", type=int, metavar="N", help="torch CPU threads for training "
                         "(default: one per 256 hidden units of the student, at most the cores "
                         "available)")
     clef_flags(parser)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bars (they are drawn only when stderr is a terminal)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the held-back figures as one JSON object instead of a table")
     parser.set_defaults(func=run_distill)
 
 
 def run_distill(args: argparse.Namespace) -> int:
+    for path in [args.source, *(args.from_log or [])]:  # before torch is imported
+        if path is not None and not path.is_file():
+            print(f"cascade distill: {path}: no such file", file=sys.stderr)
+            return CANNOT_START
     try:
         from cascade.learn import distill
         from cascade.learn.train import TrainConfig
@@ -82,9 +93,11 @@ def run_distill(args: argparse.Namespace) -> int:
     options = distill.Options(
         source=args.source, from_log=args.from_log or [],
         settings=from_env(policy=args.policy, demo=args.demo or None,
-                          clef_overlong=args.overlong, clef_max_length=args.max_length),
+                          clef_overlong=args.clef_overlong,
+                          clef_max_length=args.clef_max_length),
         laya=args.laya, out=args.out, run_dir=args.run_dir, held_back=args.held_back,
-        device=args.device, threads=args.threads, progress=not args.no_progress,
+        device=args.device, threads=args.threads,
+        progress=not args.no_progress and sys.stderr.isatty(),
         config=TrainConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                            train=args.train, seed=args.seed),
     )
@@ -99,7 +112,7 @@ def run_distill(args: argparse.Namespace) -> int:
         print(f"cascade distill: the strong tier failed: {exc.message}; run the same command "
               "again to resume", file=sys.stderr)
         return CANNOT_START
-    print(table(report))
+    print(as_json(report) if args.json else table(report))
     if not report.written:
         print(f"cascade distill: refused: held-back agreement with the teacher did not improve "
               f"({report.before.agreement:.1%} -> {report.after.agreement:.1%}); {args.out} "
@@ -107,6 +120,17 @@ def run_distill(args: argparse.Namespace) -> int:
         return REFUSED
     print(f"wrote {args.out}")
     return 0
+
+
+def as_json(report: Any) -> str:
+    """The figures ``table`` prints, rounded, as one JSON object (all of them are in
+    ``distill.json``)."""
+    from cascade.cli.summary import rounded
+
+    figures = {name: rounded(msgspec.to_builtins(getattr(report, name)))
+               for name in ("before", "after")}
+    return msgspec.json.encode({"out": str(report.out), "written": report.written,
+                                "data": report.meta["data"], **figures}).decode()
 
 
 def table(report: Any) -> str:

@@ -28,8 +28,8 @@ def run_engine_clef(args: argparse.Namespace) -> int:
     return run_server(
         {
             "host": args.host, "port": port, "profile": args.profile,
-            "clef": args.checkpoint, "clef_overlong": args.overlong,
-            "clef_max_length": args.max_length,
+            "clef": args.checkpoint, "clef_overlong": args.clef_overlong,
+            "clef_max_length": args.clef_max_length,
             "admission_deadline_s": args.admission_deadline_s,
             "log_format": args.log_format,
         },

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from cascade.cli.errors import UsageError
+from cascade.cli.summary import rounded
 from cascade.policy.model import Policy
 
 
@@ -26,10 +29,12 @@ def register(groups: dict[str, Any]) -> None:
     )
     data_flags(ev)
     ev.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
-    tier_flags(ev, url=True)
+    tier_flags(ev, url=True, policy_help="the policy file whose tiers and cascade are measured")
     ev.add_argument("--cost", action="append", default=[], metavar="TIER=PRICE",
                     help="price per 1000 input tokens of a tier (name, or cheap/strong); "
                     "default: the policy's [cost], else laya 1, clef/upstream 20")
+    ev.add_argument("--json", action="store_true",
+                    help="print the summary as one JSON object instead of a table")
     ev.set_defaults(func=eval_command)
 
 
@@ -42,11 +47,12 @@ def data_flags(parser: argparse.ArgumentParser) -> None:
                         "needs --teacher strong")
     parser.add_argument("--teacher", choices=["strong"],
                         help="with --from-log: the strong tier's shadow answers stand in for gold")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (it is drawn only when stderr is a terminal)")
 
 
-def tier_flags(parser: argparse.ArgumentParser, *, url: bool) -> None:
-    parser.add_argument("--policy", type=Path, metavar="P", help="the policy to evaluate")
+def tier_flags(parser: argparse.ArgumentParser, *, url: bool, policy_help: str) -> None:
+    parser.add_argument("--policy", type=Path, metavar="P", help=policy_help)
     parser.add_argument("--laya", type=Path, metavar="DIR",
                         help="with --policy or --demo: a Laya bundle instead of the policy's "
                         "checkpoints (e.g. a `cascade distill` NEWDIR)")
@@ -61,18 +67,15 @@ def tier_flags(parser: argparse.ArgumentParser, *, url: bool) -> None:
                         "the weights)")
 
 
-class UsageError(SystemExit):
-    """Bad flags: exits with status 1 and the message."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"cascade: error: {message}")
-
-
 def check_source(args: argparse.Namespace) -> None:
+    """The data flags make sense and their files exist (checked before any tier loads)."""
     if bool(args.data) == bool(args.from_log):
         raise UsageError("give DATA.jsonl or --from-log FILE (one of them)")
     if args.from_log and args.teacher != "strong":
         raise UsageError("--from-log needs --teacher strong (the log has no human labels)")
+    for path in [args.data, *args.from_log]:
+        if path is not None and not path.is_file():
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
 
 
 def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
@@ -140,6 +143,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from cascade.eval.from_log import log_rows
     from cascade.eval.sweep import costs
 
+    prices = _prices(args.cost)
     check_source(args)
     policy, settings = tier_policy(args)
     slots = slots_of(policy)
@@ -156,12 +160,32 @@ def eval_command(args: argparse.Namespace) -> int:
                                              progress=not args.no_progress))
     for line in errors:
         print(f"eval: a tier failed on {line}", file=sys.stderr)
-    summary = write_outputs(args.out, rows, slots=slots, price=costs(policy, _prices(args.cost)),
+    summary = write_outputs(args.out, rows, slots=slots, price=costs(policy, prices),
                             meta={**meta(args, policy), "failed_items": len(errors)})
     cascade = summary["tiers"]["cascade"]
-    print(msgspec.json.encode({
-        "out": str(args.out), "questions": summary["questions"],
-        "accuracy": cascade["accuracy"], "escalation_rate": cascade["escalation_rate"],
-        "demo": summary["demo"],
-    }).decode())
+    if args.json:
+        print(msgspec.json.encode(rounded({
+            "out": str(args.out), "questions": summary["questions"],
+            "accuracy": cascade["accuracy"], "escalation_rate": cascade["escalation_rate"],
+            "demo": summary["demo"],
+        })).decode())
+    else:
+        print(table(args.out, summary))
     return 0
+
+
+def table(out: Path, summary: dict[str, Any]) -> str:
+    """Each tier's headline figures, rounded (all of them are in ``out/summary.json``)."""
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    lines = [f"{summary['questions']} questions of {summary['items']} items; figures, plots "
+             f"and summary.md in {out}" + (" (DEMO: tiny random weights)" if summary["demo"]
+                                          else ""),
+             f"{'tier':<10}{'n':>6}{'accuracy':>10}{'macro F1':>10}{'ECE':>7}{'escalated':>11}"]
+    for name, tier in summary["tiers"].items():
+        f1 = "-" if tier["macro_f1"] is None else f"{tier['macro_f1']:.3f}"
+        ece = "-" if tier["ece"] is None else f"{tier['ece']:.3f}"
+        lines.append(f"{name:<10}{tier['n']:>6}{pct(tier['accuracy']):>10}{f1:>10}{ece:>7}"
+                     f"{pct(tier.get('escalation_rate')):>11}")
+    return "\n".join(lines)

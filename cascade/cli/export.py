@@ -9,7 +9,10 @@ from typing import Any
 
 def register(groups: dict[str, Any]) -> None:
     export = groups["export"].add_parser(
-        "laya", help="export a Laya checkpoint to fp32 ONNX (self-checked against torch)"
+        "laya", help="export a Laya checkpoint to fp32 ONNX (self-checked against torch)",
+        description="Export a Laya checkpoint to the fp32 ONNX model the gateway serves, check "
+        "its outputs against torch, and print the output directory. The gateway exports on "
+        "first use by itself; this command does it ahead of time (a build step).",
     )
     export.add_argument(
         "checkpoint",
@@ -18,7 +21,8 @@ def register(groups: dict[str, Any]) -> None:
     export.add_argument(
         "--out",
         type=Path,
-        help="output directory (default: the cache, keyed by the checkpoint's content hash)",
+        help="output directory (default: $CASCADE_CACHE/laya-onnx/<content hash>, else "
+        "~/.cache/cascade/laya-onnx/<content hash>)",
     )
     export.add_argument(
         "--int8",

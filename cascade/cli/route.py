@@ -36,7 +36,12 @@ SUBDIRS: dict[Checkpoint, str] = {"multilingual": "multilingual",
 def register(groups: dict[str, Any]) -> None:
     top = groups["<top>"]
     route = top.add_parser("route", help="dry-run pre-routing of a JSONL request file: how it "
-                           "would split between tiers, and why (no inference)")
+                           "would split between tiers, and why (no inference)",
+                           description="Pre-route every request of FILE.jsonl with the policy, "
+                           "on exact token counts from the cheap tier's tokenizers, and print "
+                           "how requests and questions split between the tiers and why. Runs no "
+                           "model and downloads nothing; confidence escalations need inference "
+                           "and are not counted.")
     route.add_argument("requests", type=Path, metavar="FILE.jsonl",
                        help='one request per line: {"state", "questions", "images"?, "source"?}')
     route.add_argument("--policy", type=Path, required=True, metavar="P",

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import socket
+import typing
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cascade.settings import Settings, from_env, parse_map
+from cascade.cli.errors import ConfigError
+from cascade.settings import LogLevel, Settings, from_env, parse_map
 
 if TYPE_CHECKING:
     from cascade.eval.decision_log import DecisionLog
@@ -15,12 +20,15 @@ if TYPE_CHECKING:
 
 def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
     parser.add_argument("--host", help="bind address (default 127.0.0.1; CASCADE_HOST)")
-    parser.add_argument("--port", type=int, help=f"port (default {port}; CASCADE_PORT)")
+    parser.add_argument("--port", type=port_number, help=f"port (default {port}; CASCADE_PORT)")
     parser.add_argument(
         "--profile", choices=["laya", "jev"],
-        help="confidence profile: laya (default; Laya extras) or jev (exact Jev shape)",
+        help="confidence profile: laya (default; Laya extras) or jev (exact Jev shape; "
+        "CASCADE_PROFILE)",
     )
-    parser.add_argument("--log-level", default=None, help="debug, info (default), warning")
+    parser.add_argument("--log-level", choices=typing.get_args(LogLevel),
+                        help="info (default), debug (errors keep their traceback), warning or "
+                        "error (CASCADE_LOG_LEVEL)")
     parser.add_argument("--log-format", choices=["text", "json"],
                         help="text (default) or json, one object per line (CASCADE_LOG_FORMAT)")
     parser.add_argument(
@@ -28,6 +36,13 @@ def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
         help="refuse at once (503 + Retry-After) a request the measured work ahead would keep "
         "waiting longer than this (default 8; CASCADE_ADMISSION_DEADLINE_S)",
     )
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0 to 65535 (argparse reports anything else as a usage error)."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return int(text)
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -38,48 +53,85 @@ def register(groups: dict[str, Any]) -> None:
         ),
     )
     common_flags(serve, 8000)
-    serve.add_argument("--policy", help="policy file (policies/*.toml)")
-    serve.add_argument("--upstream", metavar="URL", help="forward to a /v1/systemone server")
-    serve.add_argument("--upstream-model", metavar="NAME", help="model name sent upstream")
+    serve.add_argument("--policy", metavar="FILE",
+                       help="policy file (policies/*.toml; CASCADE_POLICY)")
+    serve.add_argument("--upstream", metavar="URL",
+                       help="forward to a /v1/systemone server (CASCADE_UPSTREAM)")
+    serve.add_argument("--upstream-model", metavar="NAME",
+                       help="model name sent upstream (CASCADE_UPSTREAM_MODEL)")
     serve.add_argument(
         "--laya", action="append", metavar="[NAME=]DIR",
-        help="Laya checkpoint dir or hub id (repeat for english=, multilingual=, typed-decisions=)",
+        help="Laya checkpoint dir or hub id (repeat for english=, multilingual=, "
+        "typed-decisions=; CASCADE_LAYA=english=DIR,multilingual=DIR)",
     )
-    serve.add_argument("--clef", metavar="DIR", help="Clef release dir or hub id (in process)")
+    serve.add_argument("--clef", metavar="DIR",
+                       help="Clef release dir or hub id, in process (CASCADE_CLEF)")
     clef_flags(serve)
     serve.add_argument("--demo", action="store_true", default=None,
-                       help="serve tiny random checkpoints of both tiers (a demo, not a model)")
+                       help="serve tiny random checkpoints of both tiers (a demo, not a model; "
+                       "CASCADE_DEMO=1)")
     serve.add_argument("--calibration", metavar="FILE",
                        help="thresholds and temperatures from `cascade calibrate` (refused at "
-                       "boot when fitted for other weights)")
+                       "boot when fitted for other weights; CASCADE_CALIBRATION)")
     serve.add_argument("--decision-log", metavar="FILE",
-                       help="log every answered question to this SQLite file (off by default)")
+                       help="log every answered question to this SQLite file (off by default; "
+                       "CASCADE_DECISION_LOG)")
     serve.set_defaults(func=run_serve)
 
 
 def clef_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--overlong", choices=["reject", "truncate"],
+    parser.add_argument("--overlong", choices=["reject", "truncate"], dest="clef_overlong",
                         help="a state over --max-length: reject with 413 (default) or truncate "
-                        "its tail and report the dropped tokens in usage")
-    parser.add_argument("--max-length", type=int, metavar="N",
-                        help="Clef token limit, media included (default 16384)")
+                        "its tail and report the dropped tokens in usage (CASCADE_CLEF_OVERLONG)")
+    parser.add_argument("--max-length", type=int, metavar="N", dest="clef_max_length",
+                        help="Clef token limit, media included (default 16384; "
+                        "CASCADE_CLEF_MAX_LENGTH)")
 
 
 def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int:
-    from cascade.build import build_gateway
-    from cascade.http.app import create_app
-    from cascade.http.server import serve
-
+    """Serve until a signal. The keys file is read, the policy and calibration files found and
+    the port bound before anything heavy is imported or any weights load, so those mistakes
+    are reported in a second."""
     settings = from_env(**settings_overrides)
     level = configure_logging(settings, log_level)
-    gateway = build_gateway(settings)
-    gateway.decisions = open_decision_log(settings, gateway)
-    try:
-        serve(create_app(settings, gateway), settings, level.lower())
-    finally:
-        if gateway.decisions is not None:
-            gateway.decisions.close()
+    settings.keys()
+    for path in (settings.policy, settings.calibration):
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+    with listen(settings) as listener:
+        from cascade.build import build_gateway
+        from cascade.http.app import create_app
+        from cascade.http.server import serve
+
+        gateway = build_gateway(settings)
+        gateway.decisions = open_decision_log(settings, gateway)
+        try:
+            serve(create_app(settings, gateway), settings, level.lower(), sockets=[listener])
+        finally:
+            if gateway.decisions is not None:
+                gateway.decisions.close()
     return 0
+
+
+def listen(settings: Settings) -> socket.socket:
+    """The listening socket uvicorn is handed (bound here, so no other process can take the
+    port between this check and serving)."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    try:
+        return socket.create_server((settings.host, settings.port), family=family,
+                                    backlog=2048)
+    except OSError as exc:
+        where = f"{settings.host}:{settings.port}"
+        if exc.errno == errno.EADDRINUSE:
+            why = (f"port {settings.port} is already in use on {settings.host}; stop what "
+                   "listens there or pick another port with --port N (CASCADE_PORT)")
+        elif exc.errno == errno.EACCES:
+            why = (f"no permission to listen on {where} (ports under 1024 need privileges); "
+                   "pick another port with --port N (CASCADE_PORT)")
+        else:
+            why = (f"cannot listen on {where}: {exc.strerror or exc}; check --host "
+                   "(CASCADE_HOST) and --port (CASCADE_PORT)")
+        raise ConfigError(f"{why}. Nothing was loaded.") from None
 
 
 def configure_logging(settings: Settings, log_level: str | None) -> str:
@@ -122,7 +174,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "host": args.host, "port": args.port, "profile": args.profile,
             "policy": args.policy, "upstream": args.upstream,
             "upstream_model": args.upstream_model, "laya": laya, "clef": args.clef,
-            "clef_overlong": args.overlong, "clef_max_length": args.max_length,
+            "clef_overlong": args.clef_overlong, "clef_max_length": args.clef_max_length,
             "demo": args.demo, "calibration": args.calibration,
             "decision_log": args.decision_log, "admission_deadline_s": args.admission_deadline_s,
             "log_format": args.log_format,

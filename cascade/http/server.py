@@ -141,12 +141,14 @@ def served(app: ASGIApp) -> Any:
     return serve_http
 
 
-def serve(app: Litestar, settings: Settings, log_level: str) -> None:
-    """Run ``app`` until a signal ends it (see the module docstring)."""
+def serve(app: Litestar, settings: Settings, log_level: str,
+          sockets: list[socket.socket] | None = None) -> None:
+    """Run ``app`` until a signal ends it (see the module docstring), on ``sockets`` when given
+    (already listening), else on ``settings.host``/``port``."""
     protocol = with_send_timeout(guarded(head_limits(settings)), settings.send_timeout_s)
     config = uvicorn.Config(
         access_logged(served(app)), host=settings.host, port=settings.port, log_level=log_level,
         log_config=None, access_log=False, workers=1, lifespan="on", http=protocol,
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )
-    DrainingServer(config, app, settings.drain_s).run()
+    DrainingServer(config, app, settings.drain_s).run(sockets=sockets)

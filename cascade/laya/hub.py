@@ -49,8 +49,10 @@ def resolve_checkpoint(
 
     folder = SUBFOLDERS[name]
     patterns = [f"{folder}/{f}" if folder else f for f in FILES]
+    why = "this command downloads nothing"  # the caller's choice (offline=True)
     if offline is None:
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+        why = "HF_HUB_OFFLINE is set"
     try:
         local = snapshot_download(
             REPO, revision=revision, allow_patterns=patterns, local_files_only=True
@@ -58,8 +60,8 @@ def resolve_checkpoint(
     except LocalEntryNotFoundError as exc:
         if offline:
             raise CheckpointError(
-                f"Laya {name!r} is not in the local hub cache and the hub is "
-                "offline; pass a checkpoint directory"
+                f"Laya {name!r} is not in the local hub cache and {why}: download it "
+                f"first (`cascade export laya {name}`) or pass a checkpoint directory"
             ) from exc
         local = snapshot_download(REPO, revision=revision, allow_patterns=patterns)
     ckpt = Path(local) / folder
