@@ -55,7 +55,7 @@ def _encoder(
         )
         x = g.op("Add", x, linear(g, o, w, p + "attn.Wo", bias=False))
         m = linear(g, norm(g, x, w, p + "mlp_norm", e.norm_eps), w, p + "mlp.Wi", bias=False)
-        inp, gate = g.op("Split", m, axis=-1, outputs=2, num_outputs=2)
+        inp, gate = g.ops("Split", m, axis=-1, outputs=2, num_outputs=2)
         y = g.op("Mul", g.op("Gelu", inp), gate)
         x = g.op("Add", x, linear(g, y, w, p + "mlp.Wo", bias=False))
     return norm(g, x, w, "encoder.final_norm", e.norm_eps)

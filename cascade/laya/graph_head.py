@@ -58,7 +58,7 @@ def head_layer(
         kv = g.op(
             "Add", g.op("MatMul", a, g.const(np.ascontiguousarray(weight[d:].T))), g.const(bias[d:])
         )
-        k, v = g.op("Split", kv, axis=-1, outputs=2, num_outputs=2)
+        k, v = g.ops("Split", kv, axis=-1, outputs=2, num_outputs=2)
         q, k, v = (split_heads(g, x, heads, d // heads) for x in (q, k, v))
         scores = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
         probs = g.op("Softmax", g.op("Add", scores, key_add), axis=-1)
@@ -103,8 +103,8 @@ def scorer_and_act(g: Builder, w: dict[str, np.ndarray], h: str) -> None:
     )
     plogp = g.op("Mul", p, g.op("Log", g.op("Max", p, g.const(np.float32(1e-9)))))
     ent = g.op("Div", g.op("Neg", g.op("ReduceSum", plogp, axes, keepdims=0)), g.op("Log", k))
-    top, _ = g.op("TopK", p, g.const(np.array([2], np.int64)), axis=-1, outputs=2)
-    top1, top2 = g.op("Split", top, axis=1, outputs=2, num_outputs=2)
+    top, _ = g.ops("TopK", p, g.const(np.array([2], np.int64)), axis=-1, outputs=2)
+    top1, top2 = g.ops("Split", top, axis=1, outputs=2, num_outputs=2)
     col = g.const(np.array([1], np.int64))
     feats = g.op(
         "Concat",

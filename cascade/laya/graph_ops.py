@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -24,7 +25,9 @@ class Builder:
         self.inits: list[onnx.TensorProto] = []
         self._n = 0
 
-    def const(self, arr: np.ndarray | float | list, name: str | None = None) -> str:
+    def const(self, arr: Any, name: str | None = None) -> str:
+        """An initializer from ``arr`` (an array, a number or a nested list; float64 stored as
+        float32); its name."""
         name = name or f"c{len(self.inits)}"
         array = np.asarray(arr)
         if array.dtype == np.float64:
@@ -32,11 +35,17 @@ class Builder:
         self.inits.append(numpy_helper.from_array(array, name))
         return name
 
-    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs) -> str | list[str]:
+    def op(self, op_type: str, *inputs: str, **attrs: Any) -> str:
+        """A node with one output; its name."""
+        (name,) = self.ops(op_type, *inputs, outputs=1, **attrs)
+        return name
+
+    def ops(self, op_type: str, *inputs: str, outputs: int, **attrs: Any) -> list[str]:
+        """A node with ``outputs`` outputs; their names."""
         self._n += 1
         names = [f"{op_type.lower()}_{self._n}_{i}" for i in range(outputs)]
         self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
-        return names[0] if outputs == 1 else names
+        return names
 
 
 def rope_tables(g: Builder, pos_f: str, theta: float, dim: int) -> tuple[str, str]:
@@ -49,7 +58,7 @@ def rope_tables(g: Builder, pos_f: str, theta: float, dim: int) -> tuple[str, st
 
 
 def apply_rope(g: Builder, x: str, cos: str, sin: str) -> str:
-    x1, x2 = g.op("Split", x, axis=-1, outputs=2, num_outputs=2)
+    x1, x2 = g.ops("Split", x, axis=-1, outputs=2, num_outputs=2)
     rotated = g.op("Concat", g.op("Neg", x2), x1, axis=-1)
     return g.op("Add", g.op("Mul", x, cos), g.op("Mul", rotated, sin))
 
