@@ -1,8 +1,9 @@
 """Settings → policy → engines → ``Gateway``. The only place that knows engine classes.
 
 Policy sources, first match wins: ``--policy FILE``; ``--upstream URL`` (a one-tier policy that
-forwards to any ``/v1/systemone`` server); ``--demo`` (tiny random checkpoints of both tiers,
-labelled as a demo everywhere); ``--laya DIR`` and/or ``--clef DIR`` (in-process tiers).
+forwards to any ``/v1/systemone`` server); ``--demo`` (the default policy on tiny random
+checkpoints of both tiers, labelled as a demo everywhere); ``--laya DIR`` and/or ``--clef DIR``
+(in-process tiers).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from typing import Any
 
 def register(groups: dict[str, Any]) -> None:
     tiny = groups["make-tiny"].add_parser(
-        "laya", help="write a tiny RANDOM Laya checkpoint (tests and demos; not a model)"
+        "laya", help="write a tiny RANDOM Laya checkpoint (tests and demos; not a model) that "
+        "reads rows as the English checkpoint does (512 tokens, 192 for the question)"
     )
     tiny.add_argument("dir", type=Path, help="directory to write (created if needed)")
     tiny.add_argument(
