@@ -98,7 +98,9 @@ def traffic(url: str) -> int:
     mirrors a quarter of cheap-final requests (a server-side draw), so the shadow panels get
     series with near certainty."""
     spam = {"type": "choice", "instructions": "Spam?", "criteria": ["yes", "no"]}
-    mixes = [QUESTIONS, {"spam": spam, "anger": QUESTIONS["anger"]}, {"spam": spam}]
+    # Under the default policy's thresholds the tiny Laya keeps its three-point scores and
+    # escalates most else: the anger-only requests are the cheap-final ones shadowing samples.
+    mixes = [QUESTIONS, {"spam": spam, "anger": QUESTIONS["anger"]}, {"anger": QUESTIONS["anger"]}]
     short: list[tuple[str, dict[str, Any]]] = []
     for i in range(60):
         state = STATES[i % len(STATES)] + (" Also, again." * (i % 4))
