@@ -1,8 +1,9 @@
 """Settings → policy → engines → ``Gateway``. The only place that knows engine classes.
 
 Policy sources, first match wins: ``--policy FILE``; ``--upstream URL`` (a one-tier policy that
-forwards to any ``/v1/systemone`` server); ``--demo`` (tiny random checkpoints of both tiers,
-labelled as a demo everywhere); ``--laya DIR`` and/or ``--clef DIR`` (in-process tiers).
+forwards to any ``/v1/systemone`` server); ``--demo`` (the default policy on tiny random
+checkpoints of both tiers, labelled as a demo everywhere); ``--laya DIR`` and/or ``--clef DIR``
+(in-process tiers).
 """
 
 from __future__ import annotations
@@ -13,27 +14,26 @@ import logging
 import os
 from pathlib import Path
 
+import msgspec
+
 from cascade.engines.base import Engine
 from cascade.gateway import Gateway
 from cascade.policy.calibration import check_checkpoints, with_calibration_file
 from cascade.policy.files import load_policy
 from cascade.policy.model import (
-    Bands,
     Checkpoints,
     ClefTier,
     LayaTier,
-    Models,
     Policy,
     Route,
-    Shadow,
-    Thresholds,
     Tier,
-    TypeBands,
     UpstreamTier,
 )
 from cascade.settings import Settings
 
 log = logging.getLogger("cascade")
+# policies/default.toml (a link shipped in the package): the demo's policy too.
+DEFAULT_POLICY = Path(__file__).parent / "policy" / "default.toml"
 LAYA_NAMES = ("english", "multilingual", "typed-decisions")
 DEMO_BANNER = (
     "DEMO MODE: serving TINY RANDOM checkpoints. Answers are meaningless; this is not a model. "
@@ -87,35 +87,30 @@ def _policy(settings: Settings) -> Policy:
 
 
 def demo_policy(root: Path, settings: Settings) -> Policy:
-    """Both tiers on tiny random checkpoints written under ``root`` (once)."""
+    """The default policy (``policies/default.toml``: its model table, pre-routing rules and
+    thresholds as they are) with its tiers' weights swapped for tiny random checkpoints under
+    ``root``, Clef on the CPU, and a quarter of cheap-final requests shadowed so the shadow
+    figures show up quickly. The Laya checkpoints are rewritten every time (milliseconds, and
+    deterministic), so a demo directory an older cascade wrote is never served; Clef's once."""
     from cascade.clef.tiny import make_tiny as make_tiny_clef
     from cascade.laya.tiny import make_tiny as make_tiny_laya
 
-    laya_dir, clef_dir = root / "laya-english", root / "clef-flash"
-    if not (laya_dir / "rl_agent_config.json").exists():
-        make_tiny_laya(laya_dir)
+    policy = load_policy(DEFAULT_POLICY)
+    laya, clef = policy.tiers["laya"], policy.tiers["clef"]
+    assert isinstance(laya, LayaTier) and isinstance(clef, ClefTier), DEFAULT_POLICY
+    laya_dirs = {name: root / f"laya-{name}" for name in laya.checkpoints.named()}
+    for seed, path in enumerate(laya_dirs.values()):
+        make_tiny_laya(path, seed=seed)
+    clef_dir = root / "clef-flash"
     if not (clef_dir / "joint_head.safetensors").exists():
         make_tiny_clef(clef_dir)
     tiers: dict[str, Tier] = {
-        "laya": LayaTier(checkpoints=Checkpoints(english=str(laya_dir))),
-        "clef": ClefTier(release=str(clef_dir), device="cpu", timeout_s=30.0),
+        "laya": msgspec.structs.replace(laya, checkpoints=Checkpoints.of(laya_dirs)),
+        "clef": msgspec.structs.replace(clef, release=str(clef_dir), device="cpu"),
     }
-    return Policy(
-        description="demo: tiny random checkpoints of both tiers",
-        tiers=tiers,
-        route=Route(cheap="laya", strong="clef"),
-        models=Models(cheap_only=["laya"], strong_only=["clef-flash"], unknown="cascade"),
-        # Low enough that the tiny random Laya keeps some answers and escalates others, so the
-        # demo shows both paths (real checkpoints need thresholds fitted on real traffic).
-        # The tiny Laya reads 96 tokens (head 48): it answers truncated rows and collapsed
-        # options itself, or nearly every request would go strong and the gate show nothing.
-        thresholds=Thresholds(truncated=False, collapsed=False, confidence=TypeBands(
-            choice=Bands(two=0.6, three_five=0.55, six_ten=0.4, eleven_plus=0.3),
-            score=Bands(two=0.6, three_five=0.4, six_ten=0.3, eleven_plus=0.25),
-            noul=Bands(two=0.6),
-        )),
-        # A quarter of cheap-final requests are mirrored, so shadow figures show up quickly.
-        shadow=Shadow(fraction=0.25),
+    return msgspec.structs.replace(
+        policy, description=f"demo (tiny random checkpoints): {policy.description}",
+        tiers=tiers, shadow=msgspec.structs.replace(policy.shadow, fraction=0.25),
     )
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import msgspec
 import pytest
 
-from cascade.build import NoTiers, policy_from_settings
-from cascade.policy.files import validate
+from cascade.build import DEFAULT_POLICY, NoTiers, demo_policy, policy_from_settings
+from cascade.laya.config import load_config
+from cascade.laya.tiny import write_random
+from cascade.policy.files import load_policy, validate
 from cascade.policy.model import ClefTier, LayaTier, UpstreamTier
 from cascade.settings import Settings, from_env
 
@@ -38,3 +43,30 @@ def test_unknown_laya_names_and_no_tiers_say_what_to_do() -> None:
         policy_from_settings(Settings(laya={"french": "/fr"}))
     with pytest.raises(NoTiers, match="--demo"):
         policy_from_settings(Settings())
+
+
+def test_the_demo_is_the_default_policy_on_tiny_checkpoints(tmp_path: Path) -> None:
+    """policies/default.toml as it is (the file the package ships), the tiers' weights swapped
+    for tiny ones that read rows as Laya's English checkpoint does; a demo directory an older
+    cascade wrote (a 96-token tiny Laya) is rewritten, never served."""
+    write_random(tmp_path / "laya-english", agent={"max_len": 96, "head_max_len": 48})
+    policy = demo_policy(tmp_path, Settings(demo=True, demo_dir=str(tmp_path)))
+    default = load_policy(Path(__file__).parents[1] / "policies" / "default.toml")
+    assert DEFAULT_POLICY.read_bytes() == (DEFAULT_POLICY.parents[2] / "policies" /
+                                           "default.toml").read_bytes()
+    same = msgspec.structs.replace(policy, tiers=default.tiers, shadow=default.shadow,
+                                   description=default.description)
+    assert same == default and policy.shadow.fraction == 0.25
+    laya, clef = policy.tiers["laya"], policy.tiers["clef"]
+    assert isinstance(laya, LayaTier) and isinstance(clef, ClefTier)
+    named = laya.checkpoints.named()
+    assert named == {"english": str(tmp_path / "laya-english"),
+                     "multilingual": str(tmp_path / "laya-multilingual")}
+    assert msgspec.structs.replace(laya, checkpoints=default.tiers["laya"].checkpoints) == (
+        default.tiers["laya"])
+    assert clef.release == str(tmp_path / "clef-flash") and clef.device == "cpu"
+    assert msgspec.structs.replace(clef, release="Cloudflare/clef-flash", device="cuda") == (
+        default.tiers["clef"])
+    for path in named.values():
+        cfg = load_config(Path(path))
+        assert (cfg.max_len, cfg.head_max_len) == (512, 192)

@@ -12,7 +12,8 @@ def register(groups: dict[str, Any]) -> None:
     tiny = groups["make-tiny"].add_parser(
         "laya", help="write a tiny RANDOM Laya checkpoint (tests and demos; not a model)",
         description="Write a tiny Laya checkpoint with RANDOM weights in the real release "
-        "format into DIR: for tests and demos; its answers mean nothing.",
+        "format into DIR: for tests and demos; its answers mean nothing. It reads rows as the "
+        "English checkpoint does (512 tokens, 192 for the question).",
     )
     tiny.add_argument("dir", type=Path, help="directory to write (created if needed)")
     tiny.add_argument(

@@ -1,9 +1,12 @@
 """Tiny random Laya checkpoints in the real layout, for tests and ``cascade serve --demo``.
 
 The weights are random (non-degenerate: spec §9's recipe) and mean nothing. The encoder is small
-but real: 3 layers (one global, two local), a local window of 8 that binds on 96-token rows, and
-distinct non-default RoPE thetas, so a wrong window or RoPE changes the answers. The tokenizer is
-a byte-level BPE trained with ``tokenizers`` on a small built-in text.
+but real: 3 layers (one global, two local), a local window of 8 that binds on every row, and
+distinct non-default RoPE thetas, so a wrong window or RoPE changes the answers. Rows are read as
+the English checkpoint reads them (``max_len`` 512, ``head_max_len`` 192), so the default policy's
+truncation and option-collapse rules mean in the demo what they mean in production. Temperatures
+are inside Laya's clamp range, so loading one logs nothing. The tokenizer is a byte-level BPE
+trained with ``tokenizers`` on a small built-in text.
 """
 
 from __future__ import annotations
@@ -107,13 +110,14 @@ def _encoder_config(vocab: int, fmt: Literal["v4", "v5"], shape: dict) -> dict:
 _AGENT_CONFIG = {
     "encoder": "cascade/tiny-random-modernbert",
     "head_layers": 2,
-    "max_len": 96,
-    "head_max_len": 48,
+    # The English checkpoint's row budgets.
+    "max_len": 512,
+    "head_max_len": 192,
     "act_costs": {"escalate": 0.5},
     "model_name": "cascade-tiny-random",
     "temperature": [1.3, 0.9, 1.1],
-    # choice:11+ is clamped to 0.5 on load, as Laya clamps the English checkpoint's 0.1006
-    "temperature_by_options": {"choice:3-5": 1.2, "choice:11+": 0.1, "noul:2": 1.7},
+    # Within Laya's clamp range [0.5, 5] (tests write an out-of-range one to check the clamp).
+    "temperature_by_options": {"choice:3-5": 1.2, "choice:11+": 0.6, "noul:2": 1.7},
 }
 
 
@@ -156,7 +160,7 @@ def write_random(
     """A random checkpoint of any ModernBERT ``shape`` (the benchmark uses base and large).
 
     ``vocab`` widens the embedding past the tiny tokenizer's; ``agent`` overrides
-    ``rl_agent_config.json`` keys (e.g. the English budgets ``max_len`` 512, ``head_max_len`` 192).
+    ``rl_agent_config.json`` keys (e.g. ``temperature_by_options`` out of Laya's clamp range).
     """
     out = Path(out)
     (out / "tokenizer").mkdir(parents=True, exist_ok=True)

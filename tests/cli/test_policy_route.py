@@ -30,7 +30,7 @@ max_choice_options = 8
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A policy file next to a tiny English + multilingual bundle (max_len 96, head 48)."""
+    """A policy file next to a tiny English + multilingual bundle (max_len 512, head 192)."""
     root = tmp_path_factory.mktemp("route")
     make_tiny(root / "tiny")
     make_tiny(root / "tiny" / "multilingual", seed=1)
@@ -43,7 +43,7 @@ def requests(path: Path) -> Path:
     choice = {"type": "choice", "criteria": ["billing", "tech"]}
     lines = [
         {"id": "1", "source": "a", "state": "refund please", "questions": {"u": noul}},
-        {"id": "2", "source": "a", "state": "refund please " * 100, "questions": {"u": noul}},
+        {"id": "2", "source": "a", "state": "refund please " * 300, "questions": {"u": noul}},
         {"id": "3", "source": "b", "state": "where is it", "questions": {
             "c": choice, "wide": {"type": "choice", "criteria": [f"o{i}" for i in range(9)]}}},
         {"id": "4", "source": "b", "state": "Где мой заказ? Я жду уже неделю.",

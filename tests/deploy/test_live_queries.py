@@ -91,21 +91,31 @@ STATES = ["I was charged twice for my March invoice", "The app crashes when I up
 
 def traffic(url: str) -> int:
     """74 bounded requests from 4 threads: short states (cheap-final, low-confidence
-    escalations), a few long ones and an image (strong tier), the batch route, and invalid
-    bodies. The demo mirrors a quarter of cheap-final requests (a server-side draw), so the
-    shadow panels get series with near certainty."""
+    escalations), a few long ones and an image (strong tier: the default policy sends a state
+    past Laya's 512 tokens there), the batch route, and invalid bodies. The long and image
+    requests are spread through the short ones, one at a time, so the tiny Clef on a shared
+    CPU is never asked for them all at once (admission would refuse some with 503). The demo
+    mirrors a quarter of cheap-final requests (a server-side draw), so the shadow panels get
+    series with near certainty."""
     spam = {"type": "choice", "instructions": "Spam?", "criteria": ["yes", "no"]}
-    mixes = [QUESTIONS, {"spam": spam, "anger": QUESTIONS["anger"]}, {"spam": spam}]
-    bodies: list[tuple[str, dict[str, Any]]] = []
+    # Under the default policy's thresholds the tiny Laya keeps its three-point scores and
+    # escalates most else: the anger-only requests are the cheap-final ones shadowing samples.
+    mixes = [QUESTIONS, {"spam": spam, "anger": QUESTIONS["anger"]}, {"anger": QUESTIONS["anger"]}]
+    short: list[tuple[str, dict[str, Any]]] = []
     for i in range(60):
         state = STATES[i % len(STATES)] + (" Also, again." * (i % 4))
-        bodies.append(("/v1/systemone", {"model": "jev-latest", "state": state,
-                                         "questions": mixes[i % 3]}))
-    bodies += [("/v1/systemone", {"state": STATES[0] + ". " + " ".join(STATES) * 20,
-                                  "questions": QUESTIONS})] * 4
+        short.append(("/v1/systemone", {"model": "jev-latest", "state": state,
+                                        "questions": mixes[i % 3]}))
+    heavy = [("/v1/systemone", {"state": STATES[0] + ". " + " ".join(STATES) * 20,
+                                "questions": QUESTIONS})] * 4
+    heavy += [("/v1/systemone", {"state": "photo", "questions": QUESTIONS,
+                                 "images": [png_b64()]})] * 2
+    bodies: list[tuple[str, dict[str, Any]]] = []
+    for i, body in enumerate(short):
+        bodies.append(body)
+        if i % 10 == 9:
+            bodies.append(heavy[i // 10])
     bodies += [("/v1/systemone/batch", {"states": STATES[:3], "questions": QUESTIONS})] * 4
-    bodies += [("/v1/systemone", {"state": "photo", "questions": QUESTIONS,
-                                  "images": [png_b64()]})] * 2
     bodies += [("/v1/systemone", {"state": "no questions", "questions": {}})] * 4
 
     def post(numbered: tuple[int, tuple[str, dict[str, Any]]]) -> int:

@@ -139,8 +139,9 @@ async def test_request_errors_are_validation_failures(engine: LayaEngine) -> Non
     with pytest.raises(ValidationFailed) as info:
         await engine.answer(call("x", bad_order))
     assert info.value.items[0]["loc"] == ["body", "questions", "q", "option_order"]
-    too_many = {"q": {"type": "choice", "instructions": "Which?", "criteria": list(range(45))}}
-    with pytest.raises(ValidationFailed, match="option markers fit in max_len=96"):
+    # 300 options of 2-3 tokens each cannot all keep their marker in a 512-token row
+    too_many = {"q": {"type": "choice", "instructions": "Which?", "criteria": list(range(300))}}
+    with pytest.raises(ValidationFailed, match="option markers fit in max_len=512"):
         await engine.answer(call("x", too_many))
 
 

@@ -15,6 +15,7 @@ from cascade.cli import main
 from cascade.policy.calibration import read_calibration, write_calibration
 
 CONFIDENCE = {"low_confidence", "low_margin"}
+ANGER = ["calm", "upset", "furious"]
 
 
 def _data(path: Path, n: int, seed: int) -> Path:
@@ -24,11 +25,15 @@ def _data(path: Path, n: int, seed: int) -> Path:
     for i in range(n):
         state = f"ticket {i}: " + " ".join(rng.choice(["refund", "crash", "price", "login",
                                                         "invoice", "contract"]) for _ in range(6))
+        # The demo serves the default policy's thresholds: the tiny random Laya clears them on
+        # the three-point score and mostly not on the other two, so the demo shows both paths.
         questions = {
             "urgent": {"type": "noul", "instructions": "Is it urgent?"},
             "team": {"type": "choice", "instructions": "Which team?", "criteria": teams},
+            "anger": {"type": "score", "instructions": "How angry?", "criteria": ANGER},
         }
-        gold = {"urgent": rng.random() < 0.5, "team": rng.choice(list(teams))}
+        gold = {"urgent": rng.random() < 0.5, "team": rng.choice(list(teams)),
+                "anger": rng.choice(ANGER)}
         lines.append(json.dumps({"id": f"t{i}", "state": state, "questions": questions,
                                  "gold": gold, "source": "synthetic"}))
     path.write_text("\n".join(lines) + "\n")
@@ -79,7 +84,7 @@ def test_eval_demo_end_to_end_agrees_with_its_items_and_resumes(tmp_path: Path, 
     summary = json.loads((out / "summary.json").read_text())
     items = _items(out)
     assert summary["demo"] is True and "DEMO" in (out / "summary.md").read_text()
-    assert len(items) == summary["questions"] == 48 and summary["items"] == 24
+    assert len(items) == summary["questions"] == 24 * 3 and summary["items"] == 24
     tiers = summary["tiers"]
     figures = _recomputed(items)
     assert tiers["cheap"]["accuracy"] == figures["cheap"]

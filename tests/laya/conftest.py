@@ -16,10 +16,14 @@ from cascade.laya import decode
 from cascade.laya.export import MODEL_FILE, export
 from cascade.laya.preview import Previewer
 from cascade.laya.rows import collate
-from cascade.laya.tiny import make_tiny
+from cascade.laya.tiny import write_random
 from cascade.schema import Controls, Question
 
 FORMATS = ("v5", "v4")
+# The shipped tiny checkpoint's temperatures are all in range (its loading logs nothing); these
+# copies carry one out of range, as the English checkpoint's choice:11+ = 0.1006 is, so the
+# comparisons with laya exercise the clamp.
+UNCLAMPED = {"temperature_by_options": {"choice:3-5": 1.2, "choice:11+": 0.1, "noul:2": 1.7}}
 
 
 def to_questions(raw: dict[str, dict[str, Any]]) -> dict[str, Question]:
@@ -80,7 +84,8 @@ class Ours:
 def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("laya-tiny")
     return {
-        fmt: make_tiny(root / fmt, config_format=fmt, seed=i)  # type: ignore[arg-type]
+        fmt: write_random(root / fmt, config_format=fmt, seed=i,  # type: ignore[arg-type]
+                          agent=UNCLAMPED)
         for i, fmt in enumerate(FORMATS)
     }
 

@@ -10,8 +10,8 @@ import pytest
 
 from tests.laya.conftest import FORMATS
 
-LONG = " ".join(
-    f"Customer {i} wants a refund for order {i * 7} that arrived broken." for i in range(20)
+LONG = " ".join(  # past the tiny checkpoint's 512 tokens, as past the English checkpoint's
+    f"Customer {i} wants a refund for order {i * 7} that arrived broken." for i in range(60)
 )
 TRIAGE = {
     "dept": {
@@ -37,7 +37,7 @@ CASES: dict[str, tuple[Any, dict, dict]] = {
     "list_state_keeps_newest": (
         [
             {"role": "user" if i % 2 else "assistant", "content": f"turn {i}: where is my refund?"}
-            for i in range(14)
+            for i in range(48)
         ],
         TRIAGE,
         {},

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-import pytest
 
 from cascade.calls import EngineCall
 from cascade.engines.laya import LayaEngine
@@ -53,10 +52,9 @@ def test_newdir_gets_its_own_export_and_laya_answers_it_as_cascade_does(
         content_hash(new)
 
     torch.set_num_threads(1)
-    with pytest.warns(RuntimeWarning, match=r"choice:11\+=0.1 -> 0.5"):
-        agent = Agent(str(shutil.copytree(new, tmp_path / "agent")), device="cpu")
-    with pytest.warns(RuntimeWarning, match=r"choice:11\+=0.1 -> 0.5"):
-        before = Agent(str(shutil.copytree(source, tmp_path / "source")), device="cpu")
+    # the tiny temperatures are in Laya's range: laya loads both without a warning
+    agent = Agent(str(shutil.copytree(new, tmp_path / "agent")), device="cpu")
+    before = Agent(str(shutil.copytree(source, tmp_path / "source")), device="cpu")
     moved = 0.0
     for name, (state, questions, controls) in CASES.items():
         theirs, logits = laya_with_logits(agent, state, questions, **controls)

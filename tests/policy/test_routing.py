@@ -282,21 +282,21 @@ def test_preview_call_with_unreadable_strong_checks_the_default_checkpoint() -> 
 
 
 def test_real_previewer_on_a_tiny_checkpoint(tmp_path: Path) -> None:
-    ckpt = make_tiny(tmp_path / "en")  # max_len 96, head_max_len 48
+    ckpt = make_tiny(tmp_path / "en")  # max_len 512, head_max_len 192
     previewer = Previewer({"english": ckpt}, default="english")
     english_only = msgspec.structs.replace(POLICY, tiers={
         "laya": msgspec.convert({"kind": "laya", "checkpoints": {"english": str(ckpt)}},
                                 LayaTier), "clef": ClefTier()})
-    short, long = call(), msgspec.structs.replace(call(), state="refund please " * 200)
+    short, long = call(), msgspec.structs.replace(call(), state="refund please " * 300)
     khmer = msgspec.structs.replace(call(), state="សួស្តី ខ្ញុំចង់បានប្រាក់វិញ")
     decided = {}
     for name, c in (("short", short), ("long", long), ("khmer", khmer)):
         pv = preview_call(english_only, c, previewer)
         decided[name] = {r.reason for r in pre_route(english_only, c, pv).questions.values()}
     assert decided == {"short": {None}, "long": {"state_too_long"}, "khmer": {"script"}}
-    # 77 options overflow the tiny head budget: Laya would refuse the whole call, so questions
-    # the policy sends strong anyway are left out of the preview
-    wide = {**QUESTIONS, "intent": ChoiceQuestion(criteria=[f"label {i}" for i in range(77)])}
+    # 140 options (4 tokens each at least) overflow the 512-token row: Laya would refuse the
+    # whole call, so questions the policy sends strong anyway are left out of the preview
+    wide = {**QUESTIONS, "intent": ChoiceQuestion(criteria=[f"label {i}" for i in range(140)])}
     c = call(questions=wide)
     with pytest.raises(ValidationFailed, match="option markers fit"):
         previewer.preview(c)
@@ -310,14 +310,14 @@ def test_real_previewer_on_a_tiny_checkpoint(tmp_path: Path) -> None:
 def test_stand_in_respects_the_strong_only_rules(tmp_path: Path) -> None:
     """The cheap tier standing in for a dead strong tier must still read the text and fit the
     state, whatever rule sent the questions strong."""
-    en = make_tiny(tmp_path / "en")  # max_len 96: the tiny checkpoint truncates long states
+    en = make_tiny(tmp_path / "en")  # max_len 512: 603 tokens of state are cut
     english_only = msgspec.structs.replace(POLICY, tiers={
         "laya": msgspec.convert({"kind": "laya", "checkpoints": {"english": str(en)}},
                                 LayaTier), "clef": ClefTier()})
     previewer = Previewer({"english": en}, default="english")
     chinese = msgspec.structs.replace(call(), state="我的退款还没有到账，请帮我查一下")
     assert stand_in(english_only, chinese, previewer, "english") == ("english", ["script"])
-    long = msgspec.structs.replace(call(), state="refund please " * 200)
+    long = msgspec.structs.replace(call(), state="refund please " * 300)
     assert stand_in(english_only, long, previewer, "english") == ("english", ["state_too_long"])
     lenient = msgspec.structs.replace(
         english_only, thresholds=msgspec.structs.replace(POLICY.thresholds, truncated=False))
