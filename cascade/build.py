@@ -10,15 +10,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 from pathlib import Path
+from typing import get_args
 
 from cascade.engines.base import Engine
-from cascade.gateway import Gateway
+from cascade.gateway import DecisionSink, Gateway
 from cascade.policy.calibration import check_checkpoints, with_calibration_file
 from cascade.policy.files import load_policy
 from cascade.policy.model import (
     Bands,
+    Checkpoint,
     Checkpoints,
     ClefTier,
     LayaTier,
@@ -31,10 +32,10 @@ from cascade.policy.model import (
     TypeBands,
     UpstreamTier,
 )
-from cascade.settings import Settings
+from cascade.settings import Settings, env_secret
 
 log = logging.getLogger("cascade")
-LAYA_NAMES = ("english", "multilingual", "typed-decisions")
+LAYA_NAMES: tuple[Checkpoint, ...] = get_args(Checkpoint)
 DEMO_BANNER = (
     "DEMO MODE: serving TINY RANDOM checkpoints. Answers are meaningless; this is not a model. "
     "Pass --laya/--clef/--policy with real weights (convaiinnovations/laya, Cloudflare/clef-flash)."
@@ -152,7 +153,7 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
         )
     from cascade.engines.http import HttpEngine
 
-    api_key = os.environ.get(tier.api_key_env) if tier.api_key_env else None
+    api_key = env_secret(tier.api_key_env) if tier.api_key_env else None
     if settings.upstream and name == "upstream":
         api_key = settings.upstream_api_key or api_key
     return HttpEngine(
@@ -192,14 +193,16 @@ def _clef_hash(path: str) -> str:
     return content_hash(Path(path))
 
 
-def build_gateway(settings: Settings) -> Gateway:
-    """The gateway of ``settings``. Raises ``CalibrationMismatch`` (exits, naming both hashes)
-    when the policy's calibration was fitted for other weights."""
-    policy = policy_from_settings(settings)
+def build_gateway(settings: Settings, *, policy: Policy | None = None,
+                  decisions: DecisionSink | None = None) -> Gateway:
+    """The gateway of ``settings`` (its ``policy``, when already read), logging to
+    ``decisions``. Raises ``CalibrationMismatch`` (exits, naming both hashes) when the policy's
+    calibration was fitted for other weights."""
+    policy = policy or policy_from_settings(settings)
     if settings.demo:
         log.warning(DEMO_BANNER)
     if policy.calibration.checkpoints:
         check_checkpoints(policy, fingerprints(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
     return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
-                   admission_deadline_s=settings.admission_deadline_s)
+                   admission_deadline_s=settings.admission_deadline_s, decisions=decisions)

@@ -105,7 +105,7 @@ def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
 
 
 def meta(args: argparse.Namespace, policy: Policy) -> dict[str, Any]:
-    from cascade.gateway import DEMO_WARNING
+    from cascade.answers import DEMO_WARNING
 
     source = ", ".join(map(str, args.from_log)) if args.from_log else str(args.data)
     described = ("the demo tiers" if args.demo else f"`{args.policy}`" if args.policy

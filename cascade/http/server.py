@@ -26,6 +26,7 @@ from types import FrameType
 import uvicorn
 from litestar import Litestar
 
+from cascade.http.drain import Drain
 from cascade.http.protocol import HeadLimits, guarded
 from cascade.settings import Settings
 
@@ -33,11 +34,11 @@ log = logging.getLogger("cascade")
 
 
 class DrainingServer(uvicorn.Server):
-    """``uvicorn.Server`` that marks ``app.state.draining`` and waits ``drain_s`` on SIGTERM."""
+    """``uvicorn.Server`` that begins ``drain`` and waits ``drain_s`` on SIGTERM."""
 
-    def __init__(self, config: uvicorn.Config, app: Litestar, drain_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain, drain_s: float) -> None:
         super().__init__(config)
-        self.app = app
+        self.drain = drain
         self.drain_s = drain_s
         self.drain_until: float | None = None
 
@@ -49,7 +50,7 @@ class DrainingServer(uvicorn.Server):
                 # SIGTERM is a clean exit.
                 self._captured_signals.remove(sig)
             return
-        self.app.state.draining = True
+        self.drain.begin()
         self.drain_until = time.monotonic() + self.drain_s
         log.info("SIGTERM: draining for %g s (/ready answers 503), then shutting down",
                  self.drain_s)
@@ -95,11 +96,11 @@ def head_limits(settings: Settings) -> HeadLimits:
                       header_timeout_s=settings.header_timeout_s)
 
 
-def serve(app: Litestar, settings: Settings, log_level: str) -> None:
-    """Run ``app`` until a signal ends it (see the module docstring)."""
+def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain) -> None:
+    """Run ``app`` (built with ``drain``) until a signal ends it (see the module docstring)."""
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=log_level, workers=1,
         lifespan="on", http=guarded(head_limits(settings)),
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )
-    DrainingServer(config, app, settings.drain_s).run()
+    DrainingServer(config, drain, settings.drain_s).run()
