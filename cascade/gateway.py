@@ -9,11 +9,9 @@ Every request gets a ``Budget``: a deadline ``admission_deadline_s`` from its st
 of its own (a batch's states share one). Engines with queues refuse a call at once when the
 measured work ahead would keep it waiting past the deadline (an in-process tier's own
 ``timeout_s`` caps that wait further); what they accept runs to the end. Remote tiers get
-``timeout_s`` as a whole-call limit.
-
-Breakers count what says a tier is broken: errors, timeouts of remote tiers, unavailability.
-Client errors, overload and cancellations only free a half-open probe slot. Shadow calls never
-touch a breaker.
+``timeout_s`` as a whole-call limit. Breakers count what says a tier is broken: errors, timeouts
+of remote tiers, unavailability. Client errors, overload and cancellations only free a half-open
+probe slot. Shadow calls never touch a breaker.
 """
 
 from __future__ import annotations
@@ -152,7 +150,8 @@ class Gateway:
         if decision.shadow is not None:
             self._shadow(decision.shadow)
         tiers = decision.tiers
-        return Outcome(response=response, headers=self._headers(Counter(tiers.values())),
+        return Outcome(response=response,
+                       headers=answers.headers(Counter(tiers.values()), demo=self.demo),
                        label="degraded" if decision.degraded else "ok", tiers=tiers)
 
     async def _drive(self, flow: Flow[Decision], timings: dict[str, float],
@@ -186,8 +185,7 @@ class Gateway:
     def _count(self, call: EngineCall, decision: Decision) -> None:
         """The per-question metrics of a decided request."""
         for qid, route in decision.routes.items():
-            qtype = call.questions[qid].type
-            why = decision.degraded.get(qid)
+            qtype, why = call.questions[qid].type, decision.degraded.get(qid)
             if why is not None:
                 metrics.DEGRADED.labels(reason=why, type=qtype).inc()
             elif route.reason is not None:
@@ -196,12 +194,10 @@ class Gateway:
             metrics.CONFIDENCE.labels(tier=route.tier, type=qtype).observe(
                 max(decision.results[qid].probabilities))
 
-    def _headers(self, counts: Counter[str]) -> dict[str, str]:
-        return answers.headers(counts, demo=self.demo)
-
     def batch_headers(self, outcomes: Iterable[Outcome]) -> dict[str, str]:
         """The headers of a batch response: question counts per tier over every state."""
-        return self._headers(Counter(t for o in outcomes for t in o.tiers.values()))
+        return answers.headers(Counter(t for o in outcomes for t in o.tiers.values()),
+                               demo=self.demo)
 
     async def _call(self, tier: str, call: EngineCall, timings: dict[str, float], *,
                     record: bool = True) -> EngineAnswer:
@@ -234,11 +230,8 @@ class Gateway:
         except TimeoutError as exc:
             outcome = "timeout"
             raise EngineTimeout(f"{tier} did not answer within {config.timeout_s} s") from exc
-        except ClientError:
-            outcome = "client_error"
-            raise
-        except Overloaded:
-            outcome = "overloaded"
+        except (ClientError, Overloaded) as exc:
+            outcome = "client_error" if isinstance(exc, ClientError) else "overloaded"
             raise
         except EngineError:
             raise
@@ -256,10 +249,9 @@ class Gateway:
         metrics.TOKENS.labels(tier=tier).inc(answer.usage.input_tokens)
         return answer
 
-    # ------------------------------------------------------------ shadow sampling
-
     def _shadow(self, shadow: ShadowCall) -> None:
-        """Mirror a cheap-final request to the strong tier in the background, bounded."""
+        """Shadow sampling: mirror a cheap-final request to the strong tier in the background,
+        bounded."""
         busy = len(self._shadow_tasks) >= self.policy.shadow.max_concurrent
         if busy or self.breakers[shadow.tier].state(self.clock()) != "closed":
             metrics.SHADOW.labels(outcome="skipped_busy").inc()
@@ -290,13 +282,10 @@ def _within(call: EngineCall, timeout_s: float, tier: str, remote: bool) -> Engi
     """``call`` with its budget capped for ``tier``: an in-process tier's ``timeout_s`` bounds
     the wait it accepts (a remote tier's is its whole-call limit instead). Raises ``Overloaded``
     when the request's budget is already spent: nothing is sent to any tier then."""
-    budget = call.budget
-    if budget is None:
-        return call
-    now = time.monotonic()
-    if now >= budget.deadline:
+    budget, now = call.budget, time.monotonic()
+    if budget is not None and now >= budget.deadline:
         raise Overloaded(f"{tier}: the request's wait budget is spent", retry_after=1.0)
-    if remote:
+    if budget is None or remote:
         return call
     capped = Budget(deadline=min(budget.deadline, now + timeout_s), flow=budget.flow)
     return msgspec.structs.replace(call, budget=capped)
@@ -304,12 +293,7 @@ def _within(call: EngineCall, timeout_s: float, tier: str, remote: bool) -> Engi
 
 def _first(group: BaseExceptionGroup) -> BaseException:
     """The exception to report for a failed batch: a cascade error when there is one."""
-    leaves: list[BaseException] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        exc = pending.pop(0)
-        if isinstance(exc, BaseExceptionGroup):
-            pending[:0] = exc.exceptions
-        else:
-            leaves.append(exc)
-    return next((e for e in leaves if isinstance(e, CascadeError)), leaves[0])
+    found: BaseException = group.subgroup(CascadeError) or group  # first leaf, depth first
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found
