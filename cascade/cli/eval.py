@@ -30,6 +30,9 @@ def register(groups: dict[str, Any]) -> None:
     ev.add_argument("--cost", action="append", default=[], metavar="TIER=PRICE",
                     help="price per 1000 input tokens of a tier (name, or cheap/strong); "
                     "default: the policy's [cost], else laya 1, clef/upstream 20")
+    ev.add_argument("--strong-down", action="store_true",
+                    help="decide as the gateway would with the strong tier unavailable: cheap "
+                    "answers standing in are marked degraded, refused requests are null")
     ev.set_defaults(func=eval_command)
 
 
@@ -73,6 +76,8 @@ def check_source(args: argparse.Namespace) -> None:
         raise UsageError("give DATA.jsonl or --from-log FILE (one of them)")
     if args.from_log and args.teacher != "strong":
         raise UsageError("--from-log needs --teacher strong (the log has no human labels)")
+    if args.from_log and getattr(args, "strong_down", False):
+        raise UsageError("--strong-down replays the tiers' outputs on DATA.jsonl, not --from-log")
 
 
 def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
@@ -150,11 +155,13 @@ def eval_command(args: argparse.Namespace) -> int:
         model = policy.models.cascade[0] if policy.models.cascade else "jev-latest"
         items = load_items(args.data, model=model, limit=args.limit)
         rows, errors = asyncio.run(run_tiers(items, policy, settings, args.out, slots=slots,
-                                             progress=not args.no_progress))
+                                             progress=not args.no_progress,
+                                             strong_down=args.strong_down))
     for line in errors:
         print(f"eval: a tier failed on {line}", file=sys.stderr)
     summary = write_outputs(args.out, rows, slots=slots, price=costs(policy, _prices(args.cost)),
-                            meta={**meta(args, policy), "failed_items": len(errors)})
+                            meta={**meta(args, policy), "failed_items": len(errors),
+                                  "strong_down": args.strong_down})
     cascade = summary["tiers"]["cascade"]
     print(msgspec.json.encode({
         "out": str(args.out), "questions": summary["questions"],
