@@ -7,12 +7,14 @@ import ast
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.errors import CascadeError, EngineUnavailable, PayloadTooLarge
 from cascade.policy import flow as flow_module
 from cascade.policy.flow import Ask, Decision, Failure, Preview, Reply, TierCall, decide, run
+from cascade.policy.model import Shadow
 from cascade.schema import ChoiceQuestion, Question
 from tests.policy.test_routing import IMAGE, POLICY, QUESTIONS, call, preview, row
 
@@ -125,3 +127,16 @@ def test_the_flow_does_no_io_and_reads_no_clock() -> None:
     assert imported.isdisjoint({"asyncio", "time", "os", "socket", "random", "threading"})
     assert not any(isinstance(node, ast.AsyncFunctionDef | ast.Await)
                    for node in ast.walk(tree))
+
+
+def test_shadow_choice_is_part_of_the_decision() -> None:
+    sampled = msgspec.structs.replace(POLICY, shadow=Shadow(fraction=1.0))
+    _, reply = tiers()
+    decision = run(decide(sampled, call(), previews=True, shadow_key="r1"), reply)
+    assert decision.shadow is not None and decision.shadow.tier == "clef"
+    assert decision.shadow.call.questions == call().questions  # the whole request, mirrored
+    assert decision.shadow.cheap is decision.answers["laya"]
+    _, reply = tiers(low=frozenset({"urgent"}))  # an escalation: nothing left to compare
+    assert run(decide(sampled, call(), previews=True, shadow_key="r1"), reply).shadow is None
+    unsampled = msgspec.structs.replace(POLICY, shadow=Shadow(fraction=0.0))
+    assert run(decide(unsampled, call(), previews=True), tiers()[1]).shadow is None
