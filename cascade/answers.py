@@ -11,17 +11,22 @@ Two confidence profiles (``Settings.profile``):
 
 Numbers are rounded to 4 decimals as both references do; the argmax is taken on unrounded
 probabilities, first maximum in the caller's order winning.
+
+``response`` and ``headers`` shape a whole decided request (``cascade.policy.flow``'s
+``Decision``): the answers, the merged usage, the ``x_cascade`` extras and the ``x-cascade-*``
+headers. They shape only what the flow decided.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from cascade.calls import EngineUsage, QuestionResult
+from cascade.calls import EngineCall, EngineUsage, QuestionResult
 from cascade.errors import ValidationFailed
-from cascade.questions import BANDS, option_band, option_names, render_text
+from cascade.questions import BANDS, n_options, option_band, option_names, render_text
 from cascade.schema import (
     Action,
     Answer,
@@ -31,8 +36,12 @@ from cascade.schema import (
     Question,
     ScoreAnswer,
     ScoreQuestion,
+    SystemOneResponse,
     Usage,
 )
+
+if TYPE_CHECKING:
+    from cascade.policy.flow import Decision
 
 Profile = Literal["laya", "jev"]
 
@@ -152,3 +161,42 @@ def build_usage(usage: EngineUsage, profile: Profile) -> Usage:
         truncated_questions=list(usage.truncated_questions),
         options=dict(usage.options) or None,
     )
+
+
+DEMO_PREFIX = "DEMO-random-weights/"
+DEMO_WARNING = "DEMO: tiny random weights, answers are meaningless"
+
+
+def response(call: EngineCall, decision: Decision, timings: dict[str, float], *,
+             profile: Profile, demo: bool) -> SystemOneResponse:
+    """``decision`` as the client gets it; ``timings`` are seconds per hop and tier."""
+    shaped_answers = {}
+    gate = call.controls.min_confidence
+    for qid, question in call.questions.items():
+        answer = build_answer(question, decision.results[qid], profile)
+        if gate is not None and profile == "laya":
+            apply_gate(answer, question.type, n_options(question), gate)
+        shaped_answers[qid] = answer
+    usage = build_usage(decision.usage, profile)
+    model = decision.model
+    shaped = SystemOneResponse(
+        model=DEMO_PREFIX + model if demo else model, answers=shaped_answers, usage=usage
+    )
+    if profile == "laya":
+        shaped.x_cascade = {
+            "tiers": decision.tiers,
+            "reasons": {q: r.reason for q, r in decision.routes.items() if r.reason},
+            "degraded": decision.degraded,
+            "timings_s": {k: round(v, 6) for k, v in timings.items()},
+            **({"demo": True} if demo else {}),
+        }
+    return shaped
+
+
+def headers(counts: Counter[str], *, demo: bool) -> dict[str, str]:
+    """``x-cascade-tiers``: tier names and question counts (question ids are client text: they
+    stay in the body); ``x-cascade-demo`` in demo mode."""
+    found = {"x-cascade-tiers": ",".join(f"{t}={n}" for t, n in counts.items())}
+    if demo:
+        found["x-cascade-demo"] = "random weights; answers are meaningless"
+    return found

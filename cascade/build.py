@@ -11,16 +11,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 from pathlib import Path
+from typing import get_args
 
 import msgspec
 
 from cascade.engines.base import Engine
-from cascade.gateway import Gateway
+from cascade.gateway import DecisionSink, Gateway
 from cascade.policy.calibration import check_checkpoints, with_calibration_file
 from cascade.policy.files import load_policy
 from cascade.policy.model import (
+    Checkpoint,
     Checkpoints,
     ClefTier,
     LayaTier,
@@ -29,12 +30,12 @@ from cascade.policy.model import (
     Tier,
     UpstreamTier,
 )
-from cascade.settings import Settings
+from cascade.settings import Settings, env_secret
 
 log = logging.getLogger("cascade")
 # policies/default.toml (a link shipped in the package): the demo's policy too.
 DEFAULT_POLICY = Path(__file__).parent / "policy" / "default.toml"
-LAYA_NAMES = ("english", "multilingual", "typed-decisions")
+LAYA_NAMES: tuple[Checkpoint, ...] = get_args(Checkpoint)
 DEMO_BANNER = (
     "DEMO MODE: serving TINY RANDOM checkpoints. Answers are meaningless; this is not a model. "
     "Pass --laya/--clef/--policy with real weights (convaiinnovations/laya, Cloudflare/clef-flash)."
@@ -157,7 +158,7 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
         )
     from cascade.engines.http import HttpEngine
 
-    api_key = os.environ.get(tier.api_key_env) if tier.api_key_env else None
+    api_key = env_secret(tier.api_key_env) if tier.api_key_env else None
     if settings.upstream and name == "upstream":
         api_key = settings.upstream_api_key or api_key
     return HttpEngine(
@@ -205,10 +206,12 @@ def _clef_hash(path: str, stamp: tuple[tuple[str, int, int, int], ...]) -> str:
     return content_hash(Path(path))
 
 
-def build_gateway(settings: Settings) -> Gateway:
-    """The gateway of ``settings``. Raises ``CalibrationMismatch`` (exits, naming both hashes)
-    when the policy's calibration was fitted for other weights."""
-    policy = policy_from_settings(settings)
+def build_gateway(settings: Settings, *, policy: Policy | None = None,
+                  decisions: DecisionSink | None = None) -> Gateway:
+    """The gateway of ``settings`` (its ``policy``, when already read), logging to
+    ``decisions``. Raises ``CalibrationMismatch`` (exits, naming both hashes) when the policy's
+    calibration was fitted for other weights."""
+    policy = policy or policy_from_settings(settings)
     if settings.demo:
         log.warning(DEMO_BANNER)
     for tier in policy.tiers.values():  # every tier's files are found before any weights load
@@ -217,4 +220,4 @@ def build_gateway(settings: Settings) -> Gateway:
         check_checkpoints(policy, fingerprints(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
     return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
-                   admission_deadline_s=settings.admission_deadline_s)
+                   admission_deadline_s=settings.admission_deadline_s, decisions=decisions)

@@ -6,14 +6,20 @@ tier name), ``type`` (choice/score/noul), ``band`` (2, 3-5, 6-10, 11+), ``reason
 from ``cascade.policy.routing``), ``state``. Never question ids, model names from clients, or
 free text.
 
-The registry is the process default. cascade runs as one worker process per container: the
-engines live in process (one ONNX session and one GPU model per process), so more workers would
-mean more model copies; scale out with more containers, each scraped on its own ``/metrics``.
+The registry is the process default, except for the gauges that read one gateway's tiers at
+scrape time (``GatewayGauges``): each app registers its own (``cascade.http.gauges``). cascade runs
+as one worker process per container: the engines live in process (one ONNX session and one GPU
+model per process), so more workers would mean more model copies; scale out with more
+containers, each scraped on its own ``/metrics``.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, Info
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -85,14 +91,6 @@ QUEUE_WAIT = Histogram(
     ["tier"],
     buckets=FAST_BUCKETS,
 )
-BREAKER_STATE = Gauge(
-    "cascade_breaker_state", "Circuit breaker per tier: 0 closed, 1 half-open, 2 open.", ["tier"]
-)
-TIER_READY = Gauge(
-    "cascade_tier_ready",
-    "1 when a tier can serve now (loaded and warmed up; an upstream with a URL up).",
-    ["tier"],
-)
 SHADOW = Counter(
     "cascade_shadow_requests_total",
     "Shadow calls to the strong tier: sent, skipped_busy, failed.",
@@ -115,9 +113,6 @@ SHADOW_TVD = Histogram(
     ["type", "band"],
     buckets=DELTA_BUCKETS[:-2],  # a distance in [0, 1]
 )
-BUILD = Info(
-    "cascade_build", "Version, tiers, checkpoints, revisions and whether this is a demo."
-)
 DECISION_LOG_ROWS = Counter(
     "cascade_decision_log_rows_total",
     "Decision log rows (one per answered question) by outcome: written; dropped (the writer's "
@@ -137,3 +132,33 @@ SEND_TIMEOUTS = Counter(
     "Connections aborted because their client read under 64 KiB of its answer in "
     "CASCADE_SEND_TIMEOUT_S.",
 )
+
+
+class GatewayGauges(Collector):
+    """The gauges of one gateway, read at scrape time: ``cascade_tier_ready`` (an upstream going
+    down, or a cooldown ending without any traffic, shows at once), ``cascade_breaker_state``
+    and ``cascade_build_info`` (None until the gateway started)."""
+
+    def __init__(self, ready: Callable[[], Mapping[str, bool]],
+                 breakers: Callable[[], Mapping[str, int]],
+                 build: Callable[[], Mapping[str, str] | None]) -> None:
+        self._ready, self._breakers, self._build = ready, breakers, build
+
+    def collect(self) -> Iterator[Metric]:
+        breaker = GaugeMetricFamily(
+            "cascade_breaker_state", "Circuit breaker per tier: 0 closed, 1 half-open, 2 open.",
+            labels=["tier"])
+        for tier, code in self._breakers().items():
+            breaker.add_metric([tier], code)
+        ready = GaugeMetricFamily(
+            "cascade_tier_ready",
+            "1 when a tier can serve now (loaded and warmed up; an upstream with a URL up).",
+            labels=["tier"])
+        for tier, up in self._ready().items():
+            ready.add_metric([tier], 1.0 if up else 0.0)
+        yield from (breaker, ready)
+        build = self._build()
+        if build is not None:
+            yield InfoMetricFamily(
+                "cascade_build", "Version, tiers, checkpoints, revisions and whether this is a "
+                "demo.", value=dict(build))

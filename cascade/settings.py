@@ -149,6 +149,12 @@ _SECRETS = {"api_keys", "upstream_api_key"}
 _MAPS = {"laya"}
 
 
+def env_secret(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The credential in the environment variable ``name`` a policy points to (an upstream
+    tier's ``api_key_env``): read when the tier is built, never stored in ``Settings``."""
+    return (os.environ if environ is None else environ).get(name)
+
+
 def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
     """Settings from ``CASCADE_<FIELD>`` variables, then ``overrides`` (flags) on top.
 

@@ -7,7 +7,6 @@ import asyncio
 
 import msgspec
 import pytest
-from prometheus_client import REGISTRY
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, Image, QuestionResult
 from cascade.engines.fake import FakeEngine, deterministic_answer
@@ -20,6 +19,8 @@ from cascade.errors import (
     ValidationFailed,
 )
 from cascade.gateway import Gateway
+from cascade.http import status
+from cascade.http.gauges import registry_of
 from cascade.policy.model import (
     Bands,
     BreakerConfig,
@@ -197,8 +198,10 @@ def test_probes_that_end_without_a_verdict_free_the_half_open_slot() -> None:
         min_calls=1, failure_ratio=0.5, cooldown_s=10.0)}),
         {"laya": FakeEngine("laya"), "clef": FakeEngine("clef", clef)}, clock=lambda: clock[0])
 
+    gauges = registry_of(gateway)
+
     def state() -> float | None:
-        return REGISTRY.get_sample_value("cascade_breaker_state", {"tier": "clef"})
+        return gauges.get_sample_value("cascade_breaker_state", {"tier": "clef"})
 
     async def run() -> None:
         await gateway.start()
@@ -302,13 +305,14 @@ def test_readiness_follows_the_cheap_tier() -> None:
             return False
 
     gateway = Gateway(policy(), {"laya": FakeEngine("laya"), "clef": Down("clef")})
+    gauges = registry_of(gateway)
 
     async def run() -> None:
         await gateway.start()
-        assert gateway.ready()  # the strong tier being down only degrades answers
-        assert gateway.health()["tiers"]["clef"]["ready"] is False
-        assert REGISTRY.get_sample_value("cascade_tier_ready", {"tier": "clef"}) == 0
-        assert REGISTRY.get_sample_value("cascade_tier_ready", {"tier": "laya"}) == 1
+        assert status.ready(gateway)  # the strong tier being down only degrades answers
+        assert status.health(gateway)["tiers"]["clef"]["ready"] is False
+        assert gauges.get_sample_value("cascade_tier_ready", {"tier": "clef"}) == 0
+        assert gauges.get_sample_value("cascade_tier_ready", {"tier": "laya"}) == 1
         await gateway.aclose()
 
     asyncio.run(run())

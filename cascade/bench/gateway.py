@@ -49,11 +49,13 @@ def _serve_fake(port: int) -> None:
 def _serve_gateway(port: int, upstream: str) -> None:
     """The gateway as ``cascade serve`` runs it (its HTTP protocol and limits), no drain."""
     from cascade.http.app import create_app
+    from cascade.http.drain import Drain
     from cascade.http.server import serve
     from cascade.settings import Settings
 
     settings = Settings(upstream=upstream, host="127.0.0.1", port=port, drain_s=0)
-    serve(create_app(settings), settings, "error")
+    drain = Drain()
+    serve(create_app(settings, drain=drain), settings, "error", drain)
 
 
 def _free_port() -> int:

@@ -35,6 +35,9 @@ def register(groups: dict[str, Any]) -> None:
                     "default: the policy's [cost], else laya 1, clef/upstream 20")
     ev.add_argument("--json", action="store_true",
                     help="print the summary as one JSON object instead of a table")
+    ev.add_argument("--strong-down", action="store_true",
+                    help="decide as the gateway would with the strong tier unavailable: cheap "
+                    "answers standing in are marked degraded, refused requests are null")
     ev.set_defaults(func=eval_command)
 
 
@@ -73,6 +76,8 @@ def check_source(args: argparse.Namespace) -> None:
         raise UsageError("give DATA.jsonl or --from-log FILE (one of them)")
     if args.from_log and args.teacher != "strong":
         raise UsageError("--from-log needs --teacher strong (the log has no human labels)")
+    if args.from_log and getattr(args, "strong_down", False):
+        raise UsageError("--strong-down replays the tiers' outputs on DATA.jsonl, not --from-log")
     for path in [args.data, *args.from_log]:
         if path is not None and not path.is_file():
             raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
@@ -108,7 +113,7 @@ def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
 
 
 def meta(args: argparse.Namespace, policy: Policy) -> dict[str, Any]:
-    from cascade.gateway import DEMO_WARNING
+    from cascade.answers import DEMO_WARNING
 
     source = ", ".join(map(str, args.from_log)) if args.from_log else str(args.data)
     described = ("the demo tiers" if args.demo else f"`{args.policy}`" if args.policy
@@ -157,11 +162,13 @@ def eval_command(args: argparse.Namespace) -> int:
         except DataError as exc:  # a bad line: its FILE:LINE, no traceback
             raise SystemExit(f"cascade eval: {exc}") from None
         rows, errors = asyncio.run(run_tiers(items, policy, settings, args.out, slots=slots,
-                                             progress=not args.no_progress))
+                                             progress=not args.no_progress,
+                                             strong_down=args.strong_down))
     for line in errors:
         print(f"eval: a tier failed on {line}", file=sys.stderr)
     summary = write_outputs(args.out, rows, slots=slots, price=costs(policy, prices),
-                            meta={**meta(args, policy), "failed_items": len(errors)})
+                            meta={**meta(args, policy), "failed_items": len(errors),
+                                  "strong_down": args.strong_down})
     cascade = summary["tiers"]["cascade"]
     if args.json:
         print(msgspec.json.encode(rounded({

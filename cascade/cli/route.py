@@ -25,8 +25,9 @@ from cascade.policy.calibration import (
     with_calibration_file,
 )
 from cascade.policy.files import PolicyError, load_policy
+from cascade.policy.flow import preview_call
 from cascade.policy.model import Checkpoint, Checkpoints, LayaTier, Policy
-from cascade.policy.routing import PreRoute, pre_route, preview_call
+from cascade.policy.routing import PreRoute, pre_route
 from cascade.request.decode import text_call
 
 SUBDIRS: dict[Checkpoint, str] = {"multilingual": "multilingual",

@@ -15,7 +15,7 @@ from cascade.settings import LogLevel, Settings, from_env, parse_map
 
 if TYPE_CHECKING:
     from cascade.eval.decision_log import DecisionLog
-    from cascade.gateway import Gateway
+    from cascade.policy.model import Policy
 
 
 def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
@@ -99,17 +99,21 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
     with listen(settings) as listener:
-        from cascade.build import build_gateway
+        from cascade.build import build_gateway, policy_from_settings
         from cascade.http.app import create_app
+        from cascade.http.drain import Drain
         from cascade.http.server import serve
 
-        gateway = build_gateway(settings)
-        gateway.decisions = open_decision_log(settings, gateway)
+        policy = policy_from_settings(settings)
+        decisions = open_decision_log(settings, policy)
+        drain = Drain()
         try:
-            serve(create_app(settings, gateway), settings, level.lower(), sockets=[listener])
+            gateway = build_gateway(settings, policy=policy, decisions=decisions)
+            serve(create_app(settings, gateway, drain), settings, level.lower(), drain,
+                  sockets=[listener])
         finally:
-            if gateway.decisions is not None:
-                gateway.decisions.close()
+            if decisions is not None:
+                decisions.close()
     return 0
 
 
@@ -144,12 +148,11 @@ def configure_logging(settings: Settings, log_level: str | None) -> str:
     return level
 
 
-def open_decision_log(settings: Settings, gateway: Gateway) -> DecisionLog | None:
+def open_decision_log(settings: Settings, policy: Policy) -> DecisionLog | None:
     """The decision log ``--decision-log`` or the policy's ``[decision_log]`` asks for."""
     from cascade.build import fingerprints
     from cascade.eval.decision_log import DecisionLog, policy_hash
 
-    policy = gateway.policy
     config = policy.decision_log
     path = settings.decision_log or config.file
     if not path:

@@ -1,10 +1,11 @@
-"""The one small interface every tier implements. What crosses it lives in ``cascade.calls``."""
+"""The one small interface every tier implements, and the capabilities some tiers add. What
+crosses them lives in ``cascade.calls``."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from cascade.calls import EngineAnswer, EngineCall
+from cascade.calls import CallPreview, EngineAnswer, EngineCall
 
 
 @runtime_checkable
@@ -32,3 +33,13 @@ class Engine(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Previewing(Protocol):
+    """The preview capability (Laya): a call's rows counted by the tier's tokenizer, without
+    inference, for pre-routing. ``checkpoint=None`` is the tier's own choice from the model
+    alias, task, lang and script (its ``default_checkpoint`` by default). Test a tier with
+    ``isinstance(engine, Previewing)``."""
+
+    def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> CallPreview: ...

@@ -1,10 +1,12 @@
-"""The cascade's decision on each question, computed from the tiers' outputs exactly as the
-gateway decides: ``cascade.policy.routing``'s ``pre_route``, ``post_route`` and
-``final_routes`` (calibration temperatures included), not a re-implementation.
+"""The cascade's decision on each question, computed from the tiers' outputs by the very flow
+the gateway drives (``cascade.policy.flow.decide``: pre-routing, the confidence gate with its
+calibration view, fallback and degradation), its tier calls answered from the cached outputs.
 
 It yields the lines of ``items.jsonl``: one per question, with each tier's answer and the
 cascade's. ``cascade`` is null when the gateway would have refused the whole request (pre-routing
-refused it, or a tier it needed refused or failed on it).
+refused it, or a tier it needed refused or failed on it and nothing could stand in); its
+``degraded`` is true when the cheap tier's answer stands in for a strong tier that failed.
+``strong_down`` decides as if the strong tier were unavailable (``cascade eval --strong-down``).
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from typing import Any, Literal
 
 import msgspec
 
-from cascade.calls import EngineAnswer, QuestionResult
-from cascade.errors import ClientError, EngineFailed
+from cascade.calls import QuestionResult
+from cascade.engines.base import Previewing
+from cascade.errors import CascadeError, ClientError, EngineFailed, EngineUnavailable
 from cascade.eval.data import Item, Label, answer_label, label_index
-from cascade.eval.runner import Outputs
+from cascade.eval.runner import Outputs, TierRun
 from cascade.policy.calibration import gate_view, returned_results
+from cascade.policy.flow import Ask, Decision, Failure, Preview, Reply, decide, run
 from cascade.policy.model import Policy
-from cascade.policy.routing import final_routes, post_route, pre_route
 from cascade.questions import n_options, option_band
 from cascade.schema import Question
 
@@ -39,6 +42,7 @@ class CascadeOut(msgspec.Struct, kw_only=True):
     tier: Literal["cheap", "strong"]
     reason: str | None
     pre_routed: bool  # sent to the strong tier before the cheap tier ran
+    degraded: bool = False  # the cheap tier's answer, standing in for a strong tier that failed
 
 
 class ItemRow(msgspec.Struct, kw_only=True):
@@ -56,12 +60,14 @@ class ItemRow(msgspec.Struct, kw_only=True):
     tokens: dict[str, float]  # per tier: the item's input tokens split evenly over its questions
 
 
-def rows_of(policy: Policy, item: Item, out: Outputs) -> Iterator[ItemRow]:
-    """The ``items.jsonl`` lines of one item."""
+def rows_of(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
+            previewer: Previewing | None = None) -> Iterator[ItemRow]:
+    """The ``items.jsonl`` lines of one item (``replay``'s arguments)."""
     call = item.call
     cheap = out.cheap.answer if out.cheap is not None else None
     strong = out.strong.answer if out.strong is not None else None
-    cascade = _cascade(policy, item, out, cheap, strong)
+    cascade = _cascade(policy, item, replay(policy, item, out, strong_down=strong_down,
+                                            previewer=previewer))
     for qid, question in call.questions.items():
         cheap_result = cheap.results.get(qid) if cheap is not None else None
         strong_result = strong.results.get(qid) if strong is not None else None
@@ -93,38 +99,68 @@ def _out(question: Question, result: QuestionResult | None,
                    probabilities=result.probabilities, confidence=max(gated.probabilities))
 
 
-def _cascade(policy: Policy, item: Item, out: Outputs, cheap: EngineAnswer | None,
-             strong: EngineAnswer | None) -> dict[str, CascadeOut] | None:
-    """Each question's cascade answer, or None when the gateway would refuse the request."""
-    call = item.call
-    route = policy.route
+def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
+           previewer: Previewing | None = None) -> Decision | None:
+    """The gateway's decision on ``item``, or None where it would refuse the request.
+
+    Tier calls are answered from ``out`` (a question the tier refused refuses the call, as the
+    tier itself would; a tier with no output failed), and the strong tier's with a failure when
+    ``strong_down``. Previews before any tier ran are ``out.preview`` (what the runner previewed
+    for pre-routing); the cheap tier standing in for the strong one previews with ``previewer``
+    (the cheap engine; without one, ``out.preview`` again), as the gateway does.
+    """
+    strong = policy.route.strong
+    asked: list[Ask] = []  # the tier calls so far
+
+    def reply(ask: Ask) -> Reply:
+        if isinstance(ask, Preview):
+            found = previewer.preview(ask.call, checkpoint=ask.checkpoint) if (
+                asked and previewer is not None) else out.preview
+            if found is None:
+                raise EngineFailed(out.error or "no preview of this item")
+            return found
+        asked.append(ask)
+        if strong_down and ask.tier == strong:
+            return Failure(EngineUnavailable(f"the strong tier `{strong}` is down"))
+        return _answer(out.cheap if ask.tier == policy.route.cheap else out.strong,
+                       list(ask.call.questions), out.error)
+
+    previews = previewer is not None or out.preview is not None
     try:
-        pre = pre_route(policy, call, out.preview)
-        escalated: dict[str, str] = {}
-        if any(r.tier == route.cheap for r in pre.questions.values()):
-            if cheap is None:
-                return None
-            escalated = post_route(policy, call, pre, cheap, out.preview)
-        routes = final_routes(policy, pre, escalated)
-    except (ClientError, EngineFailed):
+        return run(decide(policy, item.call, previews=previews), reply)
+    except CascadeError:
         return None
-    answers = {name: a for name, a in ((route.cheap, cheap), (route.strong, strong))
-               if name is not None and a is not None}
-    found: dict[str, CascadeOut] = {}
-    for qid, question in call.questions.items():
-        tier = routes[qid].tier
-        result = answers[tier].results.get(qid) if tier in answers else None
-        if result is None:
-            return None  # the tier the gateway needs refused or failed: the request fails
-        probabilities = _returned(policy, qid, result) if tier == route.cheap else result
-        assert probabilities is not None
-        found[qid] = CascadeOut(
-            answer=answer_label(question, probabilities.probabilities),
-            tier="cheap" if tier == route.cheap else "strong",
-            reason=routes[qid].reason,
-            pre_routed=tier != route.cheap and qid not in escalated,
+
+
+def _answer(tier_run: TierRun | None, qids: list[str], error: str | None) -> Reply:
+    """A cached tier run as the tier's answer to a call of ``qids``."""
+    refused = [q for q in qids if tier_run is not None and q in tier_run.refused]
+    if refused and tier_run is not None:
+        return Failure(ClientError(tier_run.refused[refused[0]]))
+    if tier_run is None or tier_run.answer is None:
+        return Failure(EngineFailed(error or "the tier has no output for this item"))
+    answer = tier_run.answer
+    return msgspec.structs.replace(answer, results={
+        q: answer.results[q] for q in qids if q in answer.results})
+
+
+def _cascade(policy: Policy, item: Item,
+             decision: Decision | None) -> dict[str, CascadeOut] | None:
+    """Each question's cascade answer, or None when the gateway would refuse the request."""
+    if decision is None:
+        return None
+    cheap, strong = policy.route.cheap, policy.route.strong
+    return {
+        qid: CascadeOut(
+            answer=answer_label(item.call.questions[qid],
+                                decision.results[qid].probabilities),
+            tier="cheap" if route.tier == cheap else "strong",
+            reason=route.reason,
+            pre_routed=decision.pre.questions[qid].tier == strong,
+            degraded=qid in decision.degraded,
         )
-    return found
+        for qid, route in decision.routes.items()
+    }
 
 
 def reaches_gate(row: ItemRow) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.engines.base import Previewing
 from cascade.eval.data import Item
 from cascade.eval.decide import ItemRow, rows_of
 from cascade.eval.plots import write_plots
@@ -31,15 +32,19 @@ def slots_of(policy: Policy) -> list[str]:
 
 
 async def run_tiers(items: Sequence[Item], policy: Policy, settings: Settings,
-                    cache_dir: Path | None, *, slots: Sequence[str],
-                    progress: bool = True) -> tuple[list[ItemRow], list[str]]:
-    """The ``items.jsonl`` rows of ``items``, and one line per item a tier failed on."""
+                    cache_dir: Path | None, *, slots: Sequence[str], progress: bool = True,
+                    strong_down: bool = False) -> tuple[list[ItemRow], list[str]]:
+    """The ``items.jsonl`` rows of ``items`` (as if the strong tier were unavailable, with
+    ``strong_down``), and one line per item a tier failed on."""
     async with running(policy, settings, slots) as engines:
         runner = Runner(policy, engines, await identities(policy, engines), cache_dir,
                         slots=slots)  # type: ignore[arg-type]
         outputs = await runner.run(items, progress=progress)
-    rows = [row for item, out in zip(items, outputs, strict=True)
-            for row in rows_of(policy, item, out)]
+        cheap = engines.get(policy.route.cheap or "")
+        previewer = cheap if isinstance(cheap, Previewing) else None  # for stand-in previews
+        rows = [row for item, out in zip(items, outputs, strict=True)
+                for row in rows_of(policy, item, out, strong_down=strong_down,
+                                   previewer=previewer)]
     errors = [f"{item.id}: {out.error}" for item, out in zip(items, outputs, strict=True)
               if out.error]
     return rows, errors

@@ -23,12 +23,12 @@ from typing import Literal
 import msgspec
 
 from cascade.calls import CallPreview, EngineAnswer, EngineCall, EngineUsage
-from cascade.engines.base import Engine
+from cascade.engines.base import Engine, Previewing
 from cascade.errors import ClientError, EngineError, Overloaded
 from cascade.eval.data import Item
 from cascade.eval.tiercache import TierCache, TierRun, item_key
+from cascade.policy.flow import preview_call
 from cascade.policy.model import LayaTier, Policy
-from cascade.policy.routing import preview_call
 
 Slot = Literal["cheap", "strong"]
 RETRIES = 3
@@ -59,7 +59,7 @@ class Runner:
         self.names: dict[Slot, str] = {
             s: n for s in slots if (n := getattr(policy.route, s)) is not None}
         cheap = engines.get(policy.route.cheap or "")
-        self.previewer = cheap if hasattr(cheap, "preview") else None
+        self.previewer = cheap if isinstance(cheap, Previewing) else None
         self.caches = {s: TierCache(cache_dir / "cache" / f"{s}.jsonl")
                        for s in self.names} if cache_dir is not None else {}
         self.concurrency = concurrency

@@ -1,8 +1,9 @@
 """The Litestar application: routes, auth, request ids, the error table, health and metrics.
 
-``create_app(settings, gateway=None)`` builds the real tiers (``cascade.build``) only when no
-gateway is injected; tests inject one with fake engines. The lifespan starts the engines
-(``/ready`` turns true after warm-up) and closes them (``/ready`` false again during shutdown).
+``create_app(settings, gateway=None, drain=None)`` builds the real tiers (``cascade.build``)
+only when no gateway is injected; tests inject one with fake engines. The lifespan starts the
+engines (``/ready`` turns true after warm-up) and closes them (``/ready`` false again during
+shutdown).
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from cascade.errors import (
     ValidationFailed,
 )
 from cascade.gateway import Gateway
+from cascade.http import status
+from cascade.http.drain import Drain
 from cascade.http.errors import retry_after_header, status_of
+from cascade.http.gauges import registry_of
 from cascade.http.intake import read_batch_calls, read_call, read_request
 from cascade.http.openapi import (
     AUTH_ERRORS,
@@ -145,7 +149,7 @@ async def echo_request_id(message: Any, scope: Any) -> None:
     if message["type"] == "http.response.start":
         rid = request_id(scope).encode()
         extra = [(b"x-request-id", rid), (b"x-typesafe-request-id", rid)]
-        if scope["app"].state.draining or closes_connection(scope):
+        if scope["app"].state.drain.active or closes_connection(scope):
             extra.append((b"connection", b"close"))
         message["headers"] = [*(message.get("headers") or []), *extra]
 
@@ -285,7 +289,7 @@ async def systemone_batch(request: Request) -> Response[bytes]:
      operation_class=operation(None, ModelList, AUTH_ERRORS), security=AUTHENTICATED)
 async def models(request: Request) -> Response[bytes]:
     require_auth(request)
-    return _json(ModelList(models=request.app.state.gateway.model_cards()))
+    return _json(ModelList(models=status.model_cards(request.app.state.gateway)))
 
 
 @get("/health", summary="Liveness; details with a valid key or when auth is off",
@@ -293,7 +297,7 @@ async def models(request: Request) -> Response[bytes]:
 async def health(request: Request) -> Response[bytes]:
     if request.app.state.api_keys and not authorized(request, request.app.state.api_keys):
         return _json({"status": "ok"})
-    return _json({"status": "ok", **request.app.state.gateway.health()})
+    return _json({"status": "ok", **status.health(request.app.state.gateway)})
 
 
 @get("/ready", summary="200 while the cheap tier (or the only tier) can serve; 503 before "
@@ -301,7 +305,7 @@ async def health(request: Request) -> Response[bytes]:
      operation_class=operation(None, Readiness, {"503": ("Not ready", Readiness)}))
 async def ready(request: Request) -> Response[bytes]:
     state = request.app.state
-    is_ready = state.ready and not state.draining and state.gateway.ready()
+    is_ready = state.ready and not state.drain.active and status.ready(state.gateway)
     return Response(
         content=encoder.encode(Readiness(ready=is_ready)), status_code=200 if is_ready else 503,
         media_type=JSON,
@@ -312,7 +316,9 @@ async def ready(request: Request) -> Response[bytes]:
 async def prometheus_metrics(request: Request) -> Response[bytes]:
     if not request.app.state.settings.public_metrics:
         require_auth(request)
-    return Response(content=generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    # the process's metrics, then this app's gateway gauges (read now)
+    content = generate_latest() + generate_latest(request.app.state.gauges)
+    return Response(content=content, media_type=CONTENT_TYPE_LATEST)
 
 
 def _docs_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
@@ -322,7 +328,8 @@ def _docs_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         raise Unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
 
 
-def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
+def create_app(settings: Settings, gateway: Gateway | None = None,
+               drain: Drain | None = None) -> Litestar:
     if gateway is None:
         from cascade.build import build_gateway
 
@@ -333,7 +340,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
         app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
         await gateway.start()
         app.state.ready = True
-        log.info("cascade %s ready: %s", __version__, gateway.describe())
+        log.info("cascade %s ready: %s", __version__, status.describe(gateway))
         try:
             yield
         finally:
@@ -363,7 +370,8 @@ def create_app(settings: Settings, gateway: Gateway | None = None) -> Litestar:
     app.state.limits = limits_of(settings)
     app.state.body_reads = BodyReads(settings.max_body_reads, settings.max_body_reads_per_client)
     app.state.ready = False
-    app.state.draining = False  # set on SIGTERM by cascade.http.server
+    app.state.drain = drain or Drain()  # begun on SIGTERM by cascade.http.server
+    app.state.gauges = registry_of(gateway)
     return app
 
 

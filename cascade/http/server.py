@@ -35,6 +35,7 @@ import uvicorn
 from litestar import Litestar
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from cascade.http.drain import Drain
 from cascade.http.logs import access_logged
 from cascade.http.protocol import HeadLimits, guarded
 from cascade.http.sending import with_send_timeout
@@ -45,11 +46,11 @@ log = logging.getLogger("cascade")
 
 
 class DrainingServer(uvicorn.Server):
-    """``uvicorn.Server`` that marks ``app.state.draining`` and waits ``drain_s`` on SIGTERM."""
+    """``uvicorn.Server`` that begins ``drain`` and waits ``drain_s`` on SIGTERM."""
 
-    def __init__(self, config: uvicorn.Config, app: Litestar, drain_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain, drain_s: float) -> None:
         super().__init__(config)
-        self.app = app
+        self.drain = drain
         self.drain_s = drain_s
         self.drain_until: float | None = None
 
@@ -61,7 +62,7 @@ class DrainingServer(uvicorn.Server):
                 # SIGTERM is a clean exit.
                 self._captured_signals.remove(sig)
             return
-        self.app.state.draining = True
+        self.drain.begin()
         self.drain_until = time.monotonic() + self.drain_s
         log.info("SIGTERM: draining for %g s (/ready answers 503), then shutting down",
                  self.drain_s)
@@ -141,14 +142,14 @@ def served(app: ASGIApp) -> Any:
     return serve_http
 
 
-def serve(app: Litestar, settings: Settings, log_level: str,
+def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain,
           sockets: list[socket.socket] | None = None) -> None:
-    """Run ``app`` until a signal ends it (see the module docstring), on ``sockets`` when given
-    (already listening), else on ``settings.host``/``port``."""
+    """Run ``app`` (built with ``drain``) until a signal ends it (see the module docstring), on
+    ``sockets`` when given (already listening), else on ``settings.host``/``port``."""
     protocol = with_send_timeout(guarded(head_limits(settings)), settings.send_timeout_s)
     config = uvicorn.Config(
         access_logged(served(app)), host=settings.host, port=settings.port, log_level=log_level,
         log_config=None, access_log=False, workers=1, lifespan="on", http=protocol,
         timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
     )
-    DrainingServer(config, app, settings.drain_s).run(sockets=sockets)
+    DrainingServer(config, drain, settings.drain_s).run(sockets=sockets)

@@ -13,6 +13,7 @@ Decoding is strict (``forbid_unknown_fields``): a typo fails at boot.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from datetime import date
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +25,8 @@ from cascade.schema import QuestionType
 
 Mode = Literal["cascade", "cheap_only", "strong_only"]
 Checkpoint = Literal["english", "multilingual", "typed-decisions"]
+# The checkpoint that reads text of any script: where unreadable text goes (``Route.unreadable``).
+ANY_SCRIPT: Checkpoint = "multilingual"
 
 
 class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -80,6 +83,10 @@ class LayaTier(_Tier, kw_only=True, tag="laya"):
     max_wait_s: float = 0.002  # how long a partial batch waits for more rows
     intra_op_threads: int | None = None  # ONNX Runtime threads per session; None: all cores
 
+    def any_script(self) -> Checkpoint | None:
+        """The configured checkpoint that reads every script (``ANY_SCRIPT``), or None."""
+        return ANY_SCRIPT if ANY_SCRIPT in self.checkpoints.named() else None
+
 
 class ClefTier(_Tier, kw_only=True, tag="clef"):
     """Clef-flash in process on torch."""
@@ -128,6 +135,7 @@ class Models(_Strict):
     cheap_only: list[str] = field(default_factory=list)
     strong_only: list[str] = field(default_factory=list)
     unknown: Literal["reject", "cascade"] = "reject"  # reject: 400 api_usage_error
+    release_date: date = date(2026, 11, 30)  # the ``release_date`` ``/v1/models`` lists
 
 
 class Route(_Strict):

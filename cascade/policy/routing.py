@@ -1,21 +1,9 @@
-"""Pure routing decisions: which tier answers each question, and why.
+"""The routing rules: which tier answers each question, and why.
 
-No I/O, no clock, no metrics: ``cascade.gateway`` drives these functions, awaits the engines
-and records what happened. One request flows like this::
-
-    preview = preview_call(policy, call, previewer)  # a Previewer, default=default_checkpoint
-    pre = pre_route(policy, call, preview)                  # before any tier runs
-    cheap = await cheap_engine.answer(split(call, pre.questions)[cheap])   # if it has questions
-    escalated = post_route(policy, call, pre, cheap, preview)
-    routes = final_routes(policy, pre, escalated)
-    strong = await strong_engine.answer(split(call, routes)[strong])       # ONE call, if any
-    results = merge(call, routes, {cheap: cheap, strong: strong})
-
-Running the cheap tier first and then one strong call for everything the strong tier must
-answer (pre-routed and escalated together) pays for the state's tokens on the strong tier once.
-When the strong tier is down, ``fallback`` says which questions the cheap tier answers
-(marked degraded) or raises ``EngineUnavailable`` when only the strong tier can serve one.
-Feed each tier's breaker with ``breaker.record(now, ok)`` after every call it allowed.
+Pure functions of the policy, the call, the cheap tier's preview and its answer: no I/O, no
+clock, no metrics. ``cascade.policy.flow`` is the one procedure that applies them in order
+(model resolution, pre-routing, the post-rules after the cheap answer, the final routes, one
+call per tier, the merge); nothing else sequences them.
 
 Reason codes (bounded, usable as metric labels): pre-routing ``images``, ``state_too_long``,
 ``too_many_options``, ``script``, ``type_rule``, ``model_alias``; post-rules ``low_confidence``,
@@ -28,12 +16,12 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from cascade.calls import EngineAnswer, EngineCall, QuestionResult
-from cascade.errors import EngineFailed, EngineUnavailable, UnknownModel, ValidationFailed
+from cascade.errors import EngineFailed, UnknownModel, ValidationFailed
 from cascade.policy.calibration import gate_view
 from cascade.policy.model import LayaTier, Mode, Policy
 from cascade.questions import n_options, option_band
@@ -62,22 +50,8 @@ class QuestionRoute(msgspec.Struct, frozen=True):
 
 class PreRoute(msgspec.Struct, frozen=True):
     mode: Mode
-    cheap_checkpoint: str | None  # the Laya checkpoint to run, e.g. "multilingual"
+    cheap_checkpoint: str | None  # the Laya checkpoint to run (a ``Checkpoint`` name)
     questions: dict[str, QuestionRoute]  # every question, in the caller's order
-
-
-class Fallback(msgspec.Struct, frozen=True):
-    """What to do when the strong tier cannot answer.
-
-    ``cheap_questions``: questions the cheap tier has not run yet and must now answer, on
-    ``cheap_checkpoint``. ``degraded``: every question whose answer now comes from the cheap tier
-    although the policy wanted the strong one, with the reason it wanted it. Its answer keeps the
-    cheap tier's own probabilities; the gateway marks it degraded (never raises its confidence).
-    """
-
-    cheap_questions: list[str]
-    cheap_checkpoint: str | None
-    degraded: dict[str, Reason]
 
 
 # ---------------------------------------------------------------- small facts
@@ -123,67 +97,27 @@ def _pattern(name: str) -> bool:
 # ---------------------------------------------------------------- pre-routing
 
 
-class Previews(Protocol):
-    """What ``preview_call`` needs: ``cascade.laya.preview.Previewer`` (or an engine holding
-    one). ``checkpoint=None`` is its own choice from the model alias, task, lang and script,
-    with the tier's ``default_checkpoint`` as its default."""
-
-    def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> CallPreview: ...
-
-
 def needs_preview(policy: Policy, call: EngineCall) -> bool:
-    """Whether ``preview_call`` would preview ``call`` at all: a Laya cheap tier, a model that
-    may reach it, and no images sending the whole request strong. Cheap: no tokenizing."""
+    """Whether the flow's ``preview_steps`` would preview ``call`` at all: a Laya cheap tier,
+    a model that may reach it, and no images sending the whole request strong. Cheap: no
+    tokenizing."""
     mode = resolve_model(policy, call.model)
     if mode == "strong_only" or not isinstance(policy.cheap_tier(), LayaTier):
         return False
     return not (mode == "cascade" and policy.route.strong is not None and call.images)
 
 
-def preview_call(policy: Policy, call: EngineCall, previewer: Previews) -> CallPreview | None:
-    """The cheap tier's tokenizer-only preview of ``call``, on the checkpoint the policy lets it
-    run. Questions the policy sends strong whatever their tokens (type rules, too many
-    options) are left out, so Laya's head budget never refuses a question Clef will answer. Text
-    the chosen checkpoint cannot read is previewed again on the multilingual checkpoint when
-    configured and ``route.unreadable = "multilingual"``; with ``"strong"`` the default
-    checkpoint must read it, else the returned preview is unreadable and ``pre_route`` sends the
-    request strong. None when no Laya tier runs first or nothing would run there.
-    """
-    if not needs_preview(policy, call):
-        return None
-    mode = resolve_model(policy, call.model)
-    tier = policy.cheap_tier()
-    assert isinstance(tier, LayaTier)
-    route = policy.route
-    to_strong = mode == "cascade" and route.strong is not None
-    if to_strong:
-        keep = {q: v for q, v in call.questions.items() if _static_reason(policy, v) is None}
-        if not keep or (route.escalate == "request" and len(keep) < len(call.questions)):
-            return None
-        call = msgspec.structs.replace(call, questions=keep)
-    first = previewer.preview(call)
-    switch = not to_strong or route.unreadable == "multilingual"
-    if (not first.readable and switch and first.checkpoint != "multilingual"
-            and "multilingual" in tier.checkpoints.named()):
-        return previewer.preview(call, checkpoint="multilingual")
-    if not switch and first.checkpoint != tier.default_checkpoint:
-        default = previewer.preview(call, checkpoint=tier.default_checkpoint)
-        if not default.readable:
-            return default
-    return first
-
-
 def pre_route(policy: Policy, call: EngineCall, preview: CallPreview | None) -> PreRoute:
     """Route every question before any tier runs.
 
-    ``preview`` is what ``preview_call`` returned: exact token counts from the cheap tier's
-    tokenizer, or None when there is no Laya cheap tier or the mode skips it. Raises
+    ``preview`` is what the flow's ``preview_steps`` returned: exact token counts from the cheap
+    tier's tokenizer, or None when there is no Laya cheap tier or the mode skips it. Raises
     ``UnknownModel``, or ``ValidationFailed`` when images reach a text-only deployment.
     """
     mode = resolve_model(policy, call.model)
     route = policy.route
     qids = list(call.questions)
-    checkpoint = _checkpoint(policy, preview)
+    checkpoint = checkpoint_of(policy, preview)
     if mode == "strong_only":
         return _all(mode, None, qids, _must(route.strong), "model_alias")
     if route.strong is None or mode == "cheap_only":
@@ -209,7 +143,7 @@ def pre_route(policy: Policy, call: EngineCall, preview: CallPreview | None) -> 
 
 def _pre_reason(policy: Policy, question: Question, row: RowPreview | None) -> Reason | None:
     th = policy.thresholds
-    static = _static_reason(policy, question)
+    static = static_reason(policy, question)
     if static is not None or row is None:
         return static
     if th.truncated and row.state_tokens_dropped > 0:
@@ -219,7 +153,7 @@ def _pre_reason(policy: Policy, question: Question, row: RowPreview | None) -> R
     return None
 
 
-def _static_reason(policy: Policy, question: Question) -> Reason | None:
+def static_reason(policy: Policy, question: Question) -> Reason | None:
     """Rules on the question alone, before any token is counted."""
     route = policy.route
     if question.type in route.strong_types:
@@ -229,7 +163,7 @@ def _static_reason(policy: Policy, question: Question) -> Reason | None:
     return None
 
 
-def _checkpoint(policy: Policy, preview: CallPreview | None) -> str | None:
+def checkpoint_of(policy: Policy, preview: CallPreview | None) -> str | None:
     if preview is not None:
         return preview.checkpoint
     tier = policy.cheap_tier()
@@ -312,7 +246,7 @@ def _post_reason(policy: Policy, qid: str, result: QuestionResult, cheap: Engine
 # ---------------------------------------------------------------- merge planning
 
 
-def final_routes(policy: Policy, pre: PreRoute, escalated: Mapping[str, str]
+def final_routes(policy: Policy, pre: PreRoute, escalated: Mapping[str, Reason]
                  ) -> dict[str, QuestionRoute]:
     """Every question's final tier and reason: the pre-route, with escalations moved strong."""
     strong = policy.route.strong
@@ -346,69 +280,3 @@ def merge(call: EngineCall, routes: Mapping[str, QuestionRoute],
             raise EngineFailed(f"tier `{tier}` returned no {question.type} answer for `{qid}`")
         out[qid] = result
     return out
-
-
-# ---------------------------------------------------------------- degradation
-
-
-def stand_in(policy: Policy, call: EngineCall, previewer: Previews,
-             checkpoint: str | None) -> tuple[str | None, list[Reason]]:
-    """The cheap tier standing in for a strong tier that is down, on ``call``'s questions
-    (those pre-routed strong by a rule the cheap tier could still answer).
-
-    Returns the checkpoint to run them on (``checkpoint``, or multilingual when that reads
-    the text and ``checkpoint`` does not) and the strong-only reasons that still forbid it:
-    ``script`` when no configured checkpoint reads the text, ``state_too_long`` when their rows
-    would drop state tokens and the policy escalates truncation. Non-Laya cheap tiers have no
-    preview: nothing forbids them.
-    """
-    tier = policy.cheap_tier()
-    if not isinstance(tier, LayaTier):
-        return checkpoint, []
-    preview = previewer.preview(call, checkpoint=checkpoint)
-    if (not preview.readable and preview.checkpoint != "multilingual"
-            and "multilingual" in tier.checkpoints.named()):
-        preview = previewer.preview(call, checkpoint="multilingual")
-    blocking: list[Reason] = [] if preview.readable else ["script"]
-    if policy.thresholds.truncated and any(
-            row.state_tokens_dropped > 0 for row in preview.rows.values()):
-        blocking.append("state_too_long")
-    return preview.checkpoint, blocking
-
-
-
-def fallback(policy: Policy, pre: PreRoute, routes: Mapping[str, QuestionRoute], *,
-             retry_after_s: float | None = None) -> Fallback:
-    """The plan when the strong tier is down, open or too slow for this request.
-
-    Raises ``EngineUnavailable`` (503 + Retry-After, ``retry_after_s`` or the policy's) when the
-    policy refuses to degrade, or when a question needs what only the strong tier can do:
-    images, an over-long state, a strong-only model, or a script no configured checkpoint reads
-    (with a multilingual checkpoint, ``script`` questions degrade onto it instead).
-    """
-    strong = policy.route.strong
-    wanted = {q: r.reason for q, r in routes.items() if r.tier == strong}
-    retry = policy.degrade.retry_after_s if retry_after_s is None else retry_after_s
-    tier = policy.cheap_tier()
-    checkpoint = pre.cheap_checkpoint or _checkpoint(policy, None)
-    if "script" in wanted.values() and isinstance(tier, LayaTier):
-        if "multilingual" in tier.checkpoints.named():
-            checkpoint = "multilingual"
-    if not wanted:
-        return Fallback(cheap_questions=[], cheap_checkpoint=checkpoint, degraded={})
-    if tier is None:
-        raise EngineUnavailable(f"the only tier `{strong}` is unavailable; retry later",
-                                retry_after=retry)
-    blocking = sorted({r for r in wanted.values() if r in STRONG_ONLY
-                       and not (r == "script" and checkpoint == "multilingual")})
-    if blocking or not policy.degrade.cheap_answers:
-        why = f" ({', '.join(blocking)})" if blocking else ""
-        raise EngineUnavailable(
-            f"the strong tier `{strong}` is unavailable and this request needs it{why}; "
-            "retry later", retry_after=retry)
-    # With a cheap tier every strong route carries a reason (pre_route sets one).
-    return Fallback(
-        cheap_questions=[q for q in wanted if pre.questions[q].tier == strong],
-        cheap_checkpoint=checkpoint,
-        degraded={q: r for q, r in wanted.items() if r is not None},
-    )

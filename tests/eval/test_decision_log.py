@@ -21,6 +21,7 @@ from cascade.calls import EngineCall
 from cascade.engines.fake import FakeEngine
 from cascade.eval.decision_log import DecisionLog, read_rows, state_hash
 from cascade.gateway import Gateway
+from cascade.http import status
 from cascade.policy.model import (
     Bands,
     Checkpoints,
@@ -259,7 +260,7 @@ def test_a_full_disk_during_rotation_never_stops_the_writer(tmp_path: Path, monk
 
     disk.faults = {"checkpoint"}  # the rows commit, the checkpoint of each rotation fails
     send(3)
-    health = gateway.health()["decision_log"]
+    health = status.health(gateway)["decision_log"]
     assert health["alive"] and health["failing"] and health["written"] == 3
     assert health["last_error"] == "rotate: database or disk is full"
     assert metrics.DECISION_LOG_ERRORS.labels(stage="rotate")._value.get() - errors["rotate"] == 3

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cascade.build import build_gateway
+from cascade.build import build_gateway, policy_from_settings
 from cascade.calls import EngineCall
 from cascade.cli.serve import open_decision_log
 from cascade.eval.decision_log import read_rows
@@ -51,8 +51,9 @@ state = "text"
 async def serve(policy: Path, n: int) -> None:
     """``n`` generated requests through the gateway, decisions logged, shadows awaited."""
     settings = from_env(policy=str(policy))
-    gateway = build_gateway(settings)
-    gateway.decisions = open_decision_log(settings, gateway)
+    policy = policy_from_settings(settings)
+    decisions = open_decision_log(settings, policy)
+    gateway = build_gateway(settings, policy=policy, decisions=decisions)
     await gateway.start()
     try:
         for i, raw in enumerate(requests(n, seed=2)):
@@ -62,7 +63,7 @@ async def serve(policy: Path, n: int) -> None:
         await asyncio.gather(*gateway._shadow_tasks)
     finally:
         await gateway.aclose()
-        gateway.decisions.close()
+        decisions.close()
 
 
 def test_from_log_learns_from_escalations_and_shadow_samples(demo_dir: Path, tmp_path: Path

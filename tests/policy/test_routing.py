@@ -19,6 +19,7 @@ from cascade.calls import (
 from cascade.errors import EngineFailed, EngineUnavailable, UnknownModel, ValidationFailed
 from cascade.laya.preview import Previewer
 from cascade.laya.tiny import make_tiny
+from cascade.policy.flow import Fallback, Preview, fallback, preview_call, run, stand_in
 from cascade.policy.model import (
     Bands,
     ClefTier,
@@ -34,15 +35,13 @@ from cascade.policy.model import (
 from cascade.policy.routing import (
     PreRoute,
     QuestionRoute,
-    fallback,
+    Reason,
     final_routes,
     merge,
     post_route,
     pre_route,
-    preview_call,
     resolve_model,
     split,
-    stand_in,
 )
 from cascade.questions import option_band
 from cascade.schema import ChoiceQuestion, NoulQuestion, OptionSpans, Question, ScoreQuestion
@@ -102,6 +101,24 @@ def answer(model: str, **results: list[float]) -> EngineAnswer:
 
 
 CONFIDENT = {"intent": [0.9, 0.05, 0.05], "urgent": [0.1, 0.9], "mood": [0.2, 0.6, 0.2]}
+
+
+def planned(policy: Policy, pre: PreRoute, routes: dict[str, QuestionRoute],
+            **kw: float) -> Fallback:
+    """``fallback``'s plan; its refusal raised, as the gateway answers it."""
+    plan = fallback(policy, pre, routes, **kw)
+    if isinstance(plan, EngineUnavailable):
+        raise plan
+    return plan
+
+
+def stood_in(policy: Policy, c: EngineCall, previewer: Previewer,
+             checkpoint: str | None) -> tuple[str | None, list[Reason]]:
+    """``stand_in`` with its previews answered by ``previewer``."""
+    def reply(ask: object) -> CallPreview:
+        assert isinstance(ask, Preview)
+        return previewer.preview(ask.call, checkpoint=ask.checkpoint)
+    return run(stand_in(policy, c, checkpoint), reply)
 
 
 # ---------------------------------------------------------------- small facts
@@ -316,16 +333,16 @@ def test_stand_in_respects_the_strong_only_rules(tmp_path: Path) -> None:
                                 LayaTier), "clef": ClefTier()})
     previewer = Previewer({"english": en}, default="english")
     chinese = msgspec.structs.replace(call(), state="我的退款还没有到账，请帮我查一下")
-    assert stand_in(english_only, chinese, previewer, "english") == ("english", ["script"])
+    assert stood_in(english_only, chinese, previewer, "english") == ("english", ["script"])
     long = msgspec.structs.replace(call(), state="refund please " * 300)
-    assert stand_in(english_only, long, previewer, "english") == ("english", ["state_too_long"])
+    assert stood_in(english_only, long, previewer, "english") == ("english", ["state_too_long"])
     lenient = msgspec.structs.replace(
         english_only, thresholds=msgspec.structs.replace(POLICY.thresholds, truncated=False))
-    assert stand_in(lenient, long, previewer, "english") == ("english", [])
-    assert stand_in(english_only, call(), previewer, "english") == ("english", [])
+    assert stood_in(lenient, long, previewer, "english") == ("english", [])
+    assert stood_in(english_only, call(), previewer, "english") == ("english", [])
     # with a multilingual checkpoint configured the stand-in moves there
     both = Previewer({"english": en, "multilingual": en}, default="english")
-    assert stand_in(POLICY, chinese, both, "english")[0] == "multilingual"
+    assert stood_in(POLICY, chinese, both, "english")[0] == "multilingual"
 
 
 # ---------------------------------------------------------------- post-rules
@@ -419,11 +436,11 @@ def test_fallback_degrades_what_the_cheap_tier_can_answer() -> None:
     c = call(questions=questions)
     pre = pre_route(POLICY, c, preview({**{q: row() for q in QUESTIONS}, "big": row(60)}))
     final = final_routes(POLICY, pre, {"urgent": "low_confidence"})
-    plan = fallback(POLICY, pre, final)
+    plan = planned(POLICY, pre, final)
     assert plan.cheap_questions == ["big"]  # the cheap tier already answered "urgent"
     assert plan.degraded == {"urgent": "low_confidence", "big": "too_many_options"}
     assert plan.cheap_checkpoint == "english"
-    nothing = fallback(POLICY, pre, pre.questions | {"big": QuestionRoute("laya")})
+    nothing = planned(POLICY, pre, pre.questions | {"big": QuestionRoute("laya")})
     assert nothing.degraded == {} and nothing.cheap_questions == []
 
 
@@ -433,17 +450,17 @@ def test_fallback_refuses_what_only_the_strong_tier_can_serve() -> None:
                   (call("clef-flash"), None)):
         pre = pre_route(POLICY, c, pv)
         with pytest.raises(EngineUnavailable) as info:
-            fallback(POLICY, pre, pre.questions)
+            planned(POLICY, pre, pre.questions)
         assert info.value.retry_after == POLICY.degrade.retry_after_s
     pre = pre_route(POLICY, call(images=[IMAGE]), None)
     with pytest.raises(EngineUnavailable, match=r"needs it \(images\)") as info:
-        fallback(POLICY, pre, pre.questions, retry_after_s=2.5)
+        planned(POLICY, pre, pre.questions, retry_after_s=2.5)
     assert info.value.retry_after == 2.5
 
 
 def test_fallback_honours_degrade_off_and_multilingual_for_script() -> None:
     pre = pre_route(POLICY, call(), preview(readable=False))
-    plan = fallback(POLICY, pre, pre.questions)  # multilingual is configured: degrade onto it
+    plan = planned(POLICY, pre, pre.questions)  # multilingual is configured: degrade onto it
     assert plan.cheap_checkpoint == "multilingual"
     assert plan.cheap_questions == list(QUESTIONS)
     assert set(plan.degraded.values()) == {"script"}
@@ -451,8 +468,8 @@ def test_fallback_honours_degrade_off_and_multilingual_for_script() -> None:
         "laya": msgspec.convert({"kind": "laya", "checkpoints": {"english": "./en"}}, LayaTier),
         "clef": ClefTier()})
     with pytest.raises(EngineUnavailable, match="script"):
-        fallback(english_only, pre, pre.questions)
+        planned(english_only, pre, pre.questions)
     strict = msgspec.structs.replace(POLICY, degrade=Degrade(cheap_answers=False))
     typed = pre_route(with_(strict, strong_types=["score"]), call(), preview())
     with pytest.raises(EngineUnavailable):
-        fallback(strict, typed, typed.questions)
+        planned(strict, typed, typed.questions)

@@ -1,0 +1,84 @@
+"""What a gateway reports about itself: readiness, ``/health``, its one-line description, the
+``cascade_build`` info and the ``/v1/models`` cards. Reads the engines and breakers; decides
+nothing about requests."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cascade import __version__
+from cascade.answers import DEMO_WARNING
+from cascade.schema import ModelCard
+
+if TYPE_CHECKING:
+    from cascade.gateway import Gateway
+
+
+def ready(gateway: Gateway) -> bool:
+    """Whether this replica can serve: its cheap tier (or its only tier) is loaded. A strong
+    tier that is down only degrades answers; ``/health`` and ``cascade_tier_ready`` show it."""
+    route = gateway.policy.route
+    first = route.cheap or route.strong
+    return first is not None and gateway.engines[first].ready()
+
+
+def health(gateway: Gateway) -> dict[str, Any]:
+    """``/health`` details. ``loaded`` and ``revisions`` are the keys Laya's remote client
+    reads: the checkpoints (Laya tiers) and models (other tiers) resident right now."""
+    now = gateway.clock()
+    tiers = {
+        name: {**engine.health(), "ready": engine.ready(),
+               "breaker": gateway.breakers[name].state(now)}
+        for name, engine in gateway.engines.items()
+    }
+    resident = [
+        (name, detail) for detail in tiers.values() if detail.get("ready")
+        for name in detail.get("checkpoints") or [detail.get("model") or ""] if name
+    ]
+    route = gateway.policy.route
+    return {
+        "demo": gateway.demo,
+        **({"warning": DEMO_WARNING} if gateway.demo else {}),
+        "ready": ready(gateway),
+        "loaded": [name for name, _ in resident],
+        "revisions": {name: detail.get("revision") for name, detail in resident},
+        "route": {"cheap": route.cheap, "strong": route.strong},
+        "tiers": tiers,
+        **({"decision_log": gateway.decisions.health()} if gateway.decisions is not None else {}),
+    }
+
+
+def describe(gateway: Gateway) -> str:
+    tiers = ", ".join(f"{n}={type(e).__name__}" for n, e in gateway.engines.items())
+    return f"{'DEMO (random weights) ' if gateway.demo else ''}tiers: {tiers}"
+
+
+def build_info(gateway: Gateway) -> dict[str, str]:
+    """The ``cascade_build`` labels: version, tiers, the checkpoints and revisions loaded."""
+    found = health(gateway)
+    return {
+        "version": __version__,
+        "tiers": ",".join(f"{n}={type(e).__name__}" for n, e in gateway.engines.items()),
+        "checkpoints": ",".join(found["loaded"]),
+        "revisions": ",".join(f"{k}={v}" for k, v in found["revisions"].items() if v),
+        "demo": "true" if gateway.demo else "false",
+    }
+
+
+def model_cards(gateway: Gateway) -> list[ModelCard]:
+    """``/v1/models``: the policy's exact model names (patterns such as ``jev-*`` are not
+    names), dated by its ``[models] release_date``."""
+    models, route = gateway.policy.models, gateway.policy.route
+    described = [
+        (models.cascade, "cascade: the cheap tier first, escalating to the strong tier"),
+        (models.cheap_only, f"the cheap tier only ({route.cheap})"),
+        (models.strong_only, f"the strong tier only ({route.strong})"),
+    ]
+    prefix = "DEMO, random weights: " if gateway.demo else ""
+    released = models.release_date.isoformat()
+    return [
+        ModelCard(name=name, description=prefix + text, release_date=released)
+        for names, text in described
+        for name in names
+        if "*" not in name and "?" not in name
+    ]

@@ -1,0 +1,433 @@
+"""The cascade as one sans-IO procedure: what a request asks of the tiers, and what it decides.
+
+``decide(policy, call, previews=..., shadow_key=...)`` is a generator in the shape of httpx's
+``Auth.auth_flow``. It yields what it needs, a ``Preview`` of the cheap tier's rows or a
+``TierCall`` of one tier on some questions, and is sent back the answer (a ``CallPreview``, an
+``EngineAnswer``) or the tier's ``Failure``. It returns one ``Decision``; a request the cascade
+refuses ends it with the ``CascadeError`` the client gets. It does no I/O, awaits nothing and
+reads no clock: ``cascade.gateway`` drives it against live engines, ``cascade.eval.decide``
+against cached tier outputs, ``run`` against plain functions. One request::
+
+    preview                 the cheap tier's exact token counts and the checkpoint that reads it
+    routing.pre_route       every question, before any tier runs
+    ONE cheap call          its questions; failed: a cascade request's go strong (cheap_failed)
+    routing.post_route      the confidence gate (calibration view), truncation, option collapse
+    ONE strong call         pre-routed and escalated together: the state's tokens paid once
+    failed or refused       degrade or refuse (``fallback``, ``stand_in``)
+    merge                   the results returned (calibration view) and whether to shadow
+
+When the strong tier fails (breaker open, timeout, overload, error) or refuses the request's
+content (a 4xx): questions the cheap tier already answered come back marked degraded (their own
+confidence, never an invented one); questions pre-routed for a reason the cheap tier could
+still answer (too many options, a type rule, a script the any-script checkpoint reads) are
+answered by the cheap tier, marked degraded, unless its preview shows it cannot read the text or
+would truncate the state; requests only the strong tier can serve (images, states too long for
+the cheap tier, a strong-only model name, questions the failed cheap tier handed over) are
+refused with 503 + Retry-After, or the strong tier's own 4xx when it refused their content, or
+its back-pressure when it was overloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import TypeVar
+
+import msgspec
+
+from cascade.calls import CallPreview, EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.engines.base import Previewing
+from cascade.errors import (
+    BreakerOpen,
+    CascadeError,
+    ClientError,
+    EngineTimeout,
+    EngineUnavailable,
+    Overloaded,
+)
+from cascade.policy.calibration import returned_results
+from cascade.policy.model import LayaTier, Policy
+from cascade.policy.routing import (
+    STRONG_ONLY,
+    PreRoute,
+    QuestionRoute,
+    Reason,
+    checkpoint_of,
+    final_routes,
+    merge,
+    needs_preview,
+    post_route,
+    pre_route,
+    resolve_model,
+    split,
+    static_reason,
+)
+from cascade.policy.shadow import shadow_questions
+
+T = TypeVar("T")
+
+
+class Preview(msgspec.Struct, frozen=True):
+    """Asks for the cheap tier's preview of ``call`` on ``checkpoint`` (None: its own choice);
+    answered with a ``CallPreview``."""
+
+    call: EngineCall
+    checkpoint: str | None = None
+
+
+class TierCall(msgspec.Struct, frozen=True):
+    """Asks ``tier`` to answer ``call``; answered with its ``EngineAnswer`` or a ``Failure``."""
+
+    tier: str
+    call: EngineCall
+
+
+class Failure(msgspec.Struct, frozen=True):
+    """A tier's answer to a ``TierCall`` when it failed or refused the call."""
+
+    error: CascadeError
+
+
+Ask = Preview | TierCall
+Reply = CallPreview | EngineAnswer | Failure
+Flow = Generator[Ask, Reply, T]
+
+
+class ShadowCall(msgspec.Struct, frozen=True):
+    """Mirror ``call`` to ``tier`` off the response path and compare with ``cheap``."""
+
+    tier: str
+    call: EngineCall
+    cheap: EngineAnswer
+
+
+class Decision(msgspec.Struct, kw_only=True):
+    """What the cascade decided for one request."""
+
+    pre: PreRoute  # the routes before any tier ran, and the cheap checkpoint
+    escalated: dict[str, Reason]  # the cheap answers the post-rules (or its failure) sent strong
+    routes: dict[str, QuestionRoute]  # each question's final tier and the reason it is not cheap
+    degraded: dict[str, str]  # question -> why the cheap tier's answer stands in for the strong
+    results: dict[str, QuestionResult]  # what is returned, in the caller's order
+    answers: dict[str, EngineAnswer]  # by tier, what it answered (a stand-in merged in)
+    usage: EngineUsage  # over every call; truncation of the returned answers only
+    model: str  # the answering models, joined with "+"
+    shadow: ShadowCall | None
+
+    @property
+    def tiers(self) -> dict[str, str]:
+        """Question id -> the tier whose answer is returned."""
+        return {q: r.tier for q, r in self.routes.items()}
+
+
+class Fallback(msgspec.Struct, frozen=True):
+    """What to do when the strong tier cannot answer.
+
+    ``cheap_questions``: questions the cheap tier has not run yet and must now answer, on
+    ``cheap_checkpoint``. ``degraded``: every question whose answer now comes from the cheap tier
+    although the policy wanted the strong one, with the reason it wanted it. Its answer keeps the
+    cheap tier's own probabilities, marked degraded (its confidence is never raised).
+    """
+
+    cheap_questions: list[str]
+    cheap_checkpoint: str | None
+    degraded: dict[str, Reason]
+
+
+# ---------------------------------------------------------------- the procedure
+
+
+def decide(policy: Policy, call: EngineCall, *, previews: bool,
+           shadow_key: str = "") -> Flow[Decision]:
+    """The decision for ``call``. ``previews``: whether the cheap tier answers ``Preview``
+    (without, pre-routing sees no token counts). ``shadow_key`` picks the shadow sample."""
+    strong = policy.route.strong
+    preview = (yield from preview_steps(policy, call)) if previews else None
+    pre = pre_route(policy, call, preview)
+    answers: dict[str, EngineAnswer] = {}
+    usages: list[tuple[str, EngineUsage]] = []
+    cheap, escalated = yield from _cheap(policy, call, pre, preview, answers, usages)
+    routes = final_routes(policy, pre, escalated)
+    degraded: dict[str, str] = {}
+    strong_call = split(call, routes).get(strong or "")
+    if strong_call is not None and strong is not None:
+        reply = yield from _tier(strong, strong_call)
+        if isinstance(reply, Failure):
+            routes, degraded = yield from _degrade(policy, call, pre, routes, reply.error,
+                                                   answers, usages, previews)
+        else:
+            _keep(answers, usages, strong, reply)
+    tiers = {q: r.tier for q, r in routes.items()}
+    shadow = None
+    if cheap is not None and strong is not None and shadow_questions(policy, pre, escalated,
+                                                                      shadow_key):
+        shadow = ShadowCall(tier=strong, call=call, cheap=cheap)
+    return Decision(
+        pre=pre, escalated=escalated, routes=routes, degraded=degraded,
+        results=returned_results(policy, merge(call, routes, answers), tiers), answers=answers,
+        usage=merged_usage(usages, tiers), model="+".join(dict.fromkeys(
+            a.model for a in answers.values())), shadow=shadow,
+    )
+
+
+def run(flow: Flow[T], reply: Callable[[Ask], Reply]) -> T:
+    """Drive ``flow`` synchronously, answering each ask with ``reply``."""
+    try:
+        ask = next(flow)
+        while True:
+            ask = flow.send(reply(ask))
+    except StopIteration as done:
+        value: T = done.value
+        return value
+
+
+def cheap_call(call: EngineCall, checkpoint: str | None) -> EngineCall:
+    """The cheap tier reads text only and runs the checkpoint routing picked."""
+    return msgspec.structs.replace(call, images=[], model=checkpoint or call.model)
+
+
+def subcall(call: EngineCall, qids: Iterable[str]) -> EngineCall:
+    """``call`` restricted to ``qids`` (request order kept)."""
+    keep = set(qids)
+    return msgspec.structs.replace(
+        call, questions={q: v for q, v in call.questions.items() if q in keep}
+    )
+
+
+def _cheap(policy: Policy, call: EngineCall, pre: PreRoute, preview: CallPreview | None,
+           answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]],
+           ) -> Flow[tuple[EngineAnswer | None, dict[str, Reason]]]:
+    """The cheap call of the questions pre-routed cheap: its answer and the escalations."""
+    name, strong = policy.route.cheap, policy.route.strong
+    sub = split(call, pre.questions).get(name or "")
+    if sub is None or name is None:
+        return None, {}
+    reply = yield from _tier(name, cheap_call(sub, pre.cheap_checkpoint))
+    if isinstance(reply, Failure):
+        if isinstance(reply.error, ClientError) or pre.mode != "cascade" or strong is None:
+            raise reply.error
+        # The cheap tier is busy or broken: the strong tier takes its questions.
+        failed: dict[str, Reason] = {q: "cheap_failed" for q in sub.questions}
+        return None, failed
+    _keep(answers, usages, name, reply)
+    return reply, post_route(policy, call, pre, reply, preview)
+
+
+def _degrade(
+    policy: Policy, call: EngineCall, pre: PreRoute, routes: dict[str, QuestionRoute],
+    error: CascadeError, answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]],
+    previews: bool,
+) -> Flow[tuple[dict[str, QuestionRoute], dict[str, str]]]:
+    """The strong tier failed with ``error``: cheap answers marked degraded, or a refusal."""
+    retry = error.retry_after
+    plan = fallback(policy, pre, routes, retry_after_s=retry)
+    if isinstance(plan, Fallback) and plan.cheap_questions and previews:
+        checkpoint, blocking = yield from stand_in(
+            policy, subcall(call, plan.cheap_questions), plan.cheap_checkpoint)
+        plan = msgspec.structs.replace(plan, cheap_checkpoint=checkpoint)
+        if blocking:
+            plan = EngineUnavailable(
+                f"the strong tier `{policy.route.strong}` is unavailable and this request needs "
+                f"it ({', '.join(blocking)}); retry later",
+                retry_after=policy.degrade.retry_after_s if retry is None else retry)
+    if isinstance(plan, EngineUnavailable):
+        # The client's content (its 4xx stands), or back-pressure (its Retry-After).
+        raise error if isinstance(error, ClientError | Overloaded) else plan
+    name = policy.route.cheap
+    if plan.cheap_questions and name is not None:
+        extra = cheap_call(subcall(call, plan.cheap_questions), plan.cheap_checkpoint)
+        reply = yield from _tier(name, extra)
+        if isinstance(reply, Failure):
+            _cannot_stand_in(policy, error, reply.error)
+        else:
+            base = answers.get(name)
+            merged = {**base.results, **reply.results} if base else reply.results
+            usages.append((name, reply.usage))
+            answers[name] = msgspec.structs.replace(reply, results=merged)
+    why = failure_reason(error)
+    degraded = {
+        q: QuestionRoute(name, r.reason) if q in plan.degraded and name is not None else r
+        for q, r in routes.items()
+    }
+    return degraded, dict.fromkeys(plan.degraded, why)
+
+
+def _cannot_stand_in(policy: Policy, error: CascadeError, refused: CascadeError) -> None:
+    """Raise what the client gets when the cheap tier fails standing in for the strong one."""
+    if not isinstance(refused, ClientError):
+        raise refused
+    if isinstance(error, ClientError):
+        raise error
+    # e.g. too many options for Laya's head: the request is fine, the strong tier is not. A 4xx
+    # would never be retried; it must succeed once the strong tier is back.
+    raise EngineUnavailable(
+        f"the strong tier `{policy.route.strong}` is unavailable and the cheap tier cannot "
+        f"stand in ({refused.message}); retry later",
+        retry_after=policy.degrade.retry_after_s,
+    )
+
+
+def failure_reason(error: CascadeError) -> str:
+    """Why an answer is degraded, from the strong tier's failure (a bounded metric label)."""
+    if isinstance(error, ClientError):
+        return "strong_refused"
+    if isinstance(error, Overloaded):
+        return "strong_overloaded"
+    if isinstance(error, EngineTimeout):
+        return "strong_timeout"
+    if isinstance(error, BreakerOpen):
+        return "breaker_open"
+    return "strong_failed"
+
+
+def merged_usage(usages: list[tuple[str, EngineUsage]],
+                 tiers: Mapping[str, str]) -> EngineUsage:
+    """One usage for the response: tokens add up over every call; truncation is reported for the
+    questions whose returned answer came from a truncated row, and ``state_tokens_dropped`` is
+    the most any of those rows dropped."""
+    returned = [(q, u) for tier, u in usages for q in u.truncated_questions
+                if tiers.get(q) == tier]
+    truncated = [q for q, _ in returned]
+    dropped = [u.dropped.get(q, u.state_tokens_dropped) for q, u in returned]
+    return EngineUsage(
+        input_tokens=sum(u.input_tokens for _, u in usages),
+        state_tokens=next((u.state_tokens for _, u in usages if u.state_tokens is not None), None),
+        state_tokens_dropped=max(dropped, default=0),
+        truncated_questions=truncated,
+        options={q: o for tier, u in usages for q, o in u.options.items() if tiers.get(q) == tier},
+    )
+
+
+def _keep(answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]], tier: str,
+          answer: EngineAnswer) -> None:
+    answers[tier] = answer
+    usages.append((tier, answer.usage))
+
+
+def _tier(tier: str, call: EngineCall) -> Flow[EngineAnswer | Failure]:
+    reply = yield TierCall(tier, call)
+    if isinstance(reply, CallPreview):
+        raise TypeError("a TierCall is answered with an EngineAnswer or a Failure")
+    return reply
+
+
+def _preview(call: EngineCall, checkpoint: str | None = None) -> Flow[CallPreview]:
+    reply = yield Preview(call, checkpoint)
+    if not isinstance(reply, CallPreview):
+        raise TypeError("a Preview is answered with a CallPreview")
+    return reply
+
+
+# ---------------------------------------------------------------- previews
+
+
+def preview_steps(policy: Policy, call: EngineCall) -> Flow[CallPreview | None]:
+    """The cheap tier's tokenizer-only preview of ``call``, on the checkpoint the policy lets it
+    run. Questions the policy sends strong whatever their tokens (type rules, too many
+    options) are left out, so Laya's head budget never refuses a question Clef will answer. Text
+    the chosen checkpoint cannot read is previewed again on the any-script checkpoint when
+    configured and ``route.unreadable`` names it; with ``"strong"`` the default checkpoint must
+    read it, else the returned preview is unreadable and ``pre_route`` sends the request strong.
+    None when no Laya tier runs first or nothing would run there.
+    """
+    if not needs_preview(policy, call):
+        return None
+    mode = resolve_model(policy, call.model)
+    tier = policy.cheap_tier()
+    if not isinstance(tier, LayaTier):
+        return None
+    route = policy.route
+    to_strong = mode == "cascade" and route.strong is not None
+    if to_strong:
+        keep = {q: v for q, v in call.questions.items() if static_reason(policy, v) is None}
+        if not keep or (route.escalate == "request" and len(keep) < len(call.questions)):
+            return None
+        call = msgspec.structs.replace(call, questions=keep)
+    first = yield from _preview(call)
+    switch = not to_strong or route.unreadable != "strong"
+    reads_all = tier.any_script()
+    if not first.readable and switch and reads_all is not None and first.checkpoint != reads_all:
+        return (yield from _preview(call, reads_all))
+    if not switch and first.checkpoint != tier.default_checkpoint:
+        default = yield from _preview(call, tier.default_checkpoint)
+        if not default.readable:
+            return default
+    return first
+
+
+def preview_call(policy: Policy, call: EngineCall, previewer: Previewing) -> CallPreview | None:
+    """``preview_steps`` run against ``previewer`` (an engine or ``cascade.laya.preview``'s)."""
+    return run(preview_steps(policy, call), _previews_with(previewer))
+
+
+def _previews_with(previewer: Previewing) -> Callable[[Ask], Reply]:
+    def reply(ask: Ask) -> Reply:
+        if not isinstance(ask, Preview):
+            raise TypeError("this flow may only ask for previews")
+        return previewer.preview(ask.call, checkpoint=ask.checkpoint)
+    return reply
+
+
+# ---------------------------------------------------------------- degradation
+
+
+def stand_in(policy: Policy, call: EngineCall,
+             checkpoint: str | None) -> Flow[tuple[str | None, list[Reason]]]:
+    """The cheap tier standing in for a strong tier that is down, on ``call``'s questions
+    (those pre-routed strong by a rule the cheap tier could still answer).
+
+    Returns the checkpoint to run them on (``checkpoint``, or the any-script one when that reads
+    the text and ``checkpoint`` does not) and the strong-only reasons that still forbid it:
+    ``script`` when no configured checkpoint reads the text, ``state_too_long`` when their rows
+    would drop state tokens and the policy escalates truncation. Non-Laya cheap tiers have no
+    preview: nothing forbids them.
+    """
+    tier = policy.cheap_tier()
+    if not isinstance(tier, LayaTier):
+        return checkpoint, []
+    preview = yield from _preview(call, checkpoint)
+    reads_all = tier.any_script()
+    if not preview.readable and reads_all is not None and preview.checkpoint != reads_all:
+        preview = yield from _preview(call, reads_all)
+    blocking: list[Reason] = [] if preview.readable else ["script"]
+    if policy.thresholds.truncated and any(
+            row.state_tokens_dropped > 0 for row in preview.rows.values()):
+        blocking.append("state_too_long")
+    return preview.checkpoint, blocking
+
+
+def fallback(policy: Policy, pre: PreRoute, routes: Mapping[str, QuestionRoute], *,
+             retry_after_s: float | None = None) -> Fallback | EngineUnavailable:
+    """The plan when the strong tier is down, open or too slow for this request.
+
+    An ``EngineUnavailable`` (503 + Retry-After, ``retry_after_s`` or the policy's) when the
+    policy refuses to degrade, or when a question needs what only the strong tier can do:
+    images, an over-long state, a strong-only model, or a script no configured checkpoint reads
+    (with an any-script checkpoint, ``script`` questions degrade onto it instead).
+    """
+    strong = policy.route.strong
+    wanted = {q: r.reason for q, r in routes.items() if r.tier == strong}
+    retry = policy.degrade.retry_after_s if retry_after_s is None else retry_after_s
+    tier = policy.cheap_tier()
+    checkpoint = pre.cheap_checkpoint or checkpoint_of(policy, None)
+    reads_all = tier.any_script() if isinstance(tier, LayaTier) else None
+    if "script" in wanted.values() and reads_all is not None:
+        checkpoint = reads_all
+    if not wanted:
+        return Fallback(cheap_questions=[], cheap_checkpoint=checkpoint, degraded={})
+    if tier is None:
+        return EngineUnavailable(f"the only tier `{strong}` is unavailable; retry later",
+                                 retry_after=retry)
+    blocking = sorted({r for r in wanted.values() if r in STRONG_ONLY
+                       and not (r == "script" and reads_all is not None
+                            and checkpoint == reads_all)})
+    if blocking or not policy.degrade.cheap_answers:
+        why = f" ({', '.join(blocking)})" if blocking else ""
+        return EngineUnavailable(
+            f"the strong tier `{strong}` is unavailable and this request needs it{why}; "
+            "retry later", retry_after=retry)
+    # With a cheap tier every strong route carries a reason (pre_route sets one).
+    return Fallback(
+        cheap_questions=[q for q in wanted if pre.questions[q].tier == strong],
+        cheap_checkpoint=checkpoint,
+        degraded={q: r for q, r in wanted.items() if r is not None},
+    )

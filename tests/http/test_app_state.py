@@ -1,0 +1,56 @@
+"""An app holds everything it was built with: its gateway's gauges (not the last gateway's of
+the process), the drain flag the server begins, the model cards' release date from the policy."""
+
+from __future__ import annotations
+
+import datetime
+
+import msgspec
+from litestar.testing import TestClient
+
+from cascade.engines.fake import FakeEngine
+from cascade.gateway import Gateway
+from cascade.http.app import create_app
+from cascade.http.drain import Drain
+from cascade.policy.model import Models, Policy, UpstreamTier
+from cascade.settings import Settings
+
+
+def gateway(tier: str, **models: object) -> Gateway:
+    policy = Policy.single_tier(tier, UpstreamTier(urls=["http://127.0.0.1:9"]))
+    if models:
+        policy = msgspec.structs.replace(policy, models=Models(**models))  # type: ignore[arg-type]
+    return Gateway(policy, {tier: FakeEngine(tier)})
+
+
+def samples(text: str, family: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(family + "{")]
+
+
+def test_each_app_reports_its_own_gateways_gauges() -> None:
+    with TestClient(create_app(Settings(), gateway("first"))) as first:
+        with TestClient(create_app(Settings(), gateway("second"))):
+            text = first.get("/metrics").text
+    assert samples(text, "cascade_tier_ready") == ['cascade_tier_ready{tier="first"} 1.0']
+    assert samples(text, "cascade_breaker_state") == ['cascade_breaker_state{tier="first"} 0.0']
+    build = samples(text, "cascade_build_info")
+    assert len(build) == 1 and 'tiers="first=FakeEngine"' in build[0]
+
+
+def test_the_drain_the_server_begins_is_the_one_the_app_was_built_with() -> None:
+    drain = Drain()
+    with TestClient(create_app(Settings(), gateway("up"), drain)) as client:
+        assert client.get("/ready").status_code == 200
+        assert client.get("/health").headers.get("connection") != "close"
+        drain.begin()  # what cascade.http.server does on SIGTERM
+        assert client.get("/ready").status_code == 503
+        assert client.get("/health").headers["connection"] == "close"
+
+
+def test_model_cards_are_dated_by_the_policy() -> None:
+    dated = gateway("up", cascade=["jev-latest", "jev-*"], strong_only=["big"],
+                    release_date=datetime.date(2025, 1, 2))
+    with TestClient(create_app(Settings(), dated)) as client:
+        cards = client.get("/v1/models").json()["models"]
+    assert [(c["name"], c["release_date"]) for c in cards] == [
+        ("jev-latest", "2025-01-02"), ("big", "2025-01-02")]

@@ -1,0 +1,142 @@
+"""The cascade as one sans-IO procedure: what it asks for, in what order, and what it decides
+when a tier fails, driven by canned replies (no event loop, no engine)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.errors import CascadeError, EngineUnavailable, PayloadTooLarge
+from cascade.policy import flow as flow_module
+from cascade.policy.flow import Ask, Decision, Failure, Preview, Reply, TierCall, decide, run
+from cascade.policy.model import Shadow
+from cascade.schema import ChoiceQuestion, Question
+from tests.policy.test_routing import IMAGE, POLICY, QUESTIONS, call, preview, row
+
+WIDE: dict[str, Question] = {**QUESTIONS, "big": ChoiceQuestion(
+    criteria=[f"o{i}" for i in range(60)])}  # 60 options > 48: pre-routed strong
+
+
+def answered(tier: str, c: EngineCall, low: frozenset[str] = frozenset()) -> EngineAnswer:
+    """Every question of ``c``: confident, except ``low`` (a coin flip)."""
+    results = {}
+    for qid, q in c.questions.items():
+        n = {"noul": 2}.get(q.type) or len(q.criteria)  # type: ignore[union-attr]
+        p = [1 / n] * n if qid in low else [0.9, *[0.1 / (n - 1)] * (n - 1)]
+        results[qid] = QuestionResult(type=q.type, probabilities=p)
+    return EngineAnswer(model=f"{tier}-model", results=results,
+                        usage=EngineUsage(input_tokens=len(c.questions)))
+
+
+def tiers(*, strong: Callable[[EngineCall], Reply] | None = None,
+          low: frozenset[str] = frozenset()) -> tuple[list[Ask], Callable[[Ask], Reply]]:
+    """A log of asks, and replies: previews that read the text, a cheap tier answering (``low``
+    unsure), and the strong tier answering or ``strong``'s reply."""
+    asked: list[Ask] = []
+
+    def reply(ask: Ask) -> Reply:
+        asked.append(ask)
+        if isinstance(ask, Preview):
+            return preview({q: row(60 if q == "big" else 3) for q in ask.call.questions},
+                           checkpoint=ask.checkpoint or "english")
+        if ask.tier == "clef" and strong is not None:
+            return strong(ask.call)
+        return answered(ask.tier, ask.call, low)
+    return asked, reply
+
+
+def shape(asked: list[Ask]) -> list[tuple[str, list[str]]]:
+    return [("preview" if isinstance(a, Preview) else a.tier, list(a.call.questions))
+            for a in asked]
+
+
+def test_one_cheap_call_then_one_strong_call_for_pre_routed_and_escalated() -> None:
+    asked, reply = tiers(low=frozenset({"urgent"}))
+    decision = run(decide(POLICY, call(questions=WIDE), previews=True), reply)
+    assert shape(asked) == [("preview", ["intent", "urgent", "mood"]),
+                            ("laya", ["intent", "urgent", "mood"]),
+                            ("clef", ["urgent", "big"])]
+    assert isinstance(decision, Decision)
+    assert decision.tiers == {"intent": "laya", "urgent": "clef", "mood": "laya", "big": "clef"}
+    assert {q: r.reason for q, r in decision.routes.items() if r.reason} == {
+        "urgent": "low_confidence", "big": "too_many_options"}
+    assert decision.escalated == {"urgent": "low_confidence"} and decision.degraded == {}
+    assert decision.model == "laya-model+clef-model" and decision.usage.input_tokens == 5
+    assert list(decision.results) == ["intent", "urgent", "mood", "big"]
+    assert decision.shadow is None
+
+
+def test_a_failed_strong_tier_degrades_as_a_value_not_an_exception() -> None:
+    asked, reply = tiers(low=frozenset({"urgent"}),
+                         strong=lambda c: Failure(EngineUnavailable("clef is down")))
+    decision = run(decide(POLICY, call(questions=WIDE), previews=True), reply)
+    # the cheap tier stands in for the question it had not run: previewed, then answered
+    assert shape(asked)[2:] == [("clef", ["urgent", "big"]), ("preview", ["big"]),
+                                ("laya", ["big"])]
+    assert decision.tiers == dict.fromkeys(WIDE, "laya")
+    assert decision.degraded == {"urgent": "strong_failed", "big": "strong_failed"}
+    assert {q: r.reason for q, r in decision.routes.items() if r.reason} == {
+        "urgent": "low_confidence", "big": "too_many_options"}
+    assert set(decision.answers["laya"].results) == set(WIDE)
+    assert decision.model == "laya-model"
+
+
+@pytest.mark.parametrize(("failure", "raised"), [
+    (EngineUnavailable("clef is down", retry_after=2.0), EngineUnavailable),
+    (PayloadTooLarge("the image is too large"), PayloadTooLarge),
+])
+def test_what_only_the_strong_tier_can_serve_ends_the_flow_with_the_clients_error(
+        failure: CascadeError, raised: type[CascadeError]) -> None:
+    asked, reply = tiers(strong=lambda c: Failure(failure))
+    with pytest.raises(raised) as info:
+        run(decide(POLICY, call(images=[IMAGE]), previews=True), reply)
+    assert shape(asked) == [("clef", list(QUESTIONS))]  # images: no preview, no cheap call
+    if raised is EngineUnavailable:  # a 503 keeps the tier's Retry-After
+        assert "needs it (images)" in info.value.message and info.value.retry_after == 2.0
+    else:  # the strong tier's own 4xx on the client's content stands
+        assert info.value is failure
+
+
+def test_a_failed_cheap_tier_hands_its_questions_to_the_strong_tier() -> None:
+    asked: list[Ask] = []
+
+    def reply(ask: Ask) -> Reply:
+        asked.append(ask)
+        assert isinstance(ask, TierCall)
+        if ask.tier == "laya":
+            return Failure(EngineUnavailable("laya is down"))
+        return answered(ask.tier, ask.call)
+
+    decision = run(decide(POLICY, call(), previews=False), reply)
+    assert [a.tier for a in asked if isinstance(a, TierCall)] == ["laya", "clef"]
+    assert {r.reason for r in decision.routes.values()} == {"cheap_failed"}
+    assert decision.tiers == dict.fromkeys(QUESTIONS, "clef") and decision.shadow is None
+
+
+def test_the_flow_does_no_io_and_reads_no_clock() -> None:
+    tree = ast.parse(Path(flow_module.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom)}
+    assert imported.isdisjoint({"asyncio", "time", "os", "socket", "random", "threading"})
+    assert not any(isinstance(node, ast.AsyncFunctionDef | ast.Await)
+                   for node in ast.walk(tree))
+
+
+def test_shadow_choice_is_part_of_the_decision() -> None:
+    sampled = msgspec.structs.replace(POLICY, shadow=Shadow(fraction=1.0))
+    _, reply = tiers()
+    decision = run(decide(sampled, call(), previews=True, shadow_key="r1"), reply)
+    assert decision.shadow is not None and decision.shadow.tier == "clef"
+    assert decision.shadow.call.questions == call().questions  # the whole request, mirrored
+    assert decision.shadow.cheap is decision.answers["laya"]
+    _, reply = tiers(low=frozenset({"urgent"}))  # an escalation: nothing left to compare
+    assert run(decide(sampled, call(), previews=True, shadow_key="r1"), reply).shadow is None
+    unsampled = msgspec.structs.replace(POLICY, shadow=Shadow(fraction=0.0))
+    assert run(decide(unsampled, call(), previews=True), tiers()[1]).shadow is None
