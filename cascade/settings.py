@@ -133,8 +133,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 text = Path(self.api_keys_file).read_text(encoding="utf-8")
             except UnicodeDecodeError as exc:
                 raise SettingsError(
-                    f"CASCADE_API_KEYS_FILE={self.api_keys_file}: not UTF-8 text (byte "
-                    f"{exc.start}: {exc.reason})") from None
+                    f"CASCADE_API_KEYS_FILE={self.api_keys_file}: API keys file is not UTF-8 "
+                    f"text (byte {exc.start}: {exc.reason})") from None
             except OSError as exc:
                 raise SettingsError(
                     f"CASCADE_API_KEYS_FILE={self.api_keys_file}: {exc.strerror}; create it "
