@@ -149,6 +149,19 @@ _SECRETS = {"api_keys", "upstream_api_key"}
 _MAPS = {"laya"}
 
 
+def env_value(field: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The raw ``CASCADE_<FIELD>`` value, for the few choices made before ``Settings`` can be
+    built (whether an error keeps its traceback; a command's own default port)."""
+    return (os.environ if environ is None else environ).get(f"CASCADE_{field.upper()}")
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where cascade keeps what it derives from weights (ONNX exports, distill runs):
+    ``$CASCADE_CACHE``, else ``~/.cache/cascade``."""
+    base = (os.environ if environ is None else environ).get("CASCADE_CACHE")
+    return Path(base) if base else Path.home() / ".cache" / "cascade"
+
+
 def env_secret(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """The credential in the environment variable ``name`` a policy points to (an upstream
     tier's ``api_key_env``): read when the tier is built, never stored in ``Settings``."""

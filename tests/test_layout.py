@@ -119,3 +119,15 @@ def test_the_offline_tools_do_not_load_the_web_stack():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=PACKAGE.parent, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_only_settings_reads_the_environment():
+    """``os.environ`` / ``os.getenv`` appear in ``cascade/settings.py`` alone: everything else
+    is handed its settings (``create_app(settings)``, ``build_gateway(settings)``)."""
+    readers = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+                    and isinstance(node.value, ast.Name) and node.value.id == "os"):
+                readers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert readers and all(r.startswith("settings.py:") for r in readers), readers

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 
 from cascade.cli.errors import describe, status, user_errors
+from cascade.settings import env_value
 
 GROUPS = {
     "export": "export a checkpoint to the format cascade serves",
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _debug(args: argparse.Namespace) -> bool:
     """``--log-level debug`` or ``CASCADE_LOG_LEVEL=debug``: errors keep their traceback."""
-    level = getattr(args, "log_level", None) or os.environ.get("CASCADE_LOG_LEVEL", "")
+    level = getattr(args, "log_level", None) or env_value("log_level") or ""
     return level.lower() == "debug"
 
 

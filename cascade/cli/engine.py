@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from cascade.cli.serve import clef_flags, common_flags, run_server
+from cascade.settings import env_value
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -24,7 +24,7 @@ def register(groups: dict[str, Any]) -> None:
 
 def run_engine_clef(args: argparse.Namespace) -> int:
     # Port: the flag, else CASCADE_PORT, else 8100 (the gateway's 8000 stays free beside it).
-    port = args.port or (None if "CASCADE_PORT" in os.environ else 8100)
+    port = args.port or (None if env_value("port") is not None else 8100)
     return run_server(
         {
             "host": args.host, "port": port, "profile": args.profile,

@@ -10,7 +10,6 @@ upstream's exporter gates. Needs the ``export`` extra (onnx; torch + transformer
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import numpy as np
 
 from cascade.laya.checkpoint import content_hash, load_weights
 from cascade.laya.config import LayaConfig, load_config
+from cascade.settings import cache_dir
 
 LOGITS_TOL = 1e-3
 ACT_TOL = 1e-2
@@ -33,8 +33,7 @@ class ExportCheckFailed(RuntimeError):
 
 def cache_root() -> Path:
     """``$CASCADE_CACHE/laya-onnx``, else ``~/.cache/cascade/laya-onnx``."""
-    base = os.environ.get("CASCADE_CACHE") or Path.home() / ".cache" / "cascade"
-    return Path(base) / "laya-onnx"
+    return cache_dir() / "laya-onnx"
 
 
 def cached_export(ckpt: Path, cache: Path | None = None) -> Path | None:

@@ -8,7 +8,6 @@ looks in the Hugging Face cache first and downloads only the files Laya needs (c
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from cascade.laya.config import CheckpointError
@@ -44,14 +43,14 @@ def resolve_checkpoint(
             f"{ref!r} is neither a checkpoint directory nor a Laya checkpoint "
             f"name ({', '.join(SUBFOLDERS)} or an alias)"
         )
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     folder = SUBFOLDERS[name]
     patterns = [f"{folder}/{f}" if folder else f for f in FILES]
     why = "this command downloads nothing"  # the caller's choice (offline=True)
     if offline is None:
-        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+        offline = constants.HF_HUB_OFFLINE  # huggingface_hub's reading of HF_HUB_OFFLINE
         why = "HF_HUB_OFFLINE is set"
     try:
         local = snapshot_download(
