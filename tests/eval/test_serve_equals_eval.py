@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from litestar.testing import TestClient
 
+from cascade.bench.sample import SAMPLE
 from cascade.build import build_gateway
 from cascade.calls import EngineAnswer, EngineCall
 from cascade.cli import main
@@ -21,8 +22,8 @@ from cascade.errors import EngineUnavailable
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.settings import Settings
+from tests.servers import serve_app
 
-SAMPLE = Path(__file__).parents[1] / "fixtures" / "requests-sample.jsonl"
 N = 24  # items: every source of the sample, bounded for the CPU
 
 
@@ -69,18 +70,20 @@ def evaluated(demo_dir: Path, data: Path, out: Path, *flags: str) -> list[dict[s
 
 
 @contextlib.contextmanager
-def served(demo_dir: Path, *, strong_down: bool) -> Iterator[tuple[TestClient, Gateway]]:
+def served(demo_dir: Path, *, strong_down: bool) -> Iterator[tuple[httpx.Client, Gateway]]:
+    """The demo gateway under a real server on loopback, and a client for it."""
     settings = Settings(demo=True, demo_dir=str(demo_dir))
     gateway = build_gateway(settings)
     if strong_down:
         strong = gateway.policy.route.strong
         assert strong is not None
         gateway = Gateway(gateway.policy, {**gateway.engines, strong: Down(strong)}, demo=True)
-    with TestClient(create_app(settings, gateway)) as client:
+    with serve_app(create_app(settings, gateway), timeout_s=120) as url, \
+            httpx.Client(base_url=url, timeout=60) as client:
         yield client, gateway
 
 
-def served_rows(client: TestClient, gateway: Gateway, data: Path) -> list[dict[str, Any] | None]:
+def served_rows(client: httpx.Client, gateway: Gateway, data: Path) -> list[dict[str, Any] | None]:
     """What the gateway returned for each question, in ``items.jsonl``'s terms."""
     route, found = gateway.policy.route, []
     model = gateway.policy.models.cascade[0]
