@@ -17,6 +17,7 @@ raised something other than a refusal: a bug, never answered as the client's mis
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -82,6 +83,11 @@ class ClefEngine:
         from cascade.schema import NoulQuestion
 
         loaded = rel.load(rel.resolve_release(self.release), self.device)
+        if loaded.device.type == "cpu":
+            # transformers warns that Qwen3.5's linear attention falls back to its reference
+            # path without the fused kernels it names; those kernels are CUDA-only, so on the
+            # CPU the reference path is the only one and the warning says nothing.
+            logging.getLogger("transformers.integrations.hub_kernels").setLevel(logging.ERROR)
         tokenizer = loaded.tokenizer
         tokenize_batch = locked_tokenize(tokenizer)
 
