@@ -29,6 +29,7 @@ serve: $(VENV)/.installed-serve
 test: $(VENV)/.installed-test
 	bash tests/system-tools.sh
 	$(BIN)/ruff check cascade tests
+	$(BIN)/mypy cascade
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q
 
 bench: $(VENV)/.installed-test
