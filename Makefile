@@ -36,7 +36,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/cascade bench gateway
 
 clean:
-	rm -rf $(VENV) $(VENV)-lock .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV)-lock .pytest_cache .ruff_cache .mypy_cache
 
 # Regenerate both lock files from pyproject.toml (needs the network).
 lock:
