@@ -29,13 +29,14 @@ serve: $(VENV)/.installed-serve
 test: $(VENV)/.installed-test
 	bash tests/system-tools.sh
 	$(BIN)/ruff check cascade tests
+	$(BIN)/mypy cascade
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q
 
 bench: $(VENV)/.installed-test
 	$(BIN)/cascade bench gateway
 
 clean:
-	rm -rf $(VENV) $(VENV)-lock .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV)-lock .pytest_cache .ruff_cache .mypy_cache
 
 # Regenerate both lock files from pyproject.toml (needs the network).
 lock:

@@ -11,6 +11,7 @@ sequential loop, and peak device memory. Prints a table, then one JSON line.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import statistics
 import tempfile
@@ -177,7 +178,7 @@ def run(shape: str = "tiny", *, release: Path | None = None, device: str = "auto
                                "input_tokens": len(prepare(body).encoded.input_ids)}
         for name, fn in (("ours", ours_once), ("reference", reference_once)):
             _reset_peak(dev)
-            row[name] = summary(timed(lambda fn=fn, body=body: fn(body), repeats))
+            row[name] = summary(timed(functools.partial(fn, body), repeats))
             row[name]["peak_gib"] = _peak_gib(dev)
         rows.append(row)
     bodies = [request(tok, tokens[0], i) for i in range(requests)]

@@ -69,9 +69,12 @@ class JointSchemaHead(nn.Module):
     ) -> None:
         super().__init__()
         self.hidden_norm = nn.LayerNorm(hidden_size)
-        for name in ("memory", "question", "option_question", "global", "option_context",
-                     "option_lexical"):
-            setattr(self, f"{name}_projection", nn.Linear(hidden_size, width, bias=False))
+        self.memory_projection = nn.Linear(hidden_size, width, bias=False)
+        self.question_projection = nn.Linear(hidden_size, width, bias=False)
+        self.option_question_projection = nn.Linear(hidden_size, width, bias=False)
+        self.global_projection = nn.Linear(hidden_size, width, bias=False)
+        self.option_context_projection = nn.Linear(hidden_size, width, bias=False)
+        self.option_lexical_projection = nn.Linear(hidden_size, width, bias=False)
         self.type_embedding = nn.Embedding(3, width)
         self.evidence_layers = nn.ModuleList(
             EvidenceRoutingLayer(width, heads, feedforward) for _ in range(routing_layers)

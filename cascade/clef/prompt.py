@@ -59,11 +59,6 @@ def render(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def question_type(question: Question) -> str:
-    """The wire tag of a question struct: ``noul``, ``choice`` or ``score``."""
-    return str(type(question).__struct_config__.tag)
-
-
 def question_options(question: Question) -> tuple[list[tuple[str, Any]], list[int]]:
     """``(prompt options as (id, description), caller_order)`` for one question."""
     if isinstance(question, NoulQuestion):
@@ -183,7 +178,7 @@ class PromptEncoder:
         layouts = []
         for i, (qid, question) in enumerate(questions.items()):
             options, caller = question_options(question)
-            qtype = question_type(question)
+            qtype = question.type
             instructions = question.instructions
             if instructions is None or instructions == "":
                 instructions = qid

@@ -116,7 +116,8 @@ def write_tokenizer(out: Path) -> dict[str, int]:
     tok.train_from_iterator(list(CORPUS) * 2, trainer)
     tok.add_special_tokens(list(SPECIAL_TOKENS))
     tok.save(str(out / "tokenizer.json"))
-    ids = {token: tok.token_to_id(token) for token in SPECIAL_TOKENS}
+    vocab = tok.get_vocab(with_added_tokens=True)
+    ids = {token: vocab[token] for token in SPECIAL_TOKENS}
     added = {
         str(ids[t]): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
                       "single_word": False, "special": True}

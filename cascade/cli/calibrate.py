@@ -53,7 +53,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     from cascade.eval.data import DataError, load_items
     from cascade.eval.decide import reaches_gate
     from cascade.eval.evaluate import run_tiers
-    from cascade.eval.fit import fit
+    from cascade.eval.fit import Target, fit
     from cascade.eval.from_log import log_rows
     from cascade.policy.calibration import CalibrationFile, Stamp, bands_of, write_calibration
     from cascade.policy.model import Calibration, Thresholds
@@ -61,7 +61,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     check_source(args)
     if args.calibration is not None:
         raise UsageError("calibrate fits a new calibration; drop --calibration")
-    target = "escalation" if args.target_escalation is not None else "accuracy"
+    target: Target = "escalation" if args.target_escalation is not None else "accuracy"
     value = args.target_escalation if target == "escalation" else args.target_accuracy
     if not 0.0 <= value <= 1.0:
         raise UsageError(f"the target must be in [0, 1], got {value}")
@@ -90,7 +90,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     source = ", ".join(map(str, args.from_log)) if args.from_log else str(args.data)
     cal = CalibrationFile(
         stamp=Stamp(checkpoints=fingerprints(policy), items=n_items, questions=gated,
-                    target=target, value=value,  # type: ignore[arg-type]
+                    target=target, value=value,
                     teacher="strong" if args.from_log else "gold", min_cell=args.min_cell,
                     data=source),
         thresholds=bands_of(found), temperatures=bands_of(temperatures), fit=diagnostics,

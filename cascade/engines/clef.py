@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
-from cascade.clef.prompt import question_type
 from cascade.errors import CascadeError, EngineFailed, EngineUnavailable
 
 WARMUP_STATE = "warm-up"
@@ -137,7 +136,7 @@ class ClefEngine:
             raise outcome
         encoded = job.encoded
         results = {
-            q.question_id: QuestionResult(type=question_type(call.questions[q.question_id]),
+            q.question_id: QuestionResult(type=call.questions[q.question_id].type,
                                           probabilities=probs)
             for q, probs in zip(encoded.questions, outcome, strict=True)
         }

@@ -127,7 +127,7 @@ def _probability(value: float, where: str) -> float:
 
 def _result(qid: str, question: Question, answer: _Answer | None) -> QuestionResult:
     where = f"answer {qid!r}"
-    qtype = question.__struct_config__.tag  # the msgspec tag: "choice", "score" or "noul"
+    qtype = question.type
     if answer is None or answer.type != qtype:
         raise EngineFailed(f"{where}: missing, or not of type {qtype!r}")
     act = answer.action.act_probability if answer.action else None

@@ -10,13 +10,14 @@ decodes unrounded probabilities in the caller's option order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from cascade.calls import CallPreview, EngineAnswer, EngineCall
 from cascade.engines.batcher import MicroBatcher
@@ -80,6 +81,15 @@ def calibrate(session: OnnxSession, pad_id: int, rows: list[Row]) -> list[tuple[
     return timed
 
 
+class _Limits(TypedDict):
+    """The batcher limits every checkpoint of one engine shares."""
+
+    max_batch_items: int
+    max_batch_cost: int
+    max_wait_s: float
+    max_queue: int
+
+
 def run_rows(session: OnnxSession, pad_id: int, rows: list[Row]) -> list[RowOut]:
     """One forward pass over ``rows``; each output trimmed to that row's own options."""
     logits, act = session.run(collate(rows, pad_id))
@@ -108,7 +118,7 @@ class LayaEngine:
         self.previewer = Previewer(checkpoints, default=default_checkpoint)
         self._cache = onnx_cache or cache_root()
         self._threads = intra_op_threads
-        self._limits = dict(
+        self._limits = _Limits(
             max_batch_items=max_batch_rows,
             max_batch_cost=max_batch_tokens,
             max_wait_s=max_wait_s,
@@ -134,7 +144,7 @@ class LayaEngine:
             timed = await asyncio.to_thread(calibrate, session, tok.pad_id, rows)
             self._exports[name] = export
             self._batchers[name] = MicroBatcher(
-                lambda rows, s=session, pad=ckpt.tok.pad_id: run_rows(s, pad, rows),
+                functools.partial(run_rows, session, tok.pad_id),
                 name=f"{self.name}/{name}",
                 cost=lambda r: len(r.ids),
                 sort_key=lambda r: len(r.ids),

@@ -19,26 +19,28 @@ from cascade.eval.data import Item
 from cascade.eval.decide import ItemRow, rows_of
 from cascade.eval.plots import write_plots
 from cascade.eval.report import render
-from cascade.eval.runner import Runner
+from cascade.eval.runner import Runner, Slot
 from cascade.eval.summary import scored, summarize
 from cascade.eval.sweep import Sweep
 from cascade.eval.tiers import identities, running
 from cascade.policy.model import Policy
 from cascade.settings import Settings
 
+SLOTS: tuple[Slot, ...] = ("cheap", "strong")
 
-def slots_of(policy: Policy) -> list[str]:
-    return [s for s in ("cheap", "strong") if getattr(policy.route, s) is not None]
+
+def slots_of(policy: Policy) -> list[Slot]:
+    return [s for s in SLOTS if getattr(policy.route, s) is not None]
 
 
 async def run_tiers(items: Sequence[Item], policy: Policy, settings: Settings,
-                    cache_dir: Path | None, *, slots: Sequence[str], progress: bool = True,
+                    cache_dir: Path | None, *, slots: Sequence[Slot], progress: bool = True,
                     strong_down: bool = False) -> tuple[list[ItemRow], list[str]]:
     """The ``items.jsonl`` rows of ``items`` (as if the strong tier were unavailable, with
     ``strong_down``), and one line per item a tier failed on."""
     async with running(policy, settings, slots) as engines:
         runner = Runner(policy, engines, await identities(policy, engines), cache_dir,
-                        slots=slots)  # type: ignore[arg-type]
+                        slots=slots)
         outputs = await runner.run(items, progress=progress)
         cheap = engines.get(policy.route.cheap or "")
         previewer = cheap if isinstance(cheap, Previewing) else None  # for stand-in previews

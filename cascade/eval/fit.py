@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from cascade.eval.decide import ItemRow, reaches_gate
+from cascade.eval.decide import ItemRow, TierOut, reaches_gate
 from cascade.laya.config import TEMP_MAX, TEMP_MIN, clamp_temperature
 from cascade.policy.calibration import CellFit, temper
 from cascade.questions import BANDS
@@ -185,8 +185,7 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
         temperatures[cell] = fit_temperature(labelled) if len(labelled) >= min_cell else 1.0
 
     def gate(row: ItemRow, t: float) -> float:
-        assert row.cheap is not None
-        return max(temper(row.cheap.probabilities, t))
+        return max(temper(_cheap(row).probabilities, t))
 
     thresholds, diagnostics = {}, {}
     for cell in sorted(cells):
@@ -197,7 +196,7 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
         else:
             members, pooled = pool(cell, labelled_enough)
             pairs = [(gate(r, temperatures[(r.type, r.band)]),
-                      r.cheap.answer == r.gold)  # type: ignore[union-attr]
+                      _cheap(r).answer == r.gold)
                      for r in members if r.gold_index is not None]
             t = accuracy_threshold(pairs, value)[0]
         thresholds[cell] = t
@@ -206,17 +205,22 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
     return thresholds, temperatures, diagnostics
 
 
+def _cheap(row: ItemRow) -> TierOut:
+    """The cheap tier's output of a row that reached the gate (every row fitted on)."""
+    assert row.cheap is not None, "a row that reached the gate has the cheap tier's answer"
+    return row.cheap
+
+
 def _labelled(rows: Sequence[ItemRow]) -> list[tuple[Sequence[float], int]]:
-    return [(r.cheap.probabilities, r.gold_index) for r in rows  # type: ignore[union-attr]
-            if r.gold_index is not None]
+    return [(_cheap(r).probabilities, r.gold_index) for r in rows if r.gold_index is not None]
 
 
 def _diagnose(members: Sequence[ItemRow], threshold: float, temperature: float, pooled: bool,
-              gate: object) -> CellFit:
-    confs = [gate(r, temperature) for r in members]  # type: ignore[operator]
+              gate: Callable[[ItemRow, float], float]) -> CellFit:
+    confs = [gate(r, temperature) for r in members]
     kept = [r for r, c in zip(members, confs, strict=True) if c >= threshold]
     judged = [r for r in kept if r.gold_index is not None]
-    right = sum(r.cheap.answer == r.gold for r in judged)  # type: ignore[union-attr]
+    right = sum(_cheap(r).answer == r.gold for r in judged)
     return CellFit(
         n=len(members), pooled=pooled, temperature=temperature, threshold=threshold,
         escalation=1 - len(kept) / len(members) if members else 0.0,

@@ -71,12 +71,14 @@ def _item(key: str, rows: Iterable[LogRow], model: str, policy: Policy) -> tuple
             if _labelled(row):
                 gold[row.question_id] = answer_label(question, row.strong.probabilities)
     call = EngineCall(state="", questions=questions, model=model, request_id=key)
-    runs = {
-        slot: TierRun(answer=EngineAnswer(model=slot, results=results,
-                                          usage=EngineUsage(input_tokens=0)))
-        if results else None
-        for slot, results in (("cheap", cheap), ("strong", strong))
-    }
-    if policy.route.strong is None:
-        runs["strong"] = None
-    return Item(id=key, call=call, gold=gold), Outputs(preview=None, **runs)
+    strong_run = _run("strong", strong) if policy.route.strong is not None else None
+    return Item(id=key, call=call, gold=gold), Outputs(preview=None, cheap=_run("cheap", cheap),
+                                                       strong=strong_run)
+
+
+def _run(slot: str, results: dict[str, QuestionResult]) -> TierRun | None:
+    """A logged tier's answers as a tier run (None: it answered none of them)."""
+    if not results:
+        return None
+    return TierRun(answer=EngineAnswer(model=slot, results=results,
+                                       usage=EngineUsage(input_tokens=0)))

@@ -16,13 +16,24 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
 from cascade.questions import BANDS
 
 N_BINS = 10
+
+
+class Bin(TypedDict):
+    """One reliability bin: its range of max p, its count, and (None when empty) the mean
+    confidence and the accuracy of its members."""
+
+    lo: float
+    hi: float
+    n: int
+    confidence: float | None
+    accuracy: float | None
 
 
 class Scored(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,7 +69,7 @@ def bin_of(confidence: float) -> int:
     return min(math.floor(confidence * N_BINS), N_BINS - 1)
 
 
-def reliability(scored: Sequence[Scored]) -> list[dict[str, float | int | None]]:
+def reliability(scored: Sequence[Scored]) -> list[Bin]:
     """Per equal-width bin of max p: its range, count, mean confidence and accuracy."""
     bins: list[list[Scored]] = [[] for _ in range(N_BINS)]
     for s in scored:
@@ -79,8 +90,9 @@ def ece(scored: Sequence[Scored]) -> float | None:
         return None
     total = 0.0
     for b in reliability(scored):
-        if b["n"]:
-            total += b["n"] / len(scored) * abs(b["accuracy"] - b["confidence"])  # type: ignore[operator]
+        right, confidence = b["accuracy"], b["confidence"]
+        if right is not None and confidence is not None:  # the bin is not empty
+            total += b["n"] / len(scored) * abs(right - confidence)
     return total
 
 

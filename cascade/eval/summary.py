@@ -28,7 +28,7 @@ from cascade.eval.decide import (
     reaches_gate,
 )
 from cascade.eval.scores import Scored, breakdown
-from cascade.eval.sweep import Point, Sweep, cost_summary, question_cost
+from cascade.eval.sweep import Point, Sweep, cascade_cost, cost_summary, decided
 
 
 def scored(rows: Sequence[ItemRow], slot: str) -> list[Scored]:
@@ -58,16 +58,16 @@ def summarize(rows: Sequence[ItemRow], *, slots: Sequence[str], price: Mapping[s
         slot: breakdown(scored(rows, slot)) if slot in slots else None
         for slot in ("cheap", "strong")
     }
-    population = [r for r in rows if r.cascade is not None]
+    answered = decided(rows)
+    population = [r for r, _ in answered]
     cascade = breakdown(scored(rows, "cascade"))
     gated = [r for r in population if reaches_gate(r)]
-    judged = [r for r in population if r.cheap is not None and r.gold_index is not None]
+    judged = [(r, c) for r, c in answered if r.cheap is not None and r.gold_index is not None]
     sweep = Sweep(rows, price)
     operating = Point(
         escalation_rate=_share(population, lambda r: r.cascade.tier == "strong") or 0.0,
         accuracy=cascade["accuracy"],
-        cost=sum(question_cost(r, price, cheap=not r.cascade.pre_routed,  # type: ignore[union-attr]
-                       strong=r.cascade.tier == "strong") for r in population),  # type: ignore[union-attr]
+        cost=sum(cascade_cost(r, c, price) for r, c in answered),
     )
     strong_accuracy = tiers["strong"]["accuracy"] if tiers["strong"] else None
     tiers["cascade"] = {
@@ -77,8 +77,8 @@ def summarize(rows: Sequence[ItemRow], *, slots: Sequence[str], price: Mapping[s
         "gated_questions": len(gated),
         "confidence_escalation_rate": _share(
             gated, lambda r: r.cascade.reason in CONFIDENCE_REASONS),
-        "fixed": sum(not _right(r, r.cheap) and r.cascade.answer == r.gold for r in judged),
-        "broke": sum(_right(r, r.cheap) and r.cascade.answer != r.gold for r in judged),
+        "fixed": sum(not _right(r, r.cheap) and c.answer == r.gold for r, c in judged),
+        "broke": sum(_right(r, r.cheap) and c.answer != r.gold for r, c in judged),
         "deferral_curve": msgspec.to_builtins(sweep.curve()),
         "operating_point": msgspec.to_builtins(operating),
         "cost": cost_summary(sweep, operating, strong_accuracy, price),

@@ -19,12 +19,12 @@ split item costs it a little more than this count says).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
-from cascade.eval.decide import ItemRow, reaches_gate
+from cascade.eval.decide import CascadeOut, ItemRow, reaches_gate
 from cascade.policy.model import ClefTier, LayaTier, Policy
 
 DEFAULT_COST = {"laya": 1.0, "clef": 20.0, "upstream": 20.0}
@@ -55,8 +55,18 @@ def costs(policy: Policy, overrides: Mapping[str, float] | None = None) -> dict[
     return out
 
 
+def decided(rows: Iterable[ItemRow]) -> list[tuple[ItemRow, CascadeOut]]:
+    """The rows the cascade answered, each with its decision."""
+    return [(r, r.cascade) for r in rows if r.cascade is not None]
+
+
 def _gated(row: ItemRow) -> bool:
     return reaches_gate(row) and row.strong is not None
+
+
+def _gate_confidence(row: ItemRow) -> float:
+    assert row.cheap is not None, "a row that reached the gate has the cheap tier's answer"
+    return row.cheap.confidence
 
 
 def question_cost(row: ItemRow, price: Mapping[str, float], *, cheap: bool, strong: bool) -> float:
@@ -65,6 +75,13 @@ def question_cost(row: ItemRow, price: Mapping[str, float], *, cheap: bool, stro
         if ran:
             total += row.tokens.get(slot, 0.0) * price.get(slot, 0.0) / 1000
     return total
+
+
+def cascade_cost(row: ItemRow, decision: CascadeOut, price: Mapping[str, float]) -> float:
+    """What the cascade's ``decision`` on ``row`` cost: the cheap tier unless it was pre-routed,
+    the strong tier when it answered."""
+    return question_cost(row, price, cheap=not decision.pre_routed,
+                         strong=decision.tier == "strong")
 
 
 def _correct(row: ItemRow, slot: str) -> int:
@@ -76,16 +93,16 @@ class Sweep:
     """Every point k = 0..m of the sweep over ``rows`` (those with a cascade answer)."""
 
     def __init__(self, rows: Sequence[ItemRow], price: Mapping[str, float]) -> None:
-        population = [r for r in rows if r.cascade is not None]
-        gated = sorted((r for r in population if _gated(r)), key=lambda r: r.cheap.confidence)  # type: ignore[union-attr]
-        fixed = [r for r in population if not _gated(r)]
+        answered = decided(rows)
+        population = [r for r, _ in answered]
+        gated = sorted((r for r in population if _gated(r)), key=_gate_confidence)
+        fixed = [(r, c) for r, c in answered if not _gated(r)]
         self.n = len(population)
         self.n_scored = sum(r.gold_index is not None for r in population)
         self.m = len(gated)
-        base_strong = sum(r.cascade.tier == "strong" for r in fixed)  # type: ignore[union-attr]
-        base_correct = sum(_correct(r, r.cascade.tier) for r in fixed)  # type: ignore[union-attr]
-        base_cost = sum(question_cost(r, price, cheap=not r.cascade.pre_routed,  # type: ignore[union-attr]
-                              strong=r.cascade.tier == "strong") for r in fixed)  # type: ignore[union-attr]
+        base_strong = sum(c.tier == "strong" for _, c in fixed)
+        base_correct = sum(_correct(r, c.tier) for r, c in fixed)
+        base_cost = sum(cascade_cost(r, c, price) for r, c in fixed)
         correct = base_correct + sum(_correct(r, "cheap") for r in gated)
         cost = base_cost + sum(question_cost(r, price, cheap=True, strong=False) for r in gated)
         self.points = [self._point(base_strong, correct, cost)]

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Literal
 
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 _MAX_KEYS = 1024  # templates remembered; older windows are dropped past this
@@ -218,7 +219,7 @@ def access_logged(app: ASGIApp) -> ASGIApp:
     access = logging.getLogger(ACCESS_LOG)
 
     async def logged(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:  # a str Enum: equal to the server's "http"
             await app(scope, receive, send)
             return
         started = time.perf_counter()

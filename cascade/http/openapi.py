@@ -6,6 +6,7 @@ web fonts, so it renders without internet."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,7 +102,7 @@ CHALLENGE: dict[str, OpenAPIHeader | Reference] = {"WWW-Authenticate": OpenAPIHe
 
 
 def operation(request: type | None, response: type,
-              errors: dict[str, tuple[str, type]] | None = None) -> type[Operation]:
+              errors: Mapping[str, tuple[str, type]] | None = None) -> type[Operation]:
     """An ``operation_class`` documenting a route's JSON body, answer and error shapes:
     ``errors`` (status -> description, Struct), else the /v1 routes' errors."""
 

@@ -100,6 +100,7 @@ def head_too_large(limits: HeadLimits) -> str:
 
 class GuardedH11Protocol(H11Protocol):
     limits: HeadLimits
+    conn: _Connection
 
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -110,6 +111,7 @@ class GuardedH11Protocol(H11Protocol):
         self._discarding = False
         self._shutting_down = False
 
+    # uvicorn narrows asyncio.Protocol's BaseTransport to Transport (and ignores that itself).
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head_timer()

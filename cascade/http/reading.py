@@ -22,9 +22,10 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, cast
 
 from litestar import Request
+from litestar.types import HTTPReceiveMessage
 
 from cascade.errors import BodyTimeout, Overloaded, PayloadTooLarge, RateLimited
 from cascade.settings import Settings
@@ -85,7 +86,7 @@ async def read_body(request: Request, settings: Settings, reads: BodyReads) -> b
     try:
         return await _read(request, settings, reads)
     except (BodyTimeout, Overloaded, PayloadTooLarge):
-        request.scope[_CLOSE] = True
+        cast("dict[str, Any]", request.scope)[_CLOSE] = True  # a key of ours, not Litestar's
         raise
 
 
@@ -108,7 +109,8 @@ async def _read(request: Request, settings: Settings, reads: BodyReads) -> bytes
         try:
             async with asyncio.timeout_at(deadline(0)) as timer:
                 while True:
-                    message = await request.receive()
+                    # An HTTP scope receives only http.request and http.disconnect (ASGI).
+                    message = cast(HTTPReceiveMessage, await request.receive())
                     if message["type"] == "http.disconnect":
                         raise ClientGone()
                     chunk = message.get("body", b"")

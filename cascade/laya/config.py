@@ -174,14 +174,14 @@ def load_config(ckpt: Path) -> LayaConfig:
     by_options = raw.get("temperature_by_options") or {}
     if not isinstance(by_options, dict):
         raise CheckpointError(f"{where}: temperature_by_options must be an object")
-    names = list(QTYPES)
+    choice, score, noul = (_clamped(name, t) for name, t in zip(QTYPES, temps, strict=True))
     return LayaConfig(
         encoder_id=str(raw["encoder"]),
         head_layers=int(raw["head_layers"]),
         n_act=len(raw.get("act_costs") or {}) + 1,
         max_len=int(raw.get("max_len", 512)),
         head_max_len=int(raw.get("head_max_len", 192)),
-        temperature=tuple(_clamped(names[i], t) for i, t in enumerate(temps)),  # type: ignore[arg-type]
+        temperature=(choice, score, noul),
         temperature_by_options={k: _clamped(k, v) for k, v in by_options.items()},
         encoder=parse_encoder_config(
             _read_json(ckpt / "encoder" / "config.json"), ckpt / "encoder" / "config.json"

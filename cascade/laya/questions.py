@@ -104,7 +104,7 @@ def prepare_one(qid: str, q: Question) -> Prepared:
     if not qid.strip():
         raise ValidationFailed.at(["questions", qid], "question id must be a non-empty string")
     legend = None
-    kind: QuestionType = q.__struct_config__.tag  # type: ignore[assignment]
+    kind = q.type
     if isinstance(q, ChoiceQuestion):
         options, keys = _choice(qid, q)
     elif isinstance(q, NoulQuestion):

@@ -38,7 +38,9 @@ def _encoder(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> ModernBertModel
         eos_token_id=None,
         cls_token_id=None,
         sep_token_id=None,
-        attn_implementation="eager",
+        # transformers' @strict configs take PreTrainedConfig's keywords at runtime
+        # (wrap_init_to_accept_kwargs), which their dataclass signature does not show.
+        attn_implementation="eager",  # type: ignore[call-arg]
     )
     model = ModernBertModel(config).eval()
     state = {
@@ -56,7 +58,9 @@ class TorchLaya:
 
     def __init__(self, cfg: LayaConfig, weights: dict[str, np.ndarray]) -> None:
         self.cfg = cfg
-        self.encoder = _encoder(cfg, weights)
+        # Used as a Module only: typeshed's functools.wraps does not bind ``self`` in
+        # transformers' ``PreTrainedModel.to``, so that method is not callable as typed.
+        self.encoder: torch.nn.Module = _encoder(cfg, weights)
         self.w = {
             k: torch.from_numpy(v) for k, v in weights.items() if not k.startswith("encoder.")
         }
@@ -110,10 +114,10 @@ class TorchLaya:
         m = torch.gather(h, 1, idx)
         logits = self._lin(F.gelu(self._lin(self._ln(m, "scorer.0"), "scorer.1")), "scorer.3")
         logits = logits.squeeze(-1).masked_fill(~t["marker_mask"], -1e4)
-        p = torch.softmax(logits, -1)
+        probs = torch.softmax(logits, -1)
         k = t["marker_mask"].sum(-1).clamp(min=2).to(h.dtype)
-        ent = -(p * torch.log(p.clamp_min(1e-9))).sum(-1) / torch.log(k)
-        top = p.topk(2, -1).values
+        ent = -(probs * torch.log(probs.clamp_min(1e-9))).sum(-1) / torch.log(k)
+        top = probs.topk(2, -1).values
         feats = torch.stack([top[:, 0], top[:, 0] - top[:, 1], ent, k / 255.0], -1)
         act = self._lin(
             F.gelu(self._lin(torch.cat([h[:, 0], feats], -1), "act_head.0")), "act_head.2"

@@ -28,8 +28,9 @@ import msgspec
 from cascade.calls import QuestionResult
 from cascade.policy.model import Calibration, Policy, Thresholds, TypeBands
 from cascade.questions import option_band
+from cascade.schema import QuestionType
 
-QTYPES = ("choice", "score", "noul")
+QTYPES: tuple[QuestionType, ...] = ("choice", "score", "noul")
 
 
 class CalibrationError(ValueError):
@@ -164,9 +165,9 @@ def temper(probabilities: Sequence[float], temperature: float) -> list[float]:
     return [x / total for x in exps]
 
 
-def temperature_of(policy: Policy, qtype: str, n_options: int) -> float:
+def temperature_of(policy: Policy, qtype: QuestionType, n_options: int) -> float:
     """The calibration temperature of a (type x band) cell; 1.0 when none is set."""
-    value = policy.calibration.temperatures.of(qtype).get(option_band(n_options))  # type: ignore[arg-type]
+    value = policy.calibration.temperatures.of(qtype).get(option_band(n_options))
     return 1.0 if value is None else value
 
 

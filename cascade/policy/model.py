@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from datetime import date
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
 from msgspec import field
@@ -27,16 +27,20 @@ Mode = Literal["cascade", "cheap_only", "strong_only"]
 Checkpoint = Literal["english", "multilingual", "typed-decisions"]
 # The checkpoint that reads text of any script: where unreadable text goes (``Route.unreadable``).
 ANY_SCRIPT: Checkpoint = "multilingual"
+_Name = TypeVar("_Name", bound=str)  # a checkpoint name, typed as Checkpoint or not yet checked
 
 
 class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Base of every policy Struct: immutable, keyword-only, unknown keys rejected."""
+    """Base of every policy Struct: immutable, keyword-only, unknown keys rejected.
+
+    Subclasses restate ``frozen=True``: msgspec inherits it, type checkers read only a class's
+    own keywords."""
 
 
 # ---------------------------------------------------------------- tiers
 
 
-class Checkpoints(_Strict):
+class Checkpoints(_Strict, frozen=True):
     """Laya checkpoints by name: a local path (``/``, ``./``, ``../`` or ``~``; relative to the
     policy file) or a hub id such as ``convaiinnovations/laya/multilingual``."""
 
@@ -54,12 +58,13 @@ class Checkpoints(_Strict):
         return {name: ref for name, ref in pairs if ref is not None}
 
     @classmethod
-    def of(cls, named: Mapping[str, str | Path]) -> Checkpoints:
-        """The inverse of ``named``: checkpoints from policy names to references."""
+    def of(cls, named: Mapping[_Name, str | Path]) -> Checkpoints:
+        """The inverse of ``named``: checkpoints from policy names to references (an unknown
+        name is a TypeError)."""
         return cls(**{name.replace("-", "_"): str(ref) for name, ref in named.items()})
 
 
-class _Tier(_Strict, kw_only=True, tag_field="kind"):
+class _Tier(_Strict, frozen=True, kw_only=True, tag_field="kind"):
     # Upstream tiers: the whole call, then EngineTimeout (counted against the breaker).
     # In-process tiers (laya, clef): the longest queue wait they accept, predicted from the
     # measured cost of the work ahead at admission (within the request's own deadline, the
@@ -71,7 +76,7 @@ class _Tier(_Strict, kw_only=True, tag_field="kind"):
     max_queue: int = 256
 
 
-class LayaTier(_Tier, kw_only=True, tag="laya"):
+class LayaTier(_Tier, frozen=True, kw_only=True, tag="laya"):
     """Laya in process on ONNX Runtime (CPU)."""
 
     checkpoints: Checkpoints
@@ -88,7 +93,7 @@ class LayaTier(_Tier, kw_only=True, tag="laya"):
         return ANY_SCRIPT if ANY_SCRIPT in self.checkpoints.named() else None
 
 
-class ClefTier(_Tier, kw_only=True, tag="clef"):
+class ClefTier(_Tier, frozen=True, kw_only=True, tag="clef"):
     """Clef-flash in process on torch."""
 
     release: str = "Cloudflare/clef-flash"  # hub id, or a local path as in Checkpoints
@@ -105,7 +110,7 @@ class ClefTier(_Tier, kw_only=True, tag="clef"):
     memory_budget_bytes: int | None = None
 
 
-class UpstreamTier(_Tier, kw_only=True, tag="upstream"):
+class UpstreamTier(_Tier, frozen=True, kw_only=True, tag="upstream"):
     """Another ``/v1/systemone`` server. Several URLs are load-balanced with health checks."""
 
     urls: list[str]
@@ -123,7 +128,7 @@ Tier = LayaTier | ClefTier | UpstreamTier
 # ---------------------------------------------------------------- rules
 
 
-class Models(_Strict):
+class Models(_Strict, frozen=True):
     """Which request ``model`` names mean the cascade, the cheap tier only, or the strong only.
 
     Names match in any case; one with ``*`` or ``?`` is a pattern (``jev-*``). An exact name
@@ -138,7 +143,7 @@ class Models(_Strict):
     release_date: date = date(2026, 11, 30)  # the ``release_date`` ``/v1/models`` lists
 
 
-class Route(_Strict):
+class Route(_Strict, frozen=True):
     """Pre-routing: which tier runs each question first."""
 
     cheap: str | None = None
@@ -158,7 +163,7 @@ _BAND_FIELD: dict[Band, str] = {
 }
 
 
-class Bands(_Strict):
+class Bands(_Strict, frozen=True):
     """One threshold per option band; an absent band never escalates."""
 
     two: float | None = field(default=None, name="2")
@@ -176,7 +181,7 @@ class Bands(_Strict):
                 yield band, value
 
 
-class TypeBands(_Strict):
+class TypeBands(_Strict, frozen=True):
     choice: Bands = field(default_factory=Bands)
     score: Bands = field(default_factory=Bands)
     noul: Bands = field(default_factory=Bands)
@@ -185,7 +190,7 @@ class TypeBands(_Strict):
         return {"choice": self.choice, "score": self.score, "noul": self.noul}[qtype]
 
 
-class Thresholds(_Strict):
+class Thresholds(_Strict, frozen=True):
     """Post-rules on the cheap answer: escalate when a signal fires.
 
     ``confidence``: escalate when ``answer_confidence`` (max p) is below the band's value.
@@ -200,7 +205,7 @@ class Thresholds(_Strict):
     collapsed: bool = True
 
 
-class BreakerConfig(_Strict):
+class BreakerConfig(_Strict, frozen=True):
     """Open when ``failure_ratio`` of at least ``min_calls`` calls in ``window_s`` failed."""
 
     window_s: float = 30.0
@@ -210,7 +215,7 @@ class BreakerConfig(_Strict):
     half_open_probes: int = 1  # successes needed to close; also the concurrent probe limit
 
 
-class Shadow(_Strict):
+class Shadow(_Strict, frozen=True):
     """Mirror ``fraction`` of cheap-final requests to the strong tier, off the response path."""
 
     fraction: float = 0.0
@@ -218,14 +223,14 @@ class Shadow(_Strict):
     seed: int = 0
 
 
-class Degrade(_Strict):
+class Degrade(_Strict, frozen=True):
     """When the strong tier is down: return cheap answers marked degraded, or refuse."""
 
     cheap_answers: bool = True
     retry_after_s: float = 5.0
 
 
-class Calibration(_Strict):
+class Calibration(_Strict, frozen=True):
     """``[calibration]``: thresholds and temperatures fitted by ``cascade calibrate``.
 
     A policy names only ``file`` (relative to the policy) and ``apply``. Loading reads the file
@@ -241,7 +246,7 @@ class Calibration(_Strict):
     checkpoints: dict[str, str] = field(default_factory=dict)  # {tier: content hash} it fits
 
 
-class DecisionLog(_Strict):
+class DecisionLog(_Strict, frozen=True):
     """``[decision_log]``: one SQLite row per answered question (``cascade.eval.decision_log``)."""
 
     file: str | None = None  # relative to the policy file; None: off (unless --decision-log)
@@ -251,7 +256,7 @@ class DecisionLog(_Strict):
     queue_size: int = 10_000  # requests waiting for the writer; beyond, rows are dropped
 
 
-class Policy(_Strict, kw_only=True):
+class Policy(_Strict, frozen=True, kw_only=True):
     description: str = ""
     tiers: dict[str, Tier]
     models: Models = field(default_factory=Models)
