@@ -82,8 +82,8 @@ def _policy(settings: Settings) -> Policy:
             "--demo (tiny random weights). No model weights were found or given."
         )
     if len(tiers) == 1:
-        name, tier = next(iter(tiers.items()))
-        return Policy.single_tier(name, tier)
+        name, only = next(iter(tiers.items()))
+        return Policy.single_tier(name, only)
     return Policy(tiers=tiers, route=Route(cheap="laya", strong="clef"))
 
 
@@ -141,7 +141,8 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
     if isinstance(tier, LayaTier):
         from cascade.engines.laya import LayaEngine
 
-        checkpoints = {n: resolve_laya(ref) for n, ref in tier.checkpoints.named().items()}
+        checkpoints: dict[str, Path] = {
+            n: resolve_laya(ref) for n, ref in tier.checkpoints.named().items()}
         return LayaEngine(
             name, checkpoints, demo=settings.demo, intra_op_threads=tier.intra_op_threads,
             max_batch_rows=tier.max_batch_size, max_wait_s=tier.max_wait_s,

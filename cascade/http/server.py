@@ -28,12 +28,21 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from litestar import Litestar
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import (
+    ASGIApp,
+    HTTPResponseBodyEvent,
+    HTTPResponseStartEvent,
+    HTTPScope,
+    Receive,
+    Scope,
+    Send,
+)
 
 from cascade.http.drain import Drain
 from cascade.http.logs import access_logged
@@ -93,7 +102,9 @@ class DrainingServer(uvicorn.Server):
         if queued:
             log.info("shutdown: serving %d connection(s) queued before the socket closed",
                      len(queued))
-        protocol = functools.partial(self.config.http_protocol_class, config=self.config,
+        # uvicorn types the class as a bare asyncio.Protocol; its HTTP protocols take these.
+        protocol_class: Callable[..., asyncio.Protocol] = self.config.http_protocol_class
+        protocol = functools.partial(protocol_class, config=self.config,
                                      server_state=self.server_state,
                                      app_state=self.lifespan.state)
         loop = asyncio.get_running_loop()
@@ -124,20 +135,25 @@ def served(app: ASGIApp) -> Any:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        if scope["method"] == "HEAD":
-            scope = {**scope, "method": "GET"}  # type: ignore[typeddict-item]
+        http = cast(HTTPScope, scope)
+        if http["method"] == "HEAD":
+            http = cast(HTTPScope, {**http, "method": "GET"})
         try:
-            await app(scope, receive, send_tracked)
+            await app(http, receive, send_tracked)
         except Exception:
             if started:
                 raise
-            log.exception("unhandled error answering %s %s", scope["method"], scope["path"])
+            log.exception("unhandled error answering %s %s", http["method"], http["path"])
             body = encoder.encode(ErrorBody(detail=ErrorDetail(
                 error_type="api_error", message="internal error")))
-            await send({"type": "http.response.start", "status": 500, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-                (b"connection", b"close")]})
-            await send({"type": "http.response.body", "body": body})
+            start: HTTPResponseStartEvent = {
+                "type": "http.response.start", "status": 500, "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(body)), (b"connection", b"close")]}
+            await send(start)
+            end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body,
+                                          "more_body": False}
+            await send(end)
 
     return serve_http
 
@@ -147,9 +163,11 @@ def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain,
     """Run ``app`` (built with ``drain``) until a signal ends it (see the module docstring), on
     ``sockets`` when given (already listening), else on ``settings.host``/``port``."""
     protocol = with_send_timeout(guarded(head_limits(settings)), settings.send_timeout_s)
+    # uvicorn annotates both timeouts as int and uses them as float seconds.
+    timeouts: dict[str, Any] = {"timeout_keep_alive": settings.keep_alive_s,
+                                "timeout_graceful_shutdown": settings.grace_s}
     config = uvicorn.Config(
         access_logged(served(app)), host=settings.host, port=settings.port, log_level=log_level,
-        log_config=None, access_log=False, workers=1, lifespan="on", http=protocol,
-        timeout_keep_alive=settings.keep_alive_s, timeout_graceful_shutdown=settings.grace_s,
+        log_config=None, access_log=False, workers=1, lifespan="on", http=protocol, **timeouts,
     )
     DrainingServer(config, drain, settings.drain_s).run(sockets=sockets)
