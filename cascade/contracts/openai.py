@@ -28,7 +28,6 @@ choice values and the level labels, ``confidence`` as the gateway's profile defi
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -66,6 +65,7 @@ from cascade.contracts.openai_schema import ChoiceAnswer as OpenAIChoice
 from cascade.contracts.openai_schema import ScoreAnswer as OpenAIScore
 from cascade.errors import CascadeError, EngineUnavailable, UnknownModel, ValidationFailed
 from cascade.gateway import Gateway, Outcome, subcall
+from cascade.policy.routing import pre_route
 from cascade.questions import render_text
 from cascade.request.validation import (
     _decode,
@@ -309,32 +309,36 @@ async def answer_or_refuse(gateway: Gateway, call: EngineCall
     """The gateway's outcomes for ``call`` and the ids of the questions it refused.
 
     One call, as System One makes it. When that call cannot be served because a tier it needs
-    is down (``EngineUnavailable``: the strong tier down and a question only it can answer),
-    each question is asked on its own, under the same budget and concurrently: those that are
-    answered come back, those that still cannot be served are refused. Every question refused
-    (or any other failure) fails the whole request, as on System One.
+    is down (``EngineUnavailable``: the strong tier down and a question only it can answer), the
+    questions are asked again in two calls under the same budget: those the policy's
+    pre-routing gives the cheap tier, then those it sends strong. When the first is answered
+    and the second still cannot be, the second's questions are refused. Otherwise the request
+    fails as on System One: at most two more calls, and none when every question goes strong
+    (images, a strong-only model, a single tier), so a tier that is down never gets more load.
     """
     budget = gateway.budget()
     try:
         return [await gateway.systemone(call, budget=budget)], []
     except EngineUnavailable as exc:
-        if len(call.questions) < 2:
-            raise
-        failed: CascadeError = exc
-    pieces = [msgspec.structs.replace(subcall(call, [qid]), request_id=f"{call.request_id}/{i}")
-              for i, qid in enumerate(call.questions)]
-    results = await asyncio.gather(*(gateway.systemone(p, budget=budget) for p in pieces),
-                                   return_exceptions=True)
-    other = next((r for r in results if isinstance(r, BaseException)
-                  and not isinstance(r, EngineUnavailable)), None)
-    if other is not None:
-        raise other
-    outcomes = [r for r in results if isinstance(r, Outcome)]
-    if not outcomes:
+        failed = exc
+    strong = [q for q, r in pre_route(gateway.policy, call, None).questions.items()
+              if r.tier == gateway.strong_name]
+    cheap = [q for q in call.questions if q not in strong]
+    if not strong or not cheap:
         raise failed
-    refused = [qid for qid, r in zip(call.questions, results, strict=True)
-               if not isinstance(r, Outcome)]
-    return outcomes, refused
+    try:
+        answered = await gateway.systemone(_part(call, cheap, "cheap"), budget=budget)
+    except EngineUnavailable:
+        raise failed from None
+    try:
+        rest = await gateway.systemone(_part(call, strong, "strong"), budget=budget)
+    except EngineUnavailable:
+        return [answered], strong
+    return [answered, rest], []
+
+
+def _part(call: EngineCall, qids: list[str], name: str) -> EngineCall:
+    return msgspec.structs.replace(subcall(call, qids), request_id=f"{call.request_id}/{name}")
 
 
 def _answer(asked: Asked, answer: Any) -> DecisionAnswer:
@@ -384,7 +388,10 @@ def decision(asked: Sequence[Asked], outcomes: Sequence[Outcome], refused: Seque
 
 def error_body(exc: CascadeError) -> OpenAIError:
     """``exc`` in OpenAI's error shape; a validation error names its first field."""
-    if isinstance(exc, ValidationFailed) and exc.items:
+    if isinstance(exc, ValidationFailed) and is_unparsed(exc):
+        detail = OpenAIErrorDetail(message=exc.message, type="invalid_request_error",
+                                   param=None, code=str(exc.items[0]["type"]))
+    elif isinstance(exc, ValidationFailed) and exc.items:
         item = exc.items[0]
         detail = OpenAIErrorDetail(message=str(item["msg"]), type="invalid_request_error",
                                    param=param(item["loc"][1:]), code=str(item["type"]))
