@@ -53,6 +53,7 @@ from cascade.contracts.openai_schema import (
     Predicate,
     PredicateAnswer,
     Refusal,
+    RefusalText,
     Score,
     ScoreProbability,
     message_decoder,
@@ -126,8 +127,10 @@ def _render(content: str | Sequence[Any], images: _Images, loc: Loc) -> str:
             out.append(images.add(part, [*loc, j]))
         elif isinstance(part, InputJSON):
             out.append(render_text(part.data))
+        elif isinstance(part, RefusalText):
+            out.append(part.refusal)
         else:
-            out.append(getattr(part, "text", None) or getattr(part, "refusal", ""))
+            out.append(part.text)
     return "".join(out)
 
 
@@ -352,12 +355,12 @@ def _answer(asked: Asked, answer: Any) -> DecisionAnswer:
         return OpenAIChoice(name=asked.name, choice=asked.values[asked.keys.index(answer.choice)],
                             confidence=answer.confidence, probabilities=probabilities)
     assert isinstance(answer, ScoreAnswer)
-    probabilities = [
+    levels = [
         ScoreProbability(value=i, label=label, probability=answer.probabilities[str(i)])
         for i, label in enumerate(asked.labels)
     ]
     return OpenAIScore(name=asked.name, score=answer.score, confidence=answer.confidence,
-                       probabilities=probabilities)
+                       probabilities=levels)
 
 
 def decision(asked: Sequence[Asked], outcomes: Sequence[Outcome], refused: Sequence[str]
@@ -375,7 +378,7 @@ def decision(asked: Sequence[Asked], outcomes: Sequence[Outcome], refused: Seque
     )
     model = "+".join(dict.fromkeys(r.model for r in responses))
     provenance = [r.x_cascade for r in responses if r.x_cascade is not None]
-    x_cascade = None
+    x_cascade: dict[str, Any] | None = None
     if provenance:
         x_cascade = {key: {k: v for p in provenance for k, v in p[key].items()}
                      for key in ("tiers", "reasons", "degraded")}
