@@ -16,8 +16,8 @@ FORMATS = ("cascade.laya", "cascade.clef")
 # The model formats are one rank: neither may import the other. ``cascade.__main__`` is the
 # entry point above everything.
 LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
-          "cascade.request", "cascade.build", "cascade.gateway", "cascade.answers",
-          "cascade.policy", "cascade.engines", FORMATS]
+          "cascade.contracts", "cascade.request", "cascade.build", "cascade.gateway",
+          "cascade.answers", "cascade.policy", "cascade.engines", FORMATS]
 
 
 def _module(path: Path) -> str:

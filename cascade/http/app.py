@@ -25,6 +25,8 @@ from litestar.handlers import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cascade import __version__, metrics
+from cascade.contracts.openai import answer_or_refuse, decision, error_body, is_unparsed
+from cascade.contracts.openai_schema import Decision, DecisionCreate
 from cascade.errors import (
     CascadeError,
     ClientError,
@@ -36,12 +38,13 @@ from cascade.errors import (
 from cascade.gateway import Gateway
 from cascade.http import status
 from cascade.http.drain import Drain
-from cascade.http.errors import retry_after_header, status_of
+from cascade.http.errors import decisions_status, retry_after_header, status_of
 from cascade.http.gauges import registry_of
-from cascade.http.intake import read_batch_calls, read_call, read_request
+from cascade.http.intake import read_batch_calls, read_call, read_decision, read_request
 from cascade.http.openapi import (
     AUTH_ERRORS,
     AUTHENTICATED,
+    DECISION_ERRORS,
     KEY_OPTIONAL,
     docs_config,
     document,
@@ -91,6 +94,15 @@ def require_auth(request: Request) -> None:
         raise Unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
 
 
+def _error_headers(exc: CascadeError) -> dict[str, str]:
+    headers = {}
+    if isinstance(exc, Unauthorized):  # RFC 6750: every 401 names the scheme to use
+        headers["www-authenticate"] = 'Bearer realm="cascade"'
+    if exc.retry_after is not None:
+        headers["retry-after"] = retry_after_header(exc.retry_after)
+    return headers
+
+
 def error_response(exc: CascadeError) -> Response[bytes]:
     status = status_of(exc)
     if isinstance(exc, ValidationFailed):
@@ -99,12 +111,23 @@ def error_response(exc: CascadeError) -> Response[bytes]:
     else:
         body = ErrorBody(detail=ErrorDetail(error_type=exc.error_type, message=exc.message))
         content = encoder.encode(body)
-    headers = {}
-    if isinstance(exc, Unauthorized):  # RFC 6750: every 401 names the scheme to use
-        headers["www-authenticate"] = 'Bearer realm="cascade"'
-    if exc.retry_after is not None:
-        headers["retry-after"] = retry_after_header(exc.retry_after)
-    return Response(content=content, status_code=status, media_type=JSON, headers=headers)
+    return Response(content=content, status_code=status, media_type=JSON,
+                    headers=_error_headers(exc))
+
+
+def decisions_error(request: Request, exc: Exception) -> Response[bytes]:
+    """Every error of ``/v1/decisions`` in OpenAI's shape and statuses (``decisions_status``)."""
+    if isinstance(exc, HTTPException):
+        exc = PayloadTooLarge(str(exc.detail)) if exc.status_code == 413 else CascadeError(
+            str(exc.detail))
+    elif not isinstance(exc, CascadeError):
+        log.exception("internal error in request %s", request_id(request.scope))
+        exc = CascadeError("internal error")
+    elif not isinstance(exc, ClientError | Overloaded):
+        log.warning("request %s failed: %s", request_id(request.scope), exc)
+    status = decisions_status(exc, unparsed=is_unparsed(exc))
+    return Response(content=encoder.encode(error_body(exc)), status_code=status,
+                    media_type=JSON, headers=_error_headers(exc))
 
 
 def _handle_cascade_error(request: Request, exc: CascadeError) -> Response[bytes]:
@@ -285,6 +308,33 @@ async def systemone_batch(request: Request) -> Response[bytes]:
     return await _guarded(request, "/v1/systemone/batch", work)
 
 
+@post("/v1/decisions", status_code=200, summary="OpenAI's Decisions API: typed questions about "
+      "an input, through the same cascade", operation_class=operation(
+          DecisionCreate, Decision, DECISION_ERRORS, body="JSON, optionally Content-Encoding "
+          "zstd/gzip/deflate; images as `input_image` parts with data: URLs"),
+      security=AUTHENTICATED, exception_handlers=dict.fromkeys(
+          (CascadeError, HTTPException, Exception), decisions_error))
+async def decisions(request: Request) -> Response[bytes]:
+    """``{model, input, questions}`` → ``{model, answers, usage}`` in question order; a question
+    only an unavailable tier could answer is a ``refusal`` while the others are answered."""
+    gateway: Gateway = request.app.state.gateway
+    pool: DecodePool = request.app.state.decode_pool
+
+    async def work(body: bytes, parts: dict[str, Any]) -> tuple[Response[bytes], str]:
+        if parts:
+            raise ValidationFailed.at(["input"], "send JSON: images go in input_image parts")
+        with metrics.HOP_DURATION.labels(hop="validate").time():
+            decoded = await read_decision(body, pool, request_id=request_id(request.scope),
+                                          limits=request.app.state.limits)
+        outcomes, refused = await unless_disconnected(
+            request, answer_or_refuse(gateway, decoded.call))
+        degraded = refused or any(o.label == "degraded" for o in outcomes)
+        answer = decision(decoded.asked, outcomes, refused)
+        return _json(answer, gateway.batch_headers(outcomes)), "degraded" if degraded else "ok"
+
+    return await _guarded(request, "/v1/decisions", work)
+
+
 @get("/v1/models", summary="Model names this gateway answers to (Jev shape)",
      operation_class=operation(None, ModelList, AUTH_ERRORS), security=AUTHENTICATED)
 async def models(request: Request) -> Response[bytes]:
@@ -349,7 +399,8 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
             app.state.decode_pool.close()
 
     app = Litestar(
-        route_handlers=[systemone, systemone_batch, models, health, ready, prometheus_metrics],
+        route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
+                        prometheus_metrics],
         lifespan=[lifespan],
         before_send=[echo_request_id],
         exception_handlers={

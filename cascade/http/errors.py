@@ -56,6 +56,22 @@ def status_of(exc: CascadeError) -> int:
     return 500
 
 
+# ``/v1/decisions`` answers with the statuses the OpenAI SDK has exception classes for.
+DECISIONS_STATUS = {413: 400, 415: 400}
+
+
+def decisions_status(exc: CascadeError, *, unparsed: bool = False) -> int:
+    """The status of ``exc`` on ``/v1/decisions``: an unknown model is 404 (``model_not_found``),
+    a body that is not JSON (``unparsed``) and a size or media-type refusal are 400, a
+    validation error 422; the rest as on System One."""
+    if isinstance(exc, UnknownModel):
+        return 404
+    if unparsed:
+        return 400
+    status = status_of(exc)
+    return DECISIONS_STATUS.get(status, status)
+
+
 def retry_after_header(seconds: float) -> str:
     """The ``Retry-After`` value for a wait of ``seconds``: whole seconds, 1 to the maximum."""
     clamped = clamp_retry_after(seconds)

@@ -1,6 +1,6 @@
 """From the wire to validated ``EngineCall``s: read the body (``cascade.http.reading``), undo its
 content coding, split multipart, then validate (``cascade.request``: single and Laya batch) and
-check its images.
+check its images; ``/v1/decisions`` bodies likewise, through their contract's conversion.
 
 Compressed or large bodies and every image are handled on the ``DecodePool``, never on the event
 loop and never on the default executor the engines use.
@@ -14,7 +14,8 @@ import msgspec
 from litestar import Request
 
 from cascade.calls import EngineCall
-from cascade.errors import UnsupportedMediaType
+from cascade.contracts.openai import Decoded, decision_call, relocate
+from cascade.errors import UnsupportedMediaType, ValidationFailed
 from cascade.http.bodies import decode_content, split_multipart
 from cascade.http.reading import BodyReads, read_body
 from cascade.http.workers import DecodePool
@@ -78,3 +79,21 @@ async def read_batch_calls(
     if len(body) > OFFLOAD_BYTES:
         return await pool.run(batch_calls, body, request_id, limits)
     return batch_calls(body, request_id, limits)
+
+
+async def read_decision(
+    body: bytes, pool: DecodePool, *, request_id: str = "", limits: Limits = LIMITS
+) -> Decoded:
+    """A ``/v1/decisions`` body as a System One call (``cascade.contracts.openai``), its images
+    checked on ``pool`` as System One's are; errors name the OpenAI field."""
+    if len(body) > OFFLOAD_BYTES:
+        decoded = await pool.run(decision_call, body, request_id, limits)
+    else:
+        decoded = decision_call(body, request_id, limits)
+    if decoded.envelope.assets:
+        try:
+            images = await pool.run(collect_images, decoded.envelope, {}, limits)
+        except ValidationFailed as exc:
+            raise relocate(exc, decoded.asked, decoded.image_fields) from None
+        decoded.call = msgspec.structs.replace(decoded.call, images=images)
+    return decoded

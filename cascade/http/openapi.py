@@ -33,6 +33,7 @@ from litestar.static_files import create_static_files_router
 from litestar.types import Guard
 
 from cascade import __version__
+from cascade.contracts.openai_schema import Decision, DecisionCreate, Message, OpenAIError, ToolItem
 from cascade.schema import (
     BatchRequest,
     BatchResponse,
@@ -60,7 +61,8 @@ DOCS = "/docs"
 ASSETS = "/assets"  # under DOCS
 ASSET_DIR = Path(litestar_offline_docs.__file__).parent / "static"  # Swagger UI 5.1.3
 DOCUMENTED = (SystemOneRequest, SystemOneResponse, BatchRequest, BatchResponse, ModelList,
-              Health, Readiness, ErrorBody, ValidationErrorBody)
+              Health, Readiness, ErrorBody, ValidationErrorBody, DecisionCreate, Decision,
+              OpenAIError)
 
 
 @dataclass
@@ -76,7 +78,12 @@ class JsonSchema(Schema):
 def document(app: Litestar) -> None:
     """Add the wire Structs to the app's OpenAPI components (Litestar rebuilds its components
     from its own registry, so they are added to the built document, once, at start-up)."""
-    _, defs = msgspec.json.schema_components(DOCUMENTED, ref_template=REF)
+    (*_, messages, tools), defs = msgspec.json.schema_components(
+        (*DOCUMENTED, Message, ToolItem), ref_template=REF)
+    # ``input`` items are messages (tagged by role) or tool items (by type): one union msgspec
+    # cannot state, decoded one item at a time.
+    text, items = defs[DecisionCreate.__name__]["properties"]["input"]["anyOf"]
+    items["items"] = {"anyOf": [messages, tools]}
     openapi = app.openapi_schema
     schemas = openapi.components.schemas = dict(openapi.components.schemas or {})
     schemas.update({name: JsonSchema(raw=schema) for name, schema in defs.items()})
@@ -95,6 +102,15 @@ ROUTE_ERRORS = {
     "5XX": ("Overloaded or a needed tier is down (503, see Retry-After), or an upstream "
             "answered garbage (502)", ErrorBody),
 }
+DECISION_ERRORS = {
+    "400": ("Not JSON, too large, or an unsupported content type", OpenAIError),
+    "401": ("Missing or invalid API key (when keys are configured)", OpenAIError),
+    "404": ("Unknown model (`model_not_found`)", OpenAIError),
+    "422": ("Validation error; `param` names the field", OpenAIError),
+    "4XX": ("Other client errors (408, 429)", OpenAIError),
+    "5XX": ("Overloaded or every question needs a tier that is down (503, see Retry-After), "
+            "or an upstream answered garbage (502)", OpenAIError),
+}
 CHALLENGE: dict[str, OpenAPIHeader | Reference] = {"WWW-Authenticate": OpenAPIHeader(
     schema=Schema(type=OpenAPIType.STRING), required=True,
     description="`Bearer realm=\"cascade\"` (RFC 6750)",
@@ -102,7 +118,10 @@ CHALLENGE: dict[str, OpenAPIHeader | Reference] = {"WWW-Authenticate": OpenAPIHe
 
 
 def operation(request: type | None, response: type,
-              errors: Mapping[str, tuple[str, type]] | None = None) -> type[Operation]:
+              errors: Mapping[str, tuple[str, type]] | None = None, *,
+              body: str = "JSON, optionally Content-Encoding zstd/gzip/deflate, or "
+              "multipart/form-data with a `request` JSON part and `asset-N` images",
+              ) -> type[Operation]:
     """An ``operation_class`` documenting a route's JSON body, answer and error shapes:
     ``errors`` (status -> description, Struct), else the /v1 routes' errors."""
 
@@ -110,11 +129,8 @@ def operation(request: type | None, response: type,
     class Documented(Operation):
         def __post_init__(self) -> None:
             if request is not None:
-                self.request_body = RequestBody(
-                    content=_json(request), required=True,
-                    description="JSON, optionally Content-Encoding zstd/gzip/deflate, or "
-                    "multipart/form-data with a `request` JSON part and `asset-N` images",
-                )
+                self.request_body = RequestBody(content=_json(request), required=True,
+                                                description=body)
             shapes = errors if errors is not None else ROUTE_ERRORS
             self.responses = {
                 "200": OpenAPIResponse(description="OK", content=_json(response)),

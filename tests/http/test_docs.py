@@ -100,6 +100,7 @@ def test_openapi_declares_bearer_auth_on_the_authenticated_operations() -> None:
     assert security == {
         ("/v1/systemone", "post"): [{"bearer": []}],
         ("/v1/systemone/batch", "post"): [{"bearer": []}],
+        ("/v1/decisions", "post"): [{"bearer": []}],
         ("/v1/models", "get"): [{"bearer": []}],
         ("/health", "get"): [{}, {"bearer": []}],  # answers without; details need a key
         ("/ready", "get"): None,
