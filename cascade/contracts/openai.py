@@ -65,7 +65,8 @@ from cascade.contracts.openai_schema import (
 from cascade.contracts.openai_schema import ChoiceAnswer as OpenAIChoice
 from cascade.contracts.openai_schema import ScoreAnswer as OpenAIScore
 from cascade.errors import CascadeError, EngineUnavailable, UnknownModel, ValidationFailed
-from cascade.gateway import Gateway, Outcome, subcall
+from cascade.gateway import Gateway, Outcome
+from cascade.policy.flow import subcall
 from cascade.policy.routing import pre_route
 from cascade.questions import render_text
 from cascade.request.validation import (
@@ -325,7 +326,7 @@ async def answer_or_refuse(gateway: Gateway, call: EngineCall
     except EngineUnavailable as exc:
         failed = exc
     strong = [q for q, r in pre_route(gateway.policy, call, None).questions.items()
-              if r.tier == gateway.strong_name]
+              if r.tier == gateway.policy.route.strong]
     cheap = [q for q in call.questions if q not in strong]
     if not strong or not cheap:
         raise failed
