@@ -127,6 +127,8 @@ DECISION_LOG_ERRORS = Counter(
     "tried again after the next batch). The writer carries on after each.",
     ["stage"],
 )
+for _stage in ("write", "rotate"):  # exported at 0 from the start, so rate() reads a series
+    DECISION_LOG_ERRORS.labels(stage=_stage)
 SEND_TIMEOUTS = Counter(
     "cascade_send_timeouts_total",
     "Connections aborted because their client read under 64 KiB of its answer in "
