@@ -41,7 +41,17 @@ from cascade.errors import (
     Overloaded,
 )
 from cascade.policy.breaker import CircuitBreaker
-from cascade.policy.flow import Ask, Decision, Failure, Flow, Preview, Reply, ShadowCall, decide
+from cascade.policy.flow import (
+    Ask,
+    Decision,
+    Failure,
+    Flow,
+    Preview,
+    Reply,
+    ShadowCall,
+    decide,
+    subcall,
+)
 from cascade.policy.model import Policy, UpstreamTier
 from cascade.policy.routing import QuestionRoute
 from cascade.policy.shadow import compare
@@ -56,6 +66,8 @@ class Outcome(msgspec.Struct, kw_only=True):
     headers: dict[str, str]
     label: str  # "ok" or "degraded", the requests_total outcome
     tiers: dict[str, str]  # question id -> the tier whose answer was returned
+    # question id -> why it is not answered (``decide(partial=True)`` only; not in ``response``)
+    refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
 
 
 class DecisionSink(Protocol):
@@ -73,7 +85,8 @@ class DecisionSink(Protocol):
 
 
 class Gateway:
-    """Owns the engines of one policy; ``systemone`` answers one validated call.
+    """Owns the engines of one policy; ``systemone`` answers one validated call (``decide``
+    with per-question refusals).
     ``decisions``: where answered requests are logged (``cascade serve --decision-log``)."""
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
@@ -135,12 +148,21 @@ class Gateway:
         return [task.result() for task in tasks]
 
     async def systemone(self, call: EngineCall, *, budget: Budget | None = None) -> Outcome:
+        """System One's answer: every question, or the request fails."""
+        return await self.decide(call, budget=budget)
+
+    async def decide(self, call: EngineCall, *, budget: Budget | None = None,
+                     partial: bool = False) -> Outcome:
+        """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
+        the response) while the others are answered; the request fails only when all are."""
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
-        flow = decide(self.policy, call, previews=self._previewer is not None, shadow_key=key)
+        flow = decide(self.policy, call, previews=self._previewer is not None, shadow_key=key,
+                      partial=partial)
         decision, merging = await self._drive(flow, timings, started)
+        call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision)
         response = answers.response(call, decision, timings, profile=self.profile,
                                     demo=self.demo)
@@ -154,7 +176,8 @@ class Gateway:
         tiers = decision.tiers
         return Outcome(response=response,
                        headers=answers.headers(Counter(tiers.values()), demo=self.demo),
-                       label="degraded" if decision.degraded else "ok", tiers=tiers)
+                       label="degraded" if decision.degraded or decision.refused else "ok",
+                       tiers=tiers, refused=decision.refused)
 
     async def _drive(self, flow: Flow[Decision], timings: dict[str, float],
                      started: float) -> tuple[Decision, float]:

@@ -23,7 +23,8 @@ errors are reported at the OpenAI field (``questions[2].choices[1]``).
 
 Answers (``decision``) come back in question order: the System One probabilities with the typed
 choice values and the level labels, ``confidence`` as the gateway's profile defines it, and a
-``refusal`` for each question the cascade could not answer (``answer_or_refuse``).
+``refusal`` for each question the cascade could not answer: the gateway decides once, with
+per-question refusals (``Gateway.decide(partial=True)``, ``cascade.policy.flow``).
 """
 
 from __future__ import annotations
@@ -64,10 +65,8 @@ from cascade.contracts.openai_schema import (
 )
 from cascade.contracts.openai_schema import ChoiceAnswer as OpenAIChoice
 from cascade.contracts.openai_schema import ScoreAnswer as OpenAIScore
-from cascade.errors import CascadeError, EngineUnavailable, UnknownModel, ValidationFailed
-from cascade.gateway import Gateway, Outcome
-from cascade.policy.flow import subcall
-from cascade.policy.routing import pre_route
+from cascade.errors import CascadeError, UnknownModel, ValidationFailed
+from cascade.gateway import Outcome
 from cascade.questions import render_text
 from cascade.request.validation import (
     _decode,
@@ -83,7 +82,6 @@ from cascade.schema import (
     NoulAnswer,
     RequestEnvelope,
     ScoreAnswer,
-    SystemOneResponse,
 )
 
 MAX_QUESTIONS = 400
@@ -308,43 +306,6 @@ def param(loc: Sequence[str | int]) -> str | None:
 # ---------------------------------------------------------------- answers
 
 
-async def answer_or_refuse(gateway: Gateway, call: EngineCall
-                           ) -> tuple[list[Outcome], list[str]]:
-    """The gateway's outcomes for ``call`` and the ids of the questions it refused.
-
-    One call, as System One makes it. When that call cannot be served because a tier it needs
-    is down (``EngineUnavailable``: the strong tier down and a question only it can answer), the
-    questions are asked again in two calls under the same budget: those the policy's
-    pre-routing gives the cheap tier, then those it sends strong. When the first is answered
-    and the second still cannot be, the second's questions are refused. Otherwise the request
-    fails as on System One: at most two more calls, and none when every question goes strong
-    (images, a strong-only model, a single tier), so a tier that is down never gets more load.
-    """
-    budget = gateway.budget()
-    try:
-        return [await gateway.systemone(call, budget=budget)], []
-    except EngineUnavailable as exc:
-        failed = exc
-    strong = [q for q, r in pre_route(gateway.policy, call, None).questions.items()
-              if r.tier == gateway.policy.route.strong]
-    cheap = [q for q in call.questions if q not in strong]
-    if not strong or not cheap:
-        raise failed
-    try:
-        answered = await gateway.systemone(_part(call, cheap, "cheap"), budget=budget)
-    except EngineUnavailable:
-        raise failed from None
-    try:
-        rest = await gateway.systemone(_part(call, strong, "strong"), budget=budget)
-    except EngineUnavailable:
-        return [answered], strong
-    return [answered, rest], []
-
-
-def _part(call: EngineCall, qids: list[str], name: str) -> EngineCall:
-    return msgspec.structs.replace(subcall(call, qids), request_id=f"{call.request_id}/{name}")
-
-
 def _answer(asked: Asked, answer: Any) -> DecisionAnswer:
     if isinstance(answer, NoulAnswer):
         return PredicateAnswer(name=asked.name, probability=answer.noul)
@@ -364,27 +325,23 @@ def _answer(asked: Asked, answer: Any) -> DecisionAnswer:
                        probabilities=levels)
 
 
-def decision(asked: Sequence[Asked], outcomes: Sequence[Outcome], refused: Sequence[str]
-             ) -> Decision:
-    """The OpenAI answer from the gateway's System One outcomes, in question order."""
-    responses: list[SystemOneResponse] = [o.response for o in outcomes]
-    answers = {qid: a for r in responses for qid, a in r.answers.items()}
-    answered = [_answer(a, answers[a.qid]) if a.qid in answers else Refusal(name=a.name)
-                for a in asked]
-    tokens = sum(r.usage.input_tokens for r in responses)
+def decision(asked: Sequence[Asked], outcome: Outcome) -> Decision:
+    """The OpenAI answer from the gateway's outcome (``Gateway.decide(partial=True)``), in
+    question order: a ``refusal`` for each question the outcome refused."""
+    response = outcome.response
+    answered = [Refusal(name=a.name) if a.qid in outcome.refused
+                else _answer(a, response.answers[a.qid]) for a in asked]
+    tokens = response.usage.input_tokens
     usage = DecisionUsage(
         input_tokens=tokens, output_tokens=0, total_tokens=tokens,
         input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
     )
-    model = "+".join(dict.fromkeys(r.model for r in responses))
-    provenance = [r.x_cascade for r in responses if r.x_cascade is not None]
     x_cascade: dict[str, Any] | None = None
-    if provenance:
-        x_cascade = {key: {k: v for p in provenance for k, v in p[key].items()}
-                     for key in ("tiers", "reasons", "degraded")}
-        x_cascade["refused"] = list(refused)
-    return Decision(model=model, answers=answered, usage=usage, x_cascade=x_cascade)
+    if response.x_cascade is not None:
+        x_cascade = {key: response.x_cascade[key] for key in ("tiers", "reasons", "degraded")}
+        x_cascade["refused"] = list(outcome.refused)
+    return Decision(model=response.model, answers=answered, usage=usage, x_cascade=x_cascade)
 
 
 # ---------------------------------------------------------------- errors

@@ -25,7 +25,7 @@ from litestar.handlers import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cascade import __version__, metrics
-from cascade.contracts.openai import answer_or_refuse, decision, error_body, is_unparsed
+from cascade.contracts.openai import decision, error_body, is_unparsed
 from cascade.contracts.openai_schema import Decision, DecisionCreate
 from cascade.errors import (
     CascadeError,
@@ -326,11 +326,9 @@ async def decisions(request: Request) -> Response[bytes]:
         with metrics.HOP_DURATION.labels(hop="validate").time():
             decoded = await read_decision(body, pool, request_id=request_id(request.scope),
                                           limits=request.app.state.limits)
-        outcomes, refused = await unless_disconnected(
-            request, answer_or_refuse(gateway, decoded.call))
-        degraded = refused or any(o.label == "degraded" for o in outcomes)
-        answer = decision(decoded.asked, outcomes, refused)
-        return _json(answer, gateway.batch_headers(outcomes)), "degraded" if degraded else "ok"
+        outcome = await unless_disconnected(
+            request, gateway.decide(decoded.call, partial=True))
+        return _json(decision(decoded.asked, outcome), outcome.headers), outcome.label
 
     return await _guarded(request, "/v1/decisions", work)
 

@@ -4,7 +4,11 @@
 ``Auth.auth_flow``. It yields what it needs, a ``Preview`` of the cheap tier's rows or a
 ``TierCall`` of one tier on some questions, and is sent back the answer (a ``CallPreview``, an
 ``EngineAnswer``) or the tier's ``Failure``. It returns one ``Decision``; a request the cascade
-refuses ends it with the ``CascadeError`` the client gets. It does no I/O, awaits nothing and
+refuses ends it with the ``CascadeError`` the client gets. With ``partial=True`` (a contract
+with per-question refusals) the questions that alone make it refuse are left out of the answers
+and reported in ``Decision.refused`` instead, each with the error; it still ends with the
+error when every question is refused, or when the error is not the strong tier's unavailability
+(its 4xx on the client's content, back-pressure). It does no I/O, awaits nothing and
 reads no clock: ``cascade.gateway`` drives it against live engines, ``cascade.eval.decide``
 against cached tier outputs, ``run`` against plain functions. One request::
 
@@ -43,6 +47,7 @@ from cascade.errors import (
     EngineTimeout,
     EngineUnavailable,
     Overloaded,
+    ValidationFailed,
 )
 from cascade.policy.calibration import returned_results
 from cascade.policy.model import LayaTier, Policy
@@ -112,6 +117,8 @@ class Decision(msgspec.Struct, kw_only=True):
     usage: EngineUsage  # over every call; truncation of the returned answers only
     model: str  # the answering models, joined with "+"
     shadow: ShadowCall | None
+    # question -> why it cannot be answered now (``partial`` only; left out of the above)
+    refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
 
     @property
     def tiers(self) -> dict[str, str]:
@@ -137,9 +144,10 @@ class Fallback(msgspec.Struct, frozen=True):
 
 
 def decide(policy: Policy, call: EngineCall, *, previews: bool,
-           shadow_key: str = "") -> Flow[Decision]:
+           shadow_key: str = "", partial: bool = False) -> Flow[Decision]:
     """The decision for ``call``. ``previews``: whether the cheap tier answers ``Preview``
-    (without, pre-routing sees no token counts). ``shadow_key`` picks the shadow sample."""
+    (without, pre-routing sees no token counts). ``shadow_key`` picks the shadow sample.
+    ``partial``: refuse the questions nothing can answer now instead of the whole request."""
     strong = policy.route.strong
     preview = (yield from preview_steps(policy, call)) if previews else None
     pre = pre_route(policy, call, preview)
@@ -148,12 +156,15 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool,
     cheap, escalated = yield from _cheap(policy, call, pre, preview, answers, usages)
     routes = final_routes(policy, pre, escalated)
     degraded: dict[str, str] = {}
+    refused: dict[str, CascadeError] = {}
     strong_call = split(call, routes).get(strong or "")
     if strong_call is not None and strong is not None:
         reply = yield from _tier(strong, strong_call)
         if isinstance(reply, Failure):
             routes, degraded = yield from _degrade(policy, call, pre, routes, reply.error,
-                                                   answers, usages, previews)
+                                                   answers, usages, previews, partial, refused)
+            if len(refused) == len(call.questions):
+                raise next(iter(refused.values()))  # System One's error: the first refusal
         else:
             _keep(answers, usages, strong, reply)
     tiers = {q: r.tier for q, r in routes.items()}
@@ -161,11 +172,12 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool,
     if cheap is not None and strong is not None and shadow_questions(policy, pre, escalated,
                                                                       shadow_key):
         shadow = ShadowCall(tier=strong, call=call, cheap=cheap)
+    answered = subcall(call, routes) if refused else call
     return Decision(
         pre=pre, escalated=escalated, routes=routes, degraded=degraded,
-        results=returned_results(policy, merge(call, routes, answers), tiers), answers=answers,
-        usage=merged_usage(usages, tiers), model="+".join(dict.fromkeys(
-            a.model for a in answers.values())), shadow=shadow,
+        results=returned_results(policy, merge(answered, routes, answers), tiers),
+        answers=answers, usage=merged_usage(usages, tiers), model="+".join(dict.fromkeys(
+            a.model for a in answers.values())), shadow=shadow, refused=refused,
     )
 
 
@@ -215,34 +227,51 @@ def _cheap(policy: Policy, call: EngineCall, pre: PreRoute, preview: CallPreview
 def _degrade(
     policy: Policy, call: EngineCall, pre: PreRoute, routes: dict[str, QuestionRoute],
     error: CascadeError, answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]],
-    previews: bool,
+    previews: bool, partial: bool, refused: dict[str, CascadeError],
 ) -> Flow[tuple[dict[str, QuestionRoute], dict[str, str]]]:
-    """The strong tier failed with ``error``: cheap answers marked degraded, or a refusal."""
+    """The strong tier failed with ``error``: cheap answers marked degraded, or a refusal: of the
+    request (raised), or with ``partial`` of the questions nothing can answer now (moved from
+    the returned routes to ``refused``, each with the error the request would fail with)."""
     retry = error.retry_after
+    partial = partial and not isinstance(error, ClientError | Overloaded)
     plan = fallback(policy, pre, routes, retry_after_s=retry)
+    if partial and isinstance(plan, EngineUnavailable):
+        routes = _refuse(routes, unservable(policy, routes), plan, refused)
+        plan = fallback(policy, pre, routes, retry_after_s=retry)
     if isinstance(plan, Fallback) and plan.cheap_questions and previews:
         checkpoint, blocking = yield from stand_in(
             policy, subcall(call, plan.cheap_questions), plan.cheap_checkpoint)
         plan = msgspec.structs.replace(plan, cheap_checkpoint=checkpoint)
         if blocking:
-            plan = EngineUnavailable(
+            unavailable = EngineUnavailable(
                 f"the strong tier `{policy.route.strong}` is unavailable and this request needs "
                 f"it ({', '.join(blocking)}); retry later",
                 retry_after=policy.degrade.retry_after_s if retry is None else retry)
+            if not partial:
+                raise error if isinstance(error, ClientError | Overloaded) else unavailable
+            routes = _refuse(routes, plan.cheap_questions, unavailable, refused)
+            plan = _without(plan, refused)
     if isinstance(plan, EngineUnavailable):
         # The client's content (its 4xx stands), or back-pressure (its Retry-After).
         raise error if isinstance(error, ClientError | Overloaded) else plan
     name = policy.route.cheap
-    if plan.cheap_questions and name is not None:
+    for attempt in range(2):  # partial: once more without the questions the cheap tier named
+        if not plan.cheap_questions or name is None:
+            break
         extra = cheap_call(subcall(call, plan.cheap_questions), plan.cheap_checkpoint)
         reply = yield from _tier(name, extra)
-        if isinstance(reply, Failure):
-            _cannot_stand_in(policy, error, reply.error)
-        else:
+        if not isinstance(reply, Failure):
             base = answers.get(name)
             merged = {**base.results, **reply.results} if base else reply.results
             usages.append((name, reply.usage))
             answers[name] = msgspec.structs.replace(reply, results=merged)
+            break
+        refusal = _cannot_stand_in(policy, error, reply.error)
+        if not partial:
+            raise refusal
+        named = _named(reply.error, plan.cheap_questions) if attempt == 0 else []
+        routes = _refuse(routes, named or plan.cheap_questions, refusal, refused)
+        plan = _without(plan, refused)
     why = failure_reason(error)
     degraded = {
         q: QuestionRoute(name, r.reason) if q in plan.degraded and name is not None else r
@@ -251,15 +280,39 @@ def _degrade(
     return degraded, dict.fromkeys(plan.degraded, why)
 
 
-def _cannot_stand_in(policy: Policy, error: CascadeError, refused: CascadeError) -> None:
-    """Raise what the client gets when the cheap tier fails standing in for the strong one."""
+def _named(error: CascadeError, qids: list[str]) -> list[str]:
+    """The questions of ``qids`` a tier's validation error names (``["body", "questions", id]``),
+    as Laya's names a question whose options do not fit its head."""
+    items = error.items if isinstance(error, ValidationFailed) else []
+    named = {str(i["loc"][2]) for i in items
+             if len(i["loc"]) > 2 and i["loc"][:2] == ["body", "questions"]}
+    return [q for q in qids if q in named]
+
+
+def _refuse(routes: dict[str, QuestionRoute], qids: Iterable[str], why: CascadeError,
+            refused: dict[str, CascadeError]) -> dict[str, QuestionRoute]:
+    """``routes`` without ``qids``, which are refused with ``why``."""
+    refused.update(dict.fromkeys(qids, why))
+    return {q: r for q, r in routes.items() if q not in refused}
+
+
+def _without(plan: Fallback, refused: Mapping[str, CascadeError]) -> Fallback:
+    return msgspec.structs.replace(
+        plan, cheap_questions=[q for q in plan.cheap_questions if q not in refused],
+        degraded={q: r for q, r in plan.degraded.items() if q not in refused})
+
+
+def _cannot_stand_in(policy: Policy, error: CascadeError, refused: CascadeError
+                     ) -> EngineUnavailable:
+    """What the client gets when the cheap tier fails standing in for the strong one: the
+    503 returned, anything else raised."""
     if not isinstance(refused, ClientError):
         raise refused
     if isinstance(error, ClientError):
         raise error
     # e.g. too many options for Laya's head: the request is fine, the strong tier is not. A 4xx
     # would never be retried; it must succeed once the strong tier is back.
-    raise EngineUnavailable(
+    return EngineUnavailable(
         f"the strong tier `{policy.route.strong}` is unavailable and the cheap tier cannot "
         f"stand in ({refused.message}); retry later",
         retry_after=policy.degrade.retry_after_s,
@@ -417,9 +470,7 @@ def fallback(policy: Policy, pre: PreRoute, routes: Mapping[str, QuestionRoute],
     if tier is None:
         return EngineUnavailable(f"the only tier `{strong}` is unavailable; retry later",
                                  retry_after=retry)
-    blocking = sorted({r for r in wanted.values() if r in STRONG_ONLY
-                       and not (r == "script" and reads_all is not None
-                            and checkpoint == reads_all)})
+    blocking = sorted({r for r in wanted.values() if r is not None and _needs_strong(r, reads_all)})
     if blocking or not policy.degrade.cheap_answers:
         why = f" ({', '.join(blocking)})" if blocking else ""
         return EngineUnavailable(
@@ -431,3 +482,22 @@ def fallback(policy: Policy, pre: PreRoute, routes: Mapping[str, QuestionRoute],
         cheap_checkpoint=checkpoint,
         degraded={q: r for q, r in wanted.items() if r is not None},
     )
+
+
+def unservable(policy: Policy, routes: Mapping[str, QuestionRoute]) -> list[str]:
+    """The questions of ``routes`` routed strong that ``fallback`` cannot give the cheap tier:
+    every one without a cheap tier or when the policy does not degrade, else those whose reason
+    only the strong tier can serve."""
+    strong = policy.route.strong
+    wanted = {q: r.reason for q, r in routes.items() if r.tier == strong}
+    tier = policy.cheap_tier()
+    if tier is None or not policy.degrade.cheap_answers:
+        return list(wanted)
+    reads_all = tier.any_script() if isinstance(tier, LayaTier) else None
+    return [q for q, r in wanted.items() if r is not None and _needs_strong(r, reads_all)]
+
+
+def _needs_strong(reason: Reason, reads_all: str | None) -> bool:
+    """Whether only the strong tier can answer a question routed there for ``reason``; a
+    ``script`` one degrades onto the any-script checkpoint ``reads_all`` when there is one."""
+    return reason in STRONG_ONLY and not (reason == "script" and reads_all is not None)

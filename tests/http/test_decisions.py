@@ -61,9 +61,10 @@ class Tiers:
 
     def laya(self, call: EngineCall) -> EngineAnswer:
         self.calls["laya"].append(call)
-        if any(isinstance(q, ChoiceQuestion) and len(q.criteria) > 48
-               for q in call.questions.values()):
-            raise ValidationFailed.at(["questions"], "options do not fit the head budget")
+        wide = [q for q, v in call.questions.items()
+                if isinstance(v, ChoiceQuestion) and len(v.criteria) > 48]
+        if wide:  # named, as Laya names a question whose options do not fit its head
+            raise ValidationFailed.at(["questions", wide[0]], "options do not fit the head budget")
         return deterministic_answer(call)
 
     def clef(self, call: EngineCall) -> EngineAnswer:
@@ -73,12 +74,12 @@ class Tiers:
         return deterministic_answer(call)
 
 
-def cascade_app(tiers: Tiers, **settings: Any) -> Any:
+def cascade_app(tiers: Tiers, *, max_choice_options: int = 48, **settings: Any) -> Any:
     policy = Policy(
         tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
                "clef": ClefTier(release="x")},
         models=Models(cascade=[MODEL, "jev-latest"]),
-        route=Route(cheap="laya", strong="clef"),
+        route=Route(cheap="laya", strong="clef", max_choice_options=max_choice_options),
         breaker={"clef": BreakerConfig(min_calls=10_000)},  # the tests take clef down often
     )
     engines = {"laya": FakeEngine("laya", tiers.laya), "clef": FakeEngine("clef", tiers.clef)}
@@ -284,6 +285,36 @@ def test_a_question_only_the_downed_strong_tier_reads_is_refused(client: openai.
     assert info.value.status_code == 503
     assert info.value.type == "unavailable"
     assert info.value.response.headers["retry-after"]
+
+
+def test_one_request_refuses_only_its_strong_only_question_and_degrades_the_rest() -> None:
+    """Strong tier down; pre-routed strong: ``sku`` (60 options: the cheap tier cannot stand in)
+    and ``area`` (30 options, over this policy's 20: it can). One gateway call to the strong
+    tier, ``sku`` refused, ``area`` answered degraded by the cheap tier, ``urgent`` cheap."""
+    tiers = Tiers()
+    tiers.clef_down = True
+    area = {**MANY_OPTIONS, "name": "area", "choices": MANY_OPTIONS["choices"][:30]}
+    with serve_app(cascade_app(tiers, max_choice_options=20)) as url, openai.OpenAI(
+            base_url=url + "/v1", api_key="any", max_retries=0) as client:
+        raw = client.decisions.with_raw_response.create(
+            model=MODEL, input="x", questions=[MANY_OPTIONS, QUESTIONS[0], area])
+        body = raw.http_response.json()
+        calls = {tier: [list(c.questions) for c in made] for tier, made in tiers.calls.items()}
+        # System One on the same questions: the whole request fails, as before.
+        one = msgspec.json.encode({"model": MODEL, "state": "x", "questions": {
+            "sku": {"type": "choice", "criteria": [f"p{i}" for i in range(60)]},
+            "urgent": {"type": "noul"}}})
+        failed = client._client.post(url + "/v1/systemone", content=one,
+                                     headers={"content-type": "application/json"})
+    assert [a["type"] for a in body["answers"]] == ["refusal", "predicate", "choice"]
+    assert body["answers"][0] == {"type": "refusal", "name": "sku"}
+    assert body["x_cascade"]["refused"] == ["sku"]
+    assert body["x_cascade"]["degraded"] == {"area": "strong_failed"}
+    assert body["x_cascade"]["tiers"] == {"urgent": "laya", "area": "laya"}
+    assert calls == {"clef": [["sku", "area"]],  # one call to the downed tier
+                     "laya": [["urgent"], ["sku", "area"], ["area"]]}
+    assert failed.status_code == 503 and failed.headers["retry-after"]
+    assert "cannot stand in" in failed.json()["detail"]["message"]
 
 
 def test_refusals_are_counted_on_the_decisions_route(client: openai.OpenAI,

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
-from cascade.errors import CascadeError, EngineUnavailable, PayloadTooLarge
+from cascade.errors import CascadeError, EngineUnavailable, PayloadTooLarge, ValidationFailed
 from cascade.policy import flow as flow_module
 from cascade.policy.flow import Ask, Decision, Failure, Preview, Reply, TierCall, decide, run
 from cascade.policy.model import Shadow
@@ -140,3 +140,58 @@ def test_shadow_choice_is_part_of_the_decision() -> None:
     assert run(decide(sampled, call(), previews=True, shadow_key="r1"), reply).shadow is None
     unsampled = msgspec.structs.replace(POLICY, shadow=Shadow(fraction=0.0))
     assert run(decide(unsampled, call(), previews=True), tiers()[1]).shadow is None
+
+
+def test_partial_refuses_only_what_the_downed_strong_tier_alone_reads() -> None:
+    """``mood``'s row would drop state tokens (only the strong tier reads it whole); ``big``
+    has too many options for the policy but the cheap tier can stand in."""
+    def reply(ask: Ask) -> Reply:
+        if isinstance(ask, Preview):
+            return preview({q: row(60 if q == "big" else 3, dropped=8 if q == "mood" else 0)
+                            for q in ask.call.questions}, checkpoint=ask.checkpoint or "english")
+        if ask.tier == "clef":
+            return Failure(EngineUnavailable("clef is down", retry_after=2.0))
+        return answered(ask.tier, ask.call)
+
+    with pytest.raises(EngineUnavailable) as info:  # System One: the whole request fails
+        run(decide(POLICY, call(questions=WIDE), previews=True), reply)
+    assert "needs it (state_too_long)" in info.value.message
+    decision = run(decide(POLICY, call(questions=WIDE), previews=True, partial=True), reply)
+    assert list(decision.refused) == ["mood"]
+    assert decision.refused["mood"].message == info.value.message
+    assert decision.refused["mood"].retry_after == 2.0
+    assert list(decision.results) == ["intent", "urgent", "big"]
+    assert decision.tiers == {"intent": "laya", "urgent": "laya", "big": "laya"}
+    assert decision.degraded == {"big": "strong_failed"}
+    # Every question refused: the flow ends with System One's error.
+    only = {"mood": WIDE["mood"]}
+    with pytest.raises(EngineUnavailable) as every:
+        run(decide(POLICY, call(questions=only), previews=True, partial=True), reply)
+    assert every.value.message == info.value.message
+
+
+def test_partial_refuses_the_question_the_standing_in_cheap_tier_names() -> None:
+    """The cheap tier refuses a stand-in call naming ``huge`` (as Laya names a question whose
+    options do not fit its head): ``huge`` is refused, ``big`` asked again and answered."""
+    questions = {**WIDE, "huge": ChoiceQuestion(criteria=[f"o{i}" for i in range(70)])}
+    asked: list[Ask] = []
+
+    def reply(ask: Ask) -> Reply:
+        asked.append(ask)
+        assert isinstance(ask, TierCall)
+        if ask.tier == "clef":
+            return Failure(EngineUnavailable("clef is down"))
+        if "huge" in ask.call.questions:
+            return Failure(ValidationFailed.at(["questions", "huge"], "options do not fit"))
+        return answered(ask.tier, ask.call)
+
+    with pytest.raises(EngineUnavailable, match="cannot stand in"):
+        run(decide(POLICY, call(questions=questions), previews=False), reply)
+    asked.clear()
+    decision = run(decide(POLICY, call(questions=questions), previews=False, partial=True),
+                   reply)
+    assert shape(asked)[2:] == [("laya", ["big", "huge"]), ("laya", ["big"])]
+    assert list(decision.refused) == ["huge"]
+    assert "cannot stand in (options do not fit)" in decision.refused["huge"].message
+    assert decision.tiers == dict.fromkeys(WIDE, "laya")
+    assert decision.degraded == {"big": "strong_failed"}
