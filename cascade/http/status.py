@@ -69,8 +69,10 @@ def model_cards(gateway: Gateway) -> list[ModelCard]:
     """``/v1/models``: the policy's exact model names (patterns such as ``jev-*`` are not
     names), dated by its ``[models] release_date``."""
     models, route = gateway.policy.models, gateway.policy.route
+    only = route.cheap if route.strong is None else route.strong if route.cheap is None else None
     described = [
-        (models.cascade, "cascade: the cheap tier first, escalating to the strong tier"),
+        (models.cascade, f"one tier ({only}), no escalation" if only else
+         "cascade: the cheap tier first, escalating to the strong tier"),
         (models.cheap_only, f"the cheap tier only ({route.cheap})"),
         (models.strong_only, f"the strong tier only ({route.strong})"),
     ]

@@ -54,3 +54,11 @@ def test_model_cards_are_dated_by_the_policy() -> None:
         cards = client.get("/v1/models").json()["models"]
     assert [(c["name"], c["release_date"]) for c in cards] == [
         ("jev-latest", "2025-01-02"), ("big", "2025-01-02")]
+
+
+def test_a_one_tier_gateway_does_not_describe_a_cascade() -> None:
+    policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
+    one = Gateway(policy, {"upstream": FakeEngine("upstream")})
+    with TestClient(create_app(Settings(), one)) as client:
+        cards = client.get("/v1/models").json()["models"]
+    assert cards and all(c["description"] == "one tier (upstream), no escalation" for c in cards)
