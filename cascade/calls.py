@@ -8,10 +8,12 @@ gateway's job (``cascade.answers``), so every tier is reported the same way to c
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
 
+from cascade.errors import Overloaded
 from cascade.schema import Controls, OptionSpans, Question, QuestionType
 
 
@@ -39,6 +41,19 @@ class Budget(msgspec.Struct, frozen=True):
 
     deadline: float
     flow: int
+
+
+def capped(call: EngineCall, timeout_s: float, tier: str, remote: bool) -> EngineCall:
+    """``call`` with its budget capped for ``tier``: an in-process tier's ``timeout_s`` bounds
+    the wait it accepts (a remote tier's is its whole-call limit instead). Raises ``Overloaded``
+    when the request's budget is already spent: nothing is sent to any tier then."""
+    budget, now = call.budget, time.monotonic()
+    if budget is not None and now >= budget.deadline:
+        raise Overloaded(f"{tier}: the request's wait budget is spent", retry_after=1.0)
+    if budget is None or remote:
+        return call
+    bounded = Budget(deadline=min(budget.deadline, now + timeout_s), flow=budget.flow)
+    return msgspec.structs.replace(call, budget=bounded)
 
 
 class EngineCall(msgspec.Struct, kw_only=True):

@@ -22,14 +22,14 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import msgspec
 
 from cascade import answers, metrics
 from cascade.answers import Profile
-from cascade.calls import Budget, EngineAnswer, EngineCall
+from cascade.calls import Budget, EngineAnswer, EngineCall, capped
 from cascade.engines.base import Engine, Previewing
 from cascade.errors import (
     BreakerOpen,
@@ -85,9 +85,8 @@ class DecisionSink(Protocol):
 
 
 class Gateway:
-    """Owns the engines of one policy; ``systemone`` answers one validated call (``decide``
-    with per-question refusals).
-    ``decisions``: where answered requests are logged (``cascade serve --decision-log``)."""
+    """Owns the engines of one policy; ``systemone`` answers one validated call (``decide``,
+    per-question refusals too). ``decisions``: where answered requests are logged."""
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
                  demo: bool = False, clock: Callable[[], float] = time.monotonic,
@@ -143,8 +142,11 @@ class Gateway:
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self.systemone(c, budget=budget)) for c in calls]
-        except BaseExceptionGroup as failed:
-            raise _first(failed) from None
+        except BaseExceptionGroup as failed:  # report a cascade error when there is one
+            first: BaseException = failed.subgroup(CascadeError) or failed
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]  # the first leaf, depth first
+            raise first from None
         return [task.result() for task in tasks]
 
     async def systemone(self, call: EngineCall, *, budget: Budget | None = None) -> Outcome:
@@ -219,11 +221,6 @@ class Gateway:
             metrics.CONFIDENCE.labels(tier=route.tier, type=qtype).observe(
                 max(decision.results[qid].probabilities))
 
-    def batch_headers(self, outcomes: Iterable[Outcome]) -> dict[str, str]:
-        """The headers of a batch response: question counts per tier over every state."""
-        return answers.headers(Counter(t for o in outcomes for t in o.tiers.values()),
-                               demo=self.demo)
-
     async def _call(self, tier: str, call: EngineCall, timings: dict[str, float], *,
                     record: bool = True) -> EngineAnswer:
         """One engine call under the tier's budget or timeout and its breaker, with metrics.
@@ -242,7 +239,7 @@ class Gateway:
         started = time.perf_counter()
         outcome = "error"
         try:
-            call = _within(call, config.timeout_s, tier, remote)
+            call = capped(call, config.timeout_s, tier, remote)
             if remote:
                 async with asyncio.timeout(config.timeout_s):
                     answer = await engine.answer(call)
@@ -275,8 +272,7 @@ class Gateway:
         return answer
 
     def _shadow(self, shadow: ShadowCall) -> None:
-        """Shadow sampling: mirror a cheap-final request to the strong tier in the background,
-        bounded."""
+        """Mirror a cheap-final request to the strong tier in the background, bounded."""
         busy = len(self._shadow_tasks) >= self.policy.shadow.max_concurrent
         if busy or self.breakers[shadow.tier].state(self.clock()) != "closed":
             metrics.SHADOW.labels(outcome="skipped_busy").inc()
@@ -301,24 +297,3 @@ class Gateway:
                 metrics.SHADOW_AGREEMENT.labels(type=found.type, band=found.band, agree=agree).inc()
             else:
                 metrics.SHADOW_DELTA.labels(type=found.type, band=found.band).observe(found.value)
-
-
-def _within(call: EngineCall, timeout_s: float, tier: str, remote: bool) -> EngineCall:
-    """``call`` with its budget capped for ``tier``: an in-process tier's ``timeout_s`` bounds
-    the wait it accepts (a remote tier's is its whole-call limit instead). Raises ``Overloaded``
-    when the request's budget is already spent: nothing is sent to any tier then."""
-    budget, now = call.budget, time.monotonic()
-    if budget is not None and now >= budget.deadline:
-        raise Overloaded(f"{tier}: the request's wait budget is spent", retry_after=1.0)
-    if budget is None or remote:
-        return call
-    capped = Budget(deadline=min(budget.deadline, now + timeout_s), flow=budget.flow)
-    return msgspec.structs.replace(call, budget=capped)
-
-
-def _first(group: BaseExceptionGroup) -> BaseException:
-    """The exception to report for a failed batch: a cascade error when there is one."""
-    found: BaseException = group.subgroup(CascadeError) or group  # first leaf, depth first
-    while isinstance(found, BaseExceptionGroup):
-        found = found.exceptions[0]
-    return found

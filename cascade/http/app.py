@@ -13,6 +13,7 @@ import hmac
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -24,7 +25,7 @@ from litestar.exceptions import HTTPException
 from litestar.handlers import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from cascade import __version__, metrics
+from cascade import __version__, answers, metrics
 from cascade.contracts.openai import decision, error_body, is_unparsed
 from cascade.contracts.openai_schema import Decision, DecisionCreate
 from cascade.errors import (
@@ -302,7 +303,8 @@ async def systemone_batch(request: Request) -> Response[bytes]:
             input_tokens=sum(r.usage.input_tokens for r in results), output_tokens=0
         )
         label = "degraded" if any(o.label == "degraded" for o in outcomes) else "ok"
-        headers = gateway.batch_headers(outcomes)
+        headers = answers.headers(Counter(t for o in outcomes for t in o.tiers.values()),
+                                  demo=gateway.demo)
         return _json(BatchResponse(results=results, total_usage=total), headers), label
 
     return await _guarded(request, "/v1/systemone/batch", work)
