@@ -69,9 +69,9 @@ from cascade.errors import CascadeError, UnknownModel, ValidationFailed
 from cascade.gateway import Outcome
 from cascade.questions import render_text
 from cascade.request.validation import (
-    _decode,
     check_request_text,
     check_state,
+    decode_at,
     parse_questions,
 )
 from cascade.schema import (
@@ -137,12 +137,12 @@ def _item(raw: msgspec.Raw, i: int, images: _Images, calls: set[tuple[str, str]]
           ) -> dict[str, Any]:
     """One ``input`` item as a conversation entry (see the module docstring)."""
     loc: Loc = ["input", i]
-    kind = _decode(peek_decoder, raw, loc).type
+    kind = decode_at(peek_decoder, raw, loc).type
     if kind not in TOOL_TYPES:
-        message = _decode(message_decoder, raw, loc)
+        message = decode_at(message_decoder, raw, loc)
         role = message.__struct_config__.tag
         return {"role": role, "content": _render(message.content, images, [*loc, "content"])}
-    item = _decode(tool_decoder, raw, loc)
+    item = decode_at(tool_decoder, raw, loc)
     entry: dict[str, Any] = {"type": kind, "call_id": item.call_id}
     if isinstance(item, FunctionCall | CustomToolCall):
         calls.add((kind, item.call_id))
@@ -183,13 +183,13 @@ def _question(raw: msgspec.Raw, i: int, images: _Images, used: set[str]
               ) -> tuple[Asked, dict[str, Any]]:
     """One question as ``Asked`` and its System One form."""
     loc: Loc = ["questions", i]
-    peek = _decode(peek_decoder, raw, loc)
+    peek = decode_at(peek_decoder, raw, loc)
     if peek.type not in QUESTION_TYPES:
         named = f" ({peek.name!r})" if isinstance(peek.name, str) else ""
         raise ValidationFailed.at(
             [*loc, "type"], f"question {i}{named} has type {peek.type!r}; /v1/decisions answers "
             "predicate, choice and score questions", "unsupported_question_type")
-    question = _decode(question_decoder, raw, loc)
+    question = decode_at(question_decoder, raw, loc)
     name = question.name
     qid = name if name and name not in used else f"question_{i}"
     while qid in used:
@@ -231,7 +231,7 @@ def decision_call(body: bytes, request_id: str, limits: Limits = LIMITS) -> Deco
     ``ValidationFailed`` names the OpenAI field (``["body", "questions", 2, ...]``)."""
     if not body.strip():
         raise ValidationFailed.at([], "Field required", "missing")
-    request = _decode(request_decoder, body, [])
+    request = decode_at(request_decoder, body, [])
     if not 1 <= len(request.questions) <= MAX_QUESTIONS:
         raise ValidationFailed.at(["questions"], f"send 1 to {MAX_QUESTIONS} questions, got "
                                   f"{len(request.questions)}")

@@ -50,7 +50,10 @@ def _loc(path: str) -> list[str | int]:
     return loc
 
 
-def _decode(decoder: msgspec.json.Decoder, data: bytes | msgspec.Raw, prefix: list[str | int]):
+def decode_at(decoder: msgspec.json.Decoder, data: bytes | msgspec.Raw,
+              prefix: list[str | int]) -> Any:
+    """``data`` decoded by ``decoder``; a failure is a ``ValidationFailed`` whose ``loc`` starts
+    with ``prefix`` (msgspec has no structured errors: its message's path is read here, once)."""
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
@@ -195,7 +198,7 @@ def _questions(raw: dict[str, msgspec.Raw], limits: Limits) -> tuple[dict[str, Q
                 f"question ids must have 1 to {limits.max_question_id_chars} characters",
             )
     questions = {
-        qid: _decode(question_decoder, body, ["questions", qid])
+        qid: decode_at(question_decoder, body, ["questions", qid])
         for qid, body in raw.items()
     }
     chars = sum(_question_chars(qid, q, limits) for qid, q in questions.items())
@@ -264,7 +267,7 @@ def check_batch_answer(states: int, questions: dict[str, Question],
 def parse_envelope(body: bytes) -> RequestEnvelope:
     if not body.strip():
         raise ValidationFailed.at([], "Field required", "missing")
-    return _decode(envelope_decoder, body, [])
+    return decode_at(envelope_decoder, body, [])
 
 
 def parse_questions(env: RequestEnvelope, limits: Limits = LIMITS
