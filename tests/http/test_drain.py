@@ -77,8 +77,11 @@ def demo_gateway(tmp_path: Path, drain_s: float) -> Iterator[tuple[subprocess.Po
                             stderr=subprocess.STDOUT)
     try:
         wait_http(url + "/health", timeout_s=120, proc=proc)
-        deadline = time.monotonic() + 60
-        while httpx.get(url + "/ready").status_code != 200 and time.monotonic() < deadline:
+        # The demo builds two tiny Laya checkpoints and warms its Clef up before /ready turns
+        # 200; on a loaded machine that can take a minute or more. Never start the test early.
+        deadline = time.monotonic() + 180
+        while httpx.get(url + "/ready").status_code != 200:
+            assert time.monotonic() < deadline, "the demo gateway never became ready"
             time.sleep(0.1)
         yield proc, port
     finally:
