@@ -124,12 +124,12 @@ def scan_bomb(repeats: int = 2000) -> bytes:
     return data[:last] + data[last:-2] * repeats + b"\xff\xd9"
 
 
-async def _post_raw(soak: Soak, body: bytes, extra: str = "", read: bool = True) -> str:
+async def _post_raw(soak: Soak, body: bytes) -> str:
     reader, writer = await asyncio.open_connection(soak.host, soak.port)
     try:
-        writer.write(soak.head(len(body), extra) + body)
+        writer.write(soak.head(len(body)) + body)
         await writer.drain()
-        return await _status_of(reader) if read else "sent"
+        return await _status_of(reader)
     finally:
         writer.close()
 
@@ -184,7 +184,8 @@ async def _malformed(soak: Soak) -> str:
 
 async def _drive(soak: Soak, honest_clients: int) -> None:
     bomb = json.dumps({"state": "see image", "images": [base64.b64encode(scan_bomb()).decode()],
-                       "questions": {"q": {"type": "noul", "instructions": "Is it blue?"}}})
+                       "questions": {"q": {"type": "noul", "instructions": "Is it blue?"}}}
+                      ).encode()
     big = json.dumps({"state": "hi", "questions": {
         "q": {"type": "noul", "instructions": "x" * 15_000_000}}}).encode()
     soak.started = time.monotonic()
@@ -193,7 +194,7 @@ async def _drive(soak: Soak, honest_clients: int) -> None:
         await asyncio.gather(
             *(_honest(soak, client) for _ in range(honest_clients)),
             *(_slow_sender(soak) for _ in range(SLOW_SENDERS)),
-            _every(soak, "scan_bomb", 5.0, lambda: _post_raw(soak, bomb.encode())),
+            _every(soak, "scan_bomb", 5.0, lambda: _post_raw(soak, bomb)),
             _every(soak, "big_instructions", 3.0, lambda: _post_raw(soak, big)),
             _every(soak, "h2c", 2.0, lambda: _h2c(soak)),
             *(_every(soak, "unread_batch", 1.0, lambda: _unread_batch(soak)) for _ in range(4)),
