@@ -151,7 +151,8 @@ def configure_logging(settings: Settings, log_level: str | None) -> str:
 def open_decision_log(settings: Settings, policy: Policy) -> DecisionLog | None:
     """The decision log ``--decision-log`` or the policy's ``[decision_log]`` asks for."""
     from cascade.build import fingerprints
-    from cascade.eval.decision_log import DecisionLog, policy_hash
+    from cascade.eval.decision_log import DecisionLog
+    from cascade.policy.fingerprint import policy_hash
 
     config = policy.decision_log
     path = settings.decision_log or config.file

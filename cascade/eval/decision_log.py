@@ -68,7 +68,6 @@ import msgspec
 
 from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall
-from cascade.policy.model import Policy
 from cascade.questions import n_options, option_band
 
 log = logging.getLogger(__name__)
@@ -137,11 +136,6 @@ class LogRow(msgspec.Struct, kw_only=True):
     degraded: bool
     shadow: bool
     latency_s: float
-
-
-def policy_hash(policy: Policy) -> str:
-    """sha256 hex of the policy as loaded (calibration included), in canonical JSON."""
-    return hashlib.sha256(msgspec.json.encode(policy, order="sorted")).hexdigest()
 
 
 def state_hash(state: Any) -> str:

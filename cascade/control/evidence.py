@@ -1,0 +1,29 @@
+"""What the controllers learn from: one cheap answer, its cell, and whether it was right.
+
+Feedback labels (``POST /v1/feedback``) and shadow answers of the strong tier (the teacher,
+where the policy allows) both become ``Labelled`` answers; the refit reads only these.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from cascade.questions import Band
+from cascade.schema import QuestionType
+
+
+class Labelled(msgspec.Struct, frozen=True, kw_only=True):
+    """The cheap tier's answer to one question, judged.
+
+    ``confidence`` is what the gate read (max p, the calibration's temperature applied);
+    ``correct`` whether the cheap tier's top answer matches the label.
+    """
+
+    type: QuestionType
+    band: Band
+    confidence: float
+    correct: bool
+    source: Literal["feedback", "shadow"]
+    ts: float  # wall-clock seconds of the request (time.time())
