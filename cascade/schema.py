@@ -329,4 +329,13 @@ class FeedbackResponse(Base, kw_only=True):
     relabelled: list[str]
 
 
-feedback_decoder = msgspec.json.Decoder(FeedbackRequest)
+class FeedbackEnvelope(Base, kw_only=True):
+    """``FeedbackRequest`` with its labels still undecoded (a wrong one's ``loc`` names it)."""
+
+    request_id: Annotated[str, Meta(min_length=1, max_length=128)]
+    labels: Annotated[dict[Name, msgspec.Raw],
+                      Meta(min_length=1, max_length=LIMITS.max_questions)]
+
+
+feedback_decoder = msgspec.json.Decoder(FeedbackEnvelope)
+label_decoder = msgspec.json.Decoder(FeedbackLabel)

@@ -42,6 +42,7 @@ from cascade.schema import (
     ValidationErrorBody,
     encoder,
     feedback_decoder,
+    label_decoder,
 )
 
 log = logging.getLogger("cascade")
@@ -93,11 +94,12 @@ def _asked(body: bytes, parts: dict[str, Any]) -> FeedbackRequest:
             raise ValidationFailed.at([], "send JSON: feedback takes no multipart parts")
         if not body.strip():
             raise ValidationFailed.at([], "Field required", "missing")
-        asked: FeedbackRequest = decode_at(feedback_decoder, body, [])
+        env = decode_at(feedback_decoder, body, [])
+        labels = {q: decode_at(label_decoder, raw, ["labels", q]) for q, raw in env.labels.items()}
     except ValidationFailed:
         metrics.FEEDBACK.labels(outcome="invalid").inc()
         raise
-    return asked
+    return FeedbackRequest(request_id=env.request_id, labels=labels)
 
 
 async def _store(sink: object, asked: FeedbackRequest) -> LabelOutcome:
