@@ -82,9 +82,9 @@ import msgspec
 
 from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall
-from cascade.eval.data import Label, label_index
-from cascade.questions import n_options, option_band, option_names
-from cascade.schema import Question
+from cascade.control.labels import LabelOutcome, Logged, label_problem
+from cascade.questions import n_options, option_band
+from cascade.schema import FeedbackLabel, Question
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class StrongEntry(msgspec.Struct, kw_only=True):
 class LabelEntry(msgspec.Struct, kw_only=True):
     """A row's label (``POST /v1/feedback``): the latest given, when, by what, how many times."""
 
-    value: Label
+    value: FeedbackLabel
     ts: float
     source: str
     count: int = 1
@@ -185,19 +185,6 @@ class LogRow(msgspec.Struct, kw_only=True):
 class NotADecisionLog(ValueError):
     """A file that is no decision log this cascade reads (not SQLite, no ``decisions`` table, or
     a newer schema); the message names the file."""
-
-
-class LabelOutcome(msgspec.Struct, kw_only=True):
-    """What ``label`` did. ``found``: the request id has rows; ``unknown``: labelled question
-    ids it did not ask; ``invalid``: question id -> why its label does not fit (nothing is
-    stored unless both are empty); ``rows``: the labelled rows, labels in; ``relabelled``: the
-    question ids that had a label already."""
-
-    found: bool
-    unknown: list[str] = msgspec.field(default_factory=list)
-    invalid: dict[str, str] = msgspec.field(default_factory=dict)
-    rows: list[LogRow] = msgspec.field(default_factory=list)
-    relabelled: list[str] = msgspec.field(default_factory=list)
 
 
 def state_hash(state: Any) -> str:
@@ -601,8 +588,9 @@ def _store_labels(conn: sqlite3.Connection, request_id: str, labels: dict[str, A
     if not rows:
         return LabelOutcome(found=False)
     outcome = LabelOutcome(found=True, unknown=[q for q in labels if q not in rows])
-    for qid, value in labels.items():
-        if qid in rows and (why := label_problem(rows[qid].question, value)) is not None:
+    questions = {q: msgspec.convert(rows[q].question, Question) for q in labels if q in rows}
+    for qid, question in questions.items():
+        if (why := label_problem(question, labels[qid])) is not None:
             outcome.invalid[qid] = why
     if outcome.unknown or outcome.invalid:
         return outcome
@@ -611,21 +599,6 @@ def _store_labels(conn: sqlite3.Connection, request_id: str, labels: dict[str, A
         conn.execute(UPSERT_LABEL, (row.id, request_id, qid, _json(value), ts, source))
         if row.label is not None:
             outcome.relabelled.append(qid)
-        count = 1 if row.label is None else row.label.count + 1
-        row.label = LabelEntry(value=value, ts=ts, source=source, count=count)
-        outcome.rows.append(row)
+        outcome.labelled.append(Logged(question=questions[qid], label=value, ts=row.ts, cheap=(
+            None if row.cheap is None else row.cheap.probabilities)))
     return outcome
-
-
-def label_problem(question: dict[str, Any], label: Any) -> str | None:
-    """Why ``label`` does not fit the wire ``question`` (None: it fits)."""
-    typed = msgspec.convert(question, Question)
-    if label_index(typed, label) is not None:
-        return None
-    if typed.type == "noul":
-        return "a noul label is true or false"
-    if typed.type == "score":
-        return f"a score label is a level index, 0 to {len(typed.criteria) - 1}"
-    names = option_names(typed)
-    shown = ", ".join(map(repr, names[:10])) + (", ..." if len(names) > 10 else "")
-    return f"a choice label is one of its options: {shown}"

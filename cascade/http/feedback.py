@@ -20,23 +20,24 @@ labels of cheap answers go, judged, to ``app.state.learner`` when one is set (th
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from litestar import Request, Response, post
 from litestar.handlers import HTTPRouteHandler
 
 from cascade import metrics
 from cascade.control.evidence import Learner
-from cascade.control.from_log import judged
+from cascade.control.labels import LabelOutcome, judged
 from cascade.errors import Conflict, NotFound, Overloaded, ValidationFailed
-from cascade.eval.decision_log import DecisionLog, LabelOutcome
 from cascade.http.openapi import AUTH_ERRORS, AUTHENTICATED, operation
 from cascade.policy.model import Policy
 from cascade.request.validation import decode_at
 from cascade.schema import (
     ErrorBody,
+    FeedbackLabel,
     FeedbackRequest,
     FeedbackResponse,
     ValidationErrorBody,
@@ -61,6 +62,15 @@ Work = Callable[[bytes, dict[str, Any]], Awaitable[tuple[Response[bytes], str]]]
 Guarded = Callable[[Request, str, Work], Awaitable[Response[bytes]]]
 
 
+@runtime_checkable
+class LabelStore(Protocol):
+    """Where labels are stored (``cascade.eval.decision_log.DecisionLog``, the gateway's
+    ``decisions``): the future resolves once they are committed; None when the store is full."""
+
+    def label(self, request_id: str, labels: Mapping[str, FeedbackLabel], *,
+              source: str = "feedback") -> concurrent.futures.Future[LabelOutcome] | None: ...
+
+
 def route(guarded: Guarded) -> HTTPRouteHandler:
     """The route handler; ``guarded`` checks the key, reads the body and records the request
     (the app's, shared by every ``/v1`` route)."""
@@ -77,9 +87,9 @@ def route(guarded: Guarded) -> HTTPRouteHandler:
             outcome = await _store(request.app.state.gateway.decisions, asked)
             _learn(request.app.state.learner, request.app.state.gateway.policy, outcome)
             relabelled = len(outcome.relabelled)
-            metrics.FEEDBACK.labels(outcome="stored").inc(len(outcome.rows) - relabelled)
+            metrics.FEEDBACK.labels(outcome="stored").inc(len(outcome.labelled) - relabelled)
             metrics.FEEDBACK.labels(outcome="relabelled").inc(relabelled)
-            answer = FeedbackResponse(request_id=asked.request_id, stored=len(outcome.rows),
+            answer = FeedbackResponse(request_id=asked.request_id, stored=len(outcome.labelled),
                                       relabelled=outcome.relabelled)
             return Response(content=encoder.encode(answer), media_type="application/json"), "ok"
 
@@ -105,7 +115,7 @@ def _asked(body: bytes, parts: dict[str, Any]) -> FeedbackRequest:
 async def _store(sink: object, asked: FeedbackRequest) -> LabelOutcome:
     """The labels stored by the decision log, or the call's refusal (counted)."""
     n = len(asked.labels)
-    if not isinstance(sink, DecisionLog):
+    if not isinstance(sink, LabelStore):
         metrics.FEEDBACK.labels(outcome="log_off").inc(n)
         raise Conflict("feedback needs the decision log, and it is off (serve with "
                        "--decision-log FILE, or set [decision_log] file in the policy)")
@@ -140,7 +150,8 @@ def _learn(learner: Learner | None, policy: Policy, outcome: LabelOutcome) -> No
     labels are stored)."""
     if learner is None:
         return
-    found = [e for row in outcome.rows if (e := judged(policy, row, "feedback")) is not None]
+    found = [e for x in outcome.labelled
+             if (e := judged(policy, x.question, x.cheap, x.label, "feedback", x.ts)) is not None]
     if not found:
         return
     try:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from cascade.calls import EngineCall
-from cascade.control.from_log import read_labelled
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.eval.decision_log import DecisionLog, NotADecisionLog, read_rows
+from cascade.eval.labelled import read_labelled
 from cascade.gateway import Gateway
 from cascade.policy.model import (
     Bands,
@@ -142,7 +142,7 @@ def test_labels_the_latest_rows_of_a_repeated_request_id(tmp_path: Path):
     assert done is not None
     outcome = done.result(timeout=5)
     log.close()
-    assert outcome.found and [r.id for r in outcome.rows] == [2]
+    assert outcome.found and [x.label for x in outcome.labelled] == [True]
     assert [r.label is not None for r in read_rows(tmp_path / "d.db")] == [False, True]
 
 
