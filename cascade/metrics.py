@@ -139,6 +139,8 @@ FEEDBACK = Counter(
     "them in time).",
     ["outcome"],
 )
+for _outcome in ("stored", "relabelled", "invalid", "unknown_request", "log_off", "failed"):
+    FEEDBACK.labels(outcome=_outcome)  # exported at 0 from the start, so rate() reads a series
 SEND_TIMEOUTS = Counter(
     "cascade_send_timeouts_total",
     "Connections aborted because their client read under 64 KiB of its answer in "

@@ -73,7 +73,9 @@ def as_json(found: Usage) -> dict[str, Any]:
     def line(tenant: str, tier: str, spend: Spend) -> dict[str, Any]:
         return {"tenant": tenant, "tier": tier, **msgspec.to_builtins(spend)}
 
-    ordered = sorted(found.by.items(), key=lambda kv: (kv[0][0] == ALL, kv[0]))
+    tiers = list(found.prices)  # in the order met: the cheap tier first, as a rule
+    ordered = sorted(found.by.items(), key=lambda kv: (kv[0][0] == ALL, kv[0][0],
+                                                       tiers.index(kv[0][1])))
     return {
         "rows": [line(t, tier, s) for (t, tier), s in ordered if t != ALL],
         "total": [line(t, tier, s) for (t, tier), s in ordered if t == ALL],
