@@ -11,7 +11,8 @@ the answer goes out once the labels are committed). All the call's labels are st
   dropped, or rotated out);
 - 422 (``detail[].loc`` = ``["body", "labels", QUESTION]``): a label that does not fit its
   question, or a question id the request did not ask; the body's own shape errors as elsewhere;
-- 503 + Retry-After: the log did not take the labels within ``FEEDBACK_WAIT_S``.
+- 503 + Retry-After: the log did not commit the labels within ``FEEDBACK_WAIT_S`` (they may
+  still be stored later: a retry stores them again, the latest wins) or failed to write them.
 
 A question labelled again keeps the latest label (``relabelled`` in the answer, counted). The
 labels of cheap answers go, judged, to ``app.state.learner`` when one is set (the live refit).
@@ -122,14 +123,16 @@ async def _store(sink: object, asked: FeedbackRequest) -> LabelOutcome:
     done = sink.label(asked.request_id, asked.labels)
     try:
         if done is None:
-            raise TimeoutError
+            raise TimeoutError("the decision log's queue is full")
         outcome = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)),
                                          FEEDBACK_WAIT_S)
     except Exception as exc:  # a queue full, a writer behind, or a write that failed
         metrics.FEEDBACK.labels(outcome="failed").inc(n)
+        late = isinstance(exc, TimeoutError)
         log.warning("feedback for %s not stored: %s", asked.request_id,
-                    type(exc).__name__ if isinstance(exc, TimeoutError) else exc)
-        raise Overloaded("the decision log did not store the labels in time; retry",
+                    exc if not late or str(exc) else f"no commit in {FEEDBACK_WAIT_S} s")
+        raise Overloaded("the decision log is behind; retry" if late else
+                         "the decision log could not write the labels; retry",
                          retry_after=1.0) from exc
     if not outcome.found:
         metrics.FEEDBACK.labels(outcome="unknown_request").inc(n)

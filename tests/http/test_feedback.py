@@ -18,6 +18,7 @@ from cascade.control.evidence import Labelled
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.eval.decision_log import DecisionLog, read_rows
 from cascade.gateway import Gateway
+from cascade.http import feedback
 from cascade.http.app import create_app
 from cascade.policy.calibration import temper
 from cascade.policy.model import (
@@ -196,6 +197,21 @@ def test_rows_still_queued_are_found_not_404(log: DecisionLog):
         r = _feedback(client, "r1", {"urgent": False})
     assert r.status_code == 200, r.text
     assert r.json()["stored"] == 1
+
+
+def test_a_writer_stuck_past_the_wait_is_503_not_a_hang(log: DecisionLog, monkeypatch):
+    monkeypatch.setattr(feedback, "FEEDBACK_WAIT_S", 0.2)
+    release = threading.Event()
+    write = log._write
+    failed = _count("failed")
+    with _client(log) as client:
+        _answer(client, "r1")
+        log._write = lambda batch: release.wait(10) and write(batch)  # type: ignore[method-assign]
+        r = _feedback(client, "r1", {"urgent": False})
+        release.set()
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert r.json()["detail"]["message"] == "the decision log is behind; retry"
+    assert _count("failed") - failed == 1
 
 
 def test_the_learner_gets_the_cheap_answers_judged_as_the_gate_reads_them(log: DecisionLog):
