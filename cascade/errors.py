@@ -13,6 +13,8 @@ these classes to HTTP statuses is ``cascade.http.errors`` (the statuses below ar
     │   ├── UnsupportedMediaType        415 invalid_request_error
     │   ├── BodyTimeout                 408 timeout (the body did not arrive in time)
     │   ├── ValidationFailed            422 FastAPI-style ``detail[]``
+    │   ├── NotFound                    404 not_found_error (feedback for an unknown request)
+    │   ├── Conflict                    409 conflict_error (feedback with the decision log off)
     │   └── UpstreamClientError         the upstream's own 4xx, its status passed through
     ├── Overloaded                      503 overloaded_error, with Retry-After
     │   └── RateLimited                 429 overloaded_error (an upstream's rate limit)
@@ -97,6 +99,18 @@ class ValidationFailed(ClientError):
     @classmethod
     def at(cls, loc: list[str | int], msg: str, type_: str = "value_error") -> ValidationFailed:
         return cls([{"loc": ["body", *loc], "msg": msg, "type": type_}])
+
+
+class NotFound(ClientError):
+    """What the request names does not exist (an unknown request id)."""
+
+    error_type = "not_found_error"
+
+
+class Conflict(ClientError):
+    """The request cannot be served in the gateway's current configuration."""
+
+    error_type = "conflict_error"
 
 
 class UpstreamClientError(ClientError):

@@ -77,7 +77,7 @@ class DecisionSink(Protocol):
 
     async def record(self, call: EngineCall, routes: Mapping[str, QuestionRoute],
                      answers: Mapping[str, EngineAnswer], degraded: Mapping[str, str],
-                     checkpoint: str | None, latency_s: float) -> None: ...
+                     checkpoint: str | None, latency_s: float, *, tenant: str = "") -> None: ...
 
     def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None: ...
 
@@ -86,7 +86,7 @@ class DecisionSink(Protocol):
 
 class Gateway:
     """Owns the engines of one policy; ``systemone`` answers one validated call (``decide``,
-    per-question refusals too). ``decisions``: where answered requests are logged."""
+    per-question refusals too). ``decisions``: where answered requests are logged (by tenant)."""
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
                  demo: bool = False, clock: Callable[[], float] = time.monotonic,
@@ -110,9 +110,8 @@ class Gateway:
 
     async def start(self) -> None:
         """Start every engine; if one fails, close them all (none is left half-running)."""
-        results = await asyncio.gather(
-            *(engine.start() for engine in self.engines.values()), return_exceptions=True
-        )
+        results = await asyncio.gather(*(engine.start() for engine in self.engines.values()),
+                                       return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             await asyncio.gather(*(e.aclose() for e in self.engines.values()),
@@ -134,27 +133,28 @@ class Gateway:
         return Budget(deadline=time.monotonic() + self.admission_deadline_s,
                       flow=next(self._flows))
 
-    async def batch(self, calls: list[EngineCall]) -> list[Outcome]:
+    async def batch(self, calls: list[EngineCall], *, tenant: str = "") -> list[Outcome]:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
         capacity fairly between this batch and other requests). The first failure cancels
         the sibling states and is raised."""
         budget = self.budget()
         try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self.systemone(c, budget=budget)) for c in calls]
+            async with asyncio.TaskGroup() as tg:
+                jobs = [tg.create_task(self.decide(c, budget=budget, tenant=tenant)) for c in calls]
         except BaseExceptionGroup as failed:  # report a cascade error when there is one
             first: BaseException = failed.subgroup(CascadeError) or failed
             while isinstance(first, BaseExceptionGroup):
                 first = first.exceptions[0]  # the first leaf, depth first
             raise first from None
-        return [task.result() for task in tasks]
+        return [job.result() for job in jobs]
 
-    async def systemone(self, call: EngineCall, *, budget: Budget | None = None) -> Outcome:
+    async def systemone(self, call: EngineCall, *, budget: Budget | None = None,
+                        tenant: str = "") -> Outcome:
         """System One's answer: every question, or the request fails."""
-        return await self.decide(call, budget=budget)
+        return await self.decide(call, budget=budget, tenant=tenant)
 
     async def decide(self, call: EngineCall, *, budget: Budget | None = None,
-                     partial: bool = False) -> Outcome:
+                     partial: bool = False, tenant: str = "") -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
         the response) while the others are answered; the request fails only when all are."""
         call = msgspec.structs.replace(call, budget=budget or self.budget())
@@ -172,7 +172,7 @@ class Gateway:
         if self.decisions is not None:
             await self.decisions.record(call, decision.routes, decision.answers,
                                         decision.degraded, decision.pre.cheap_checkpoint,
-                                        time.perf_counter() - started)
+                                        time.perf_counter() - started, tenant=tenant)
         if decision.shadow is not None:
             self._shadow(decision.shadow)
         tiers = decision.tiers

@@ -129,6 +129,18 @@ DECISION_LOG_ERRORS = Counter(
 )
 for _stage in ("write", "rotate"):  # exported at 0 from the start, so rate() reads a series
     DECISION_LOG_ERRORS.labels(stage=_stage)
+# ---- feedback (POST /v1/feedback)
+FEEDBACK = Counter(
+    "cascade_feedback_total",
+    "Feedback labels by outcome: stored (a question's first label), relabelled (a later label "
+    "replaced it: the latest wins), invalid (the call was refused 422: a label that does not fit, "
+    "a question the request did not ask, a body that does not decode counts one), "
+    "unknown_request (404), log_off (409: no decision log), failed (503: the log did not take "
+    "them in time).",
+    ["outcome"],
+)
+for _outcome in ("stored", "relabelled", "invalid", "unknown_request", "log_off", "failed"):
+    FEEDBACK.labels(outcome=_outcome)  # exported at 0 from the start, so rate() reads a series
 SEND_TIMEOUTS = Counter(
     "cascade_send_timeouts_total",
     "Connections aborted because their client read under 64 KiB of its answer in "

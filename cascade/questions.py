@@ -1,12 +1,14 @@
 """Small facts about a wire question that every layer shares: option bands, option counts,
-the keys clients see, and how a criterion renders as text."""
+the keys clients see, how a criterion renders as text, and labels (the shapes of ``cascade eval``
+data and ``POST /v1/feedback``: the choice key, true/false for a noul, the level index)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from cascade.schema import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
+from cascade.schema import ChoiceQuestion, FeedbackLabel, NoulQuestion, Question, ScoreQuestion
 
 Band = Literal["2", "3-5", "6-10", "11+"]
 BANDS: tuple[Band, ...] = ("2", "3-5", "6-10", "11+")
@@ -48,3 +50,29 @@ def option_names(question: Question) -> list[str]:
     if isinstance(question, ScoreQuestion):
         return [str(i) for i in range(len(question.criteria))]
     return ["false", "true"]
+
+
+def answer_label(question: Question, probabilities: Sequence[float]) -> FeedbackLabel:
+    """The predicted label: argmax, the first maximum in the caller's order winning (as
+    ``cascade.answers`` picks a choice)."""
+    best = 0
+    for i, p in enumerate(probabilities):
+        if p > probabilities[best]:
+            best = i
+    if isinstance(question, ChoiceQuestion):
+        return option_names(question)[best]
+    if isinstance(question, NoulQuestion):
+        return best == 1
+    return best
+
+
+def label_index(question: Question, label: Any) -> int | None:
+    """The option index of a gold label (None when it names no option)."""
+    if isinstance(question, ChoiceQuestion):
+        names = option_names(question)
+        return names.index(label) if label in names else None
+    if isinstance(question, NoulQuestion):
+        return int(label) if isinstance(label, bool) else None
+    n = len(question.criteria)
+    ok = isinstance(label, int) and not isinstance(label, bool) and 0 <= label < n
+    return label if ok else None

@@ -304,3 +304,38 @@ class ErrorBody(Base, kw_only=True):
 envelope_decoder = msgspec.json.Decoder(RequestEnvelope)
 question_decoder = msgspec.json.Decoder(Question)
 encoder = msgspec.json.Encoder()
+
+
+# ---------------------------------------------------------------- feedback
+
+# A label as ``cascade eval`` data writes it: a choice key, a noul's true/false, a score's level
+FeedbackLabel = str | bool | int
+
+
+class FeedbackRequest(Base, kw_only=True):
+    """``POST /v1/feedback``: what the answers of an earlier request should have been."""
+
+    request_id: Annotated[str, Meta(min_length=1, max_length=128)]  # its x-request-id
+    labels: Annotated[dict[Name, FeedbackLabel],
+                      Meta(min_length=1, max_length=LIMITS.max_questions)]
+
+
+class FeedbackResponse(Base, kw_only=True):
+    """The labels stored: ``stored`` of them, ``relabelled`` the questions labelled before (the
+    latest label wins)."""
+
+    request_id: str
+    stored: int
+    relabelled: list[str]
+
+
+class FeedbackEnvelope(Base, kw_only=True):
+    """``FeedbackRequest`` with its labels still undecoded (a wrong one's ``loc`` names it)."""
+
+    request_id: Annotated[str, Meta(min_length=1, max_length=128)]
+    labels: Annotated[dict[Name, msgspec.Raw],
+                      Meta(min_length=1, max_length=LIMITS.max_questions)]
+
+
+feedback_decoder = msgspec.json.Decoder(FeedbackEnvelope)
+label_decoder = msgspec.json.Decoder(FeedbackLabel)

@@ -36,6 +36,7 @@ COMMANDS = (
     "cascade.cli.eval",
     "cascade.cli.calibrate",
     "cascade.cli.distill",
+    "cascade.cli.usage",
     "cascade.cli.completion",
 )
 

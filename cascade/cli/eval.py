@@ -129,7 +129,8 @@ def meta(args: argparse.Namespace, policy: Policy) -> dict[str, Any]:
     }
 
 
-def _prices(pairs: list[str]) -> dict[str, float]:
+def parse_costs(pairs: list[str]) -> dict[str, float]:
+    """``--cost TIER=PRICE`` flags as {tier or slot: price} (``UsageError`` for a bad one)."""
     out = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -148,7 +149,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from cascade.eval.from_log import log_rows
     from cascade.eval.sweep import costs
 
-    prices = _prices(args.cost)
+    prices = parse_costs(args.cost)
     check_source(args)
     policy, settings = tier_policy(args)
     slots = slots_of(policy)

@@ -1,12 +1,15 @@
 """What the controllers learn from: one cheap answer, its cell, and whether it was right.
 
 Feedback labels (``POST /v1/feedback``) and shadow answers of the strong tier (the teacher,
-where the policy allows) both become ``Labelled`` answers; the refit reads only these.
+where the policy allows) both become ``Labelled`` answers; the refit reads only these. A
+``Learner`` takes them as they come (``app.state.learner``); ``cascade.eval.labelled`` reads a
+decision log's back (a warm start at boot).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, Protocol
 
 import msgspec
 
@@ -27,3 +30,10 @@ class Labelled(msgspec.Struct, frozen=True, kw_only=True):
     correct: bool
     source: Literal["feedback", "shadow"]
     ts: float  # wall-clock seconds of the request (time.time())
+
+
+class Learner(Protocol):
+    """What takes judged answers as they arrive (the refit). ``observe`` is called on the event
+    loop, once per feedback call with its labels of cheap answers: it must return at once."""
+
+    def observe(self, answers: Sequence[Labelled]) -> None: ...

@@ -14,7 +14,6 @@ the tier cache (``cascade.eval.tiercache``) and distill's held-back split follow
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,9 @@ import msgspec
 
 from cascade.calls import EngineCall
 from cascade.errors import ClientError
-from cascade.questions import option_names
 from cascade.request.decode import text_call
 from cascade.request.images import collect_images
-from cascade.schema import LIMITS, ChoiceQuestion, NoulQuestion, Question
+from cascade.schema import LIMITS
 
 Label = str | bool | int
 
@@ -130,29 +128,3 @@ def _item(line: bytes, lineno: int, *, lenient: bool, text_only: bool) -> Item |
 def load_items(path: str | Path, *, model: str, limit: int | None = None) -> list[Item]:
     """The labelled items of an evaluation file (strict: ``DataError`` names the bad line)."""
     return read_items(path, model=model, limit=limit)[0]
-
-
-def answer_label(question: Question, probabilities: Sequence[float]) -> Label:
-    """The predicted label: argmax, the first maximum in the caller's order winning (as
-    ``cascade.answers`` picks a choice)."""
-    best = 0
-    for i, p in enumerate(probabilities):
-        if p > probabilities[best]:
-            best = i
-    if isinstance(question, ChoiceQuestion):
-        return option_names(question)[best]
-    if isinstance(question, NoulQuestion):
-        return best == 1
-    return best
-
-
-def label_index(question: Question, label: Any) -> int | None:
-    """The option index of a gold label (None when it names no option)."""
-    if isinstance(question, ChoiceQuestion):
-        names = option_names(question)
-        return names.index(label) if label in names else None
-    if isinstance(question, NoulQuestion):
-        return int(label) if isinstance(label, bool) else None
-    n = len(question.criteria)
-    ok = isinstance(label, int) and not isinstance(label, bool) and 0 <= label < n
-    return label if ok else None

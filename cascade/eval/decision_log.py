@@ -34,14 +34,28 @@ The tables (agreed with ``cascade distill --from-log``; read them through ``read
               state TEXT, state_mode TEXT,  -- text: key into states; hash: sha256 hex; none
               cheap TEXT,        -- JSON {"tier", "checkpoint", "probabilities"} or NULL
               strong TEXT,       -- JSON {"tier", "probabilities"} or NULL
-              final_tier TEXT, reason TEXT, degraded INTEGER, shadow INTEGER, latency_s REAL)
+              final_tier TEXT, reason TEXT, degraded INTEGER, shadow INTEGER, latency_s REAL,
+              tenant TEXT,       -- the authenticated key's tenant name ("": none)
+              cheap_tokens REAL, strong_tokens REAL)  -- this row's share of the tier's input
+                                 -- tokens (the call's, split evenly over its questions)
     states(key TEXT PRIMARY KEY,  -- sha256 hex of the stored JSON text
            state TEXT)            -- the state as JSON, once per distinct state (not per row)
+    labels(decision INTEGER PRIMARY KEY,  -- decisions.id of the labelled row
+           request_id TEXT, question_id TEXT,
+           label TEXT,            -- JSON: the choice key, true/false (noul), the level (score)
+           ts REAL, source TEXT,  -- when it was given (the latest), by what ("feedback")
+           count INTEGER)         -- how many times it was given: the latest label wins
 
 Schema versions (``PRAGMA user_version``): 0, files written before the ``states`` table, kept the
-state text in every row (``read_rows`` reads them as they are); ``SCHEMA_VERSION`` is the layout
-above. The writer never mixes layouts in one file: it rotates a file of another version aside
-when it opens it.
+state text in every row; 2 added ``states``; ``SCHEMA_VERSION`` (3) is the layout above.
+``read_rows`` reads every one of them (an older file's rows have no tenant, no token shares and
+no labels). The writer never mixes layouts in one file: it rotates a file of another version
+aside when it opens it (labels then go to requests of the new file only).
+
+``label`` (``POST /v1/feedback``) goes through the writer's queue, behind the rows queued before
+it, so a request answered before its feedback is always found. It labels the latest row of each
+question with that request id (as shadow answers do); a question labelled again keeps the latest
+label and counts the times.
 
 ``shadow = 1``: the strong answer came from shadow sampling (a random sample of cheap-final
 requests; the client got the cheap answer). It is filled in by an UPDATE of the request's rows
@@ -60,7 +74,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,35 +82,50 @@ import msgspec
 
 from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall
+from cascade.control.labels import LabelOutcome, Logged, label_problem
 from cascade.questions import n_options, option_band
+from cascade.schema import FeedbackLabel, Question
 
 log = logging.getLogger(__name__)
 
 StateMode = Literal["text", "hash", "none"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY,
     request_id TEXT, ts REAL, model TEXT, policy_hash TEXT, checkpoints TEXT,
     question_id TEXT, type TEXT, band TEXT, question TEXT,
     state TEXT, state_mode TEXT, cheap TEXT, strong TEXT,
-    final_tier TEXT, reason TEXT, degraded INTEGER, shadow INTEGER, latency_s REAL
+    final_tier TEXT, reason TEXT, degraded INTEGER, shadow INTEGER, latency_s REAL,
+    tenant TEXT, cheap_tokens REAL, strong_tokens REAL
 );
 CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
 CREATE TABLE IF NOT EXISTS states (key TEXT PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS labels (
+    decision INTEGER PRIMARY KEY, request_id TEXT, question_id TEXT, label TEXT NOT NULL,
+    ts REAL, source TEXT, count INTEGER
+);
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 COLUMNS = (
     "request_id", "ts", "model", "policy_hash", "checkpoints", "question_id", "type", "band",
     "question", "state", "state_mode", "cheap", "strong", "final_tier", "reason", "degraded",
-    "shadow", "latency_s",
+    "shadow", "latency_s", "tenant", "cheap_tokens", "strong_tokens",
 )
+# What a file of an older version has in place of the columns it lacks (by the first version
+# that has them).
+ADDED = {"tenant": (3, "''"), "cheap_tokens": (3, "NULL"), "strong_tokens": (3, "NULL")}
 INSERT = f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 INSERT_STATE = "INSERT OR IGNORE INTO states (key, state) VALUES (?, ?)"
 SHADOW_UPDATE = (
-    "UPDATE decisions SET strong = ?, shadow = 1 WHERE id = (SELECT max(id) FROM decisions "
-    "WHERE request_id = ? AND question_id = ?)"
+    "UPDATE decisions SET strong = ?, strong_tokens = ?, shadow = 1 WHERE id = (SELECT max(id) "
+    "FROM decisions WHERE request_id = ? AND question_id = ?)"
+)
+UPSERT_LABEL = (
+    "INSERT INTO labels (decision, request_id, question_id, label, ts, source, count) "
+    "VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (decision) DO UPDATE SET label = excluded.label, "
+    "ts = excluded.ts, source = excluded.source, count = count + 1"
 )
 MAX_BATCH = 1024  # queue items per transaction
 COMMIT_WAIT_S = 0.25  # the longest a response waits for its rows' commit
@@ -113,8 +142,19 @@ class StrongEntry(msgspec.Struct, kw_only=True):
     probabilities: list[float]
 
 
+class LabelEntry(msgspec.Struct, kw_only=True):
+    """A row's label (``POST /v1/feedback``): the latest given, when, by what, how many times."""
+
+    value: FeedbackLabel
+    ts: float
+    source: str
+    count: int = 1
+
+
 class LogRow(msgspec.Struct, kw_only=True):
-    """One ``decisions`` row with its JSON columns decoded (``degraded``/``shadow`` as bools)."""
+    """One ``decisions`` row with its JSON columns decoded (``degraded``/``shadow`` as bools),
+    and its label if it has one. Rows of files before schema 3 have ``tenant`` "" and no token
+    shares (None)."""
 
     id: int
     request_id: str
@@ -136,6 +176,15 @@ class LogRow(msgspec.Struct, kw_only=True):
     degraded: bool
     shadow: bool
     latency_s: float
+    tenant: str = ""
+    cheap_tokens: float | None = None  # this row's share of the cheap call's input tokens
+    strong_tokens: float | None = None  # ... of the strong call's (a shadow call's included)
+    label: LabelEntry | None = None
+
+
+class NotADecisionLog(ValueError):
+    """A file that is no decision log this cascade reads (not SQLite, no ``decisions`` table, or
+    a newer schema); the message names the file."""
 
 
 def state_hash(state: Any) -> str:
@@ -151,26 +200,70 @@ def read_rows(path: str | Path) -> Iterator[LogRow]:
         raise FileNotFoundError(f"{path}: no decision log there")
     conn = sqlite3.connect(path)
     try:
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version > SCHEMA_VERSION:
-            raise ValueError(f"{path}: decision log schema {version} is newer than this cascade "
-                             f"reads ({SCHEMA_VERSION})")
-        cursor = conn.execute(f"SELECT id, {', '.join(COLUMNS)} FROM decisions ORDER BY id")
-        names = ["id", *COLUMNS]
-        text: tuple[str | None, Any] = (None, None)  # the last state read, shared by its rows
+        version = log_version(conn, path)
+        try:
+            cursor = conn.execute(_select(version) + " ORDER BY d.id")
+        except sqlite3.DatabaseError as exc:
+            raise NotADecisionLog(f"{path}: not a decision log ({exc})") from exc
+        decode = _RowDecoder(conn, version)
         for values in cursor:
-            raw = dict(zip(names, values, strict=True))
-            for key in ("checkpoints", "question", "cheap", "strong"):
-                if raw[key] is not None:
-                    raw[key] = msgspec.json.decode(raw[key])
-            if raw["state_mode"] == "text" and raw["state"] is not None:
-                if text[0] != raw["state"]:
-                    text = (raw["state"], _stored_state(conn, version, raw["state"]))
-                raw["state"] = text[1]
-            raw["degraded"], raw["shadow"] = bool(raw["degraded"]), bool(raw["shadow"])
-            yield msgspec.convert(raw, LogRow)
+            yield decode(values)
     finally:
         conn.close()
+
+
+def log_version(conn: sqlite3.Connection, path: str | Path) -> int:
+    """The schema version of an open decision log; ``NotADecisionLog`` when it is none."""
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        (tables,) = conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'decisions'"
+        ).fetchone()
+    except sqlite3.DatabaseError as exc:  # not SQLite at all
+        raise NotADecisionLog(f"{path}: not a decision log ({exc})") from exc
+    if not tables:
+        raise NotADecisionLog(f"{path}: not a decision log (no decisions table)")
+    if version > SCHEMA_VERSION:
+        raise NotADecisionLog(f"{path}: decision log schema {version} is newer than this "
+                              f"cascade reads ({SCHEMA_VERSION})")
+    return int(version)
+
+
+def _select(version: int) -> str:
+    """The rows of a file of ``version``, each with its label (if the version has labels)."""
+    columns = [f"d.{name}" if ADDED.get(name, (0, ""))[0] <= version
+               else f"{ADDED[name][1]} AS {name}" for name in COLUMNS]
+    if version >= 3:
+        return (f"SELECT d.id, {', '.join(columns)}, l.label, l.ts, l.source, l.count "
+                "FROM decisions d LEFT JOIN labels l ON l.decision = d.id")
+    return f"SELECT d.id, {', '.join(columns)}, NULL, NULL, NULL, NULL FROM decisions d"
+
+
+class _RowDecoder:
+    """``LogRow``s from ``_select``'s tuples; a text state is looked up once for its rows."""
+
+    names = ("id", *COLUMNS)
+
+    def __init__(self, conn: sqlite3.Connection, version: int) -> None:
+        self.conn, self.version = conn, version
+        self.text: tuple[str | None, Any] = (None, None)  # the last state read
+
+    def __call__(self, values: Sequence[Any]) -> LogRow:
+        raw = dict(zip(self.names, values[:len(self.names)], strict=True))
+        for key in ("checkpoints", "question", "cheap", "strong"):
+            if raw[key] is not None:
+                raw[key] = msgspec.json.decode(raw[key])
+        if raw["state_mode"] == "text" and raw["state"] is not None:
+            if self.text[0] != raw["state"]:
+                self.text = (raw["state"], _stored_state(self.conn, self.version, raw["state"]))
+            raw["state"] = self.text[1]
+        raw["degraded"], raw["shadow"] = bool(raw["degraded"]), bool(raw["shadow"])
+        raw["tenant"] = raw["tenant"] or ""
+        label, ts, source, count = values[len(self.names):]
+        if label is not None:
+            raw["label"] = {"value": msgspec.json.decode(label), "ts": ts, "source": source,
+                            "count": count}
+        return msgspec.convert(raw, LogRow)
 
 
 def _stored_state(conn: sqlite3.Connection, version: int, column: str) -> Any:
@@ -214,11 +307,13 @@ class DecisionLog:
 
     async def record(
         self, call: EngineCall, routes: Mapping[str, Any], answers: Mapping[str, EngineAnswer],
-        degraded: Mapping[str, str], checkpoint: str | None, latency_s: float,
+        degraded: Mapping[str, str], checkpoint: str | None, latency_s: float, *,
+        tenant: str = "",
     ) -> None:
         """Queue the rows of one answered request (``routes``: question id -> QuestionRoute)
         and wait, at most ``COMMIT_WAIT_S`` and never for a lagging writer, for their commit."""
-        done = self.queue_record(call, routes, answers, degraded, checkpoint, latency_s)
+        done = self.queue_record(call, routes, answers, degraded, checkpoint, latency_s,
+                                 tenant=tenant)
         if done is None or self.lagging:
             return
         try:
@@ -228,14 +323,28 @@ class DecisionLog:
 
     def queue_record(
         self, call: EngineCall, routes: Mapping[str, Any], answers: Mapping[str, EngineAnswer],
-        degraded: Mapping[str, str], checkpoint: str | None, latency_s: float,
+        degraded: Mapping[str, str], checkpoint: str | None, latency_s: float, *,
+        tenant: str = "",
     ) -> concurrent.futures.Future[None] | None:
         """``record`` without the wait: the future resolves once the rows are committed (or
         failed); None when the queue was full and the rows were dropped."""
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         item = ("record", call, dict(routes), dict(answers), set(degraded), checkpoint,
-                latency_s, time.time(), done)
+                latency_s, tenant, time.time(), done)
         return done if self._put(item) else None
+
+    def label(self, request_id: str, labels: Mapping[str, Any], *, source: str = "feedback"
+              ) -> concurrent.futures.Future[LabelOutcome] | None:
+        """Queue labels for the latest rows of ``request_id`` (question id -> label, the shapes
+        of ``cascade eval`` data). The future resolves once they are committed, to what was
+        found and stored (nothing when a label does not fit, or the request has no rows), or
+        fails with the write's error; None when the queue is full."""
+        done: concurrent.futures.Future[LabelOutcome] = concurrent.futures.Future()
+        try:
+            self._queue.put_nowait(("label", request_id, dict(labels), source, time.time(), done))
+        except queue.Full:
+            return None
+        return done
 
     def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None:
         """Queue the strong tier's shadow answer for a request already recorded."""
@@ -315,6 +424,8 @@ class DecisionLog:
                 for item in items:
                     if item[0] == "record":
                         item[-1].set_result(None)
+                    elif item[0] == "label" and not item[-1].done():  # _write raised
+                        item[-1].set_exception(sqlite3.OperationalError("labels not written"))
             if self._queue.empty():
                 self.lagging = False
         if self._conn is not None:
@@ -325,6 +436,7 @@ class DecisionLog:
         the thread must outlive whatever the disk or a row throws) is counted, never raised."""
         rows = sum(len(item[1].questions) for item in batch if item[0] == "record")
         conn = self._conn
+        labelled: list[tuple[concurrent.futures.Future[LabelOutcome], LabelOutcome]] = []
         try:
             if conn is None:  # a failed rotation or reopen left none
                 conn = self._conn = self._open()
@@ -335,6 +447,8 @@ class DecisionLog:
                     if state is not None:
                         conn.execute(INSERT_STATE, state)
                     conn.executemany(INSERT, records)
+                elif item[0] == "label":
+                    labelled.append((item[-1], _store_labels(conn, *item[1:-1])))
                 else:
                     conn.executemany(SHADOW_UPDATE, self._shadow_rows(*item[1:]))
             conn.execute("COMMIT")
@@ -343,7 +457,12 @@ class DecisionLog:
             self.failed += rows
             metrics.DECISION_LOG_ROWS.labels(outcome="failed").inc(rows)
             self._roll_back()
+            for item in batch:
+                if item[0] == "label":
+                    item[-1].set_exception(exc)
             return False
+        for done, outcome in labelled:
+            done.set_result(outcome)
         self.written += rows
         self.failing = False
         metrics.DECISION_LOG_ROWS.labels(outcome="written").inc(rows)
@@ -365,7 +484,7 @@ class DecisionLog:
         log.warning("decision log: %s failed (%s): %s", stage, what, exc)
 
     def _rows(self, call: EngineCall, routes: dict[str, Any], answers: dict[str, EngineAnswer],
-              degraded: set[str], checkpoint: str | None, latency_s: float,
+              degraded: set[str], checkpoint: str | None, latency_s: float, tenant: str,
               ts: float) -> tuple[list[tuple[Any, ...]], tuple[str, str] | None]:
         """The request's rows, and in text mode its ``states`` row (key, JSON): the state is
         stored once per request, each row names it by key."""
@@ -392,14 +511,15 @@ class DecisionLog:
                 call.request_id, ts, call.model, self.policy_hash, self._checkpoints, qid,
                 question.type, option_band(n_options(question)), _json(question), state,
                 self.state_mode, cheap_json, strong_json, route.tier, route.reason,
-                int(qid in degraded), 0, latency_s,
+                int(qid in degraded), 0, latency_s, tenant, _share(cheap, qid),
+                _share(strong, qid),
             ))
         return rows, stored
 
     def _shadow_rows(self, call: EngineCall, strong: EngineAnswer) -> list[tuple[Any, ...]]:
         return [
             (_json(StrongEntry(tier=self.strong or "", probabilities=result.probabilities)),
-             call.request_id, qid)
+             _share(strong, qid), call.request_id, qid)
             for qid, result in strong.results.items()
         ]
 
@@ -447,3 +567,38 @@ class DecisionLog:
 
 def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
+
+
+def _share(answer: EngineAnswer | None, qid: str) -> float | None:
+    """A question's share of the input tokens of the call that answered it (None: it did not)."""
+    if answer is None or qid not in answer.results:
+        return None
+    return answer.usage.input_tokens / len(answer.results)
+
+
+def _store_labels(conn: sqlite3.Connection, request_id: str, labels: dict[str, Any],
+                  source: str, ts: float) -> LabelOutcome:
+    """Label the latest row of each question of ``request_id`` (inside the writer's
+    transaction): all of them, or none when one does not fit."""
+    latest = ("WHERE d.id IN (SELECT max(id) FROM decisions WHERE request_id = ? "
+              "GROUP BY question_id) ORDER BY d.id")
+    decode = _RowDecoder(conn, SCHEMA_VERSION)
+    rows = {row.question_id: row for row in map(
+        decode, conn.execute(f"{_select(SCHEMA_VERSION)} {latest}", (request_id,)))}
+    if not rows:
+        return LabelOutcome(found=False)
+    outcome = LabelOutcome(found=True, unknown=[q for q in labels if q not in rows])
+    questions = {q: msgspec.convert(rows[q].question, Question) for q in labels if q in rows}
+    for qid, question in questions.items():
+        if (why := label_problem(question, labels[qid])) is not None:
+            outcome.invalid[qid] = why
+    if outcome.unknown or outcome.invalid:
+        return outcome
+    for qid, value in labels.items():
+        row = rows[qid]
+        conn.execute(UPSERT_LABEL, (row.id, request_id, qid, _json(value), ts, source))
+        if row.label is not None:
+            outcome.relabelled.append(qid)
+        outcome.labelled.append(Logged(question=questions[qid], label=value, ts=row.ts, cheap=(
+            None if row.cheap is None else row.cheap.probabilities)))
+    return outcome

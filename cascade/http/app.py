@@ -37,7 +37,7 @@ from cascade.errors import (
     ValidationFailed,
 )
 from cascade.gateway import Gateway
-from cascade.http import status
+from cascade.http import feedback, status
 from cascade.http.drain import Drain
 from cascade.http.errors import decisions_status, retry_after_header, status_of
 from cascade.http.gauges import registry_of
@@ -400,7 +400,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
 
     app = Litestar(
         route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
-                        prometheus_metrics],
+                        prometheus_metrics, feedback.route(_guarded)],
         lifespan=[lifespan],
         before_send=[echo_request_id],
         exception_handlers={
@@ -423,6 +423,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
     app.state.ready = False
     app.state.drain = drain or Drain()  # begun on SIGTERM by cascade.http.server
     app.state.gauges = registry_of(gateway)
+    app.state.learner = None  # a cascade.control.evidence.Learner: feedback labels go to it
     return app
 
 

@@ -38,6 +38,8 @@ from cascade.schema import (
     BatchRequest,
     BatchResponse,
     ErrorBody,
+    FeedbackRequest,
+    FeedbackResponse,
     Health,
     ModelList,
     Readiness,
@@ -62,7 +64,7 @@ ASSETS = "/assets"  # under DOCS
 ASSET_DIR = Path(litestar_offline_docs.__file__).parent / "static"  # Swagger UI 5.1.3
 DOCUMENTED = (SystemOneRequest, SystemOneResponse, BatchRequest, BatchResponse, ModelList,
               Health, Readiness, ErrorBody, ValidationErrorBody, DecisionCreate, Decision,
-              OpenAIError)
+              OpenAIError, FeedbackRequest, FeedbackResponse)
 
 
 @dataclass

@@ -101,6 +101,7 @@ def test_openapi_declares_bearer_auth_on_the_authenticated_operations() -> None:
         ("/v1/systemone", "post"): [{"bearer": []}],
         ("/v1/systemone/batch", "post"): [{"bearer": []}],
         ("/v1/decisions", "post"): [{"bearer": []}],
+        ("/v1/feedback", "post"): [{"bearer": []}],
         ("/v1/models", "get"): [{"bearer": []}],
         ("/health", "get"): [{}, {"bearer": []}],  # answers without; details need a key
         ("/ready", "get"): None,
@@ -111,7 +112,7 @@ def test_openapi_declares_bearer_auth_on_the_authenticated_operations() -> None:
 
 @pytest.mark.parametrize(("method", "path"), [
     ("POST", "/v1/systemone"), ("POST", "/v1/systemone/batch"), ("GET", "/v1/models"),
-    ("GET", "/metrics"), ("GET", "/docs"), ("GET", "/docs/openapi.json"),
+    ("POST", "/v1/feedback"), ("GET", "/metrics"), ("GET", "/docs"), ("GET", "/docs/openapi.json"),
     ("GET", "/docs/assets/swagger-ui-bundle.js"),
 ])
 @pytest.mark.parametrize("auth", [{}, {"authorization": "Bearer wrong"}])

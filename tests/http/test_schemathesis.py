@@ -7,6 +7,7 @@ state (an asset's ``part`` must name a multipart part, at least one question) ar
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import schemathesis
@@ -16,6 +17,7 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from cascade.engines.fake import FakeEngine
+from cascade.eval.decision_log import DecisionLog
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.policy.model import Policy, UpstreamTier
@@ -26,12 +28,13 @@ MAX_EXAMPLES = 40
 KEY = "schemathesis-key"
 
 
-def _app() -> Litestar:
+def _app(log: DecisionLog | None = None) -> Litestar:
     """With an API key, so the documented bearer security is enforced (schemathesis also
-    checks that the authenticated operations refuse requests without the key)."""
+    checks that the authenticated operations refuse requests without the key); served with a
+    decision log, so that feedback reaches its lookup."""
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
     return create_app(Settings(api_keys=(KEY,)),
-                      Gateway(policy, {"upstream": FakeEngine("upstream")}))
+                      Gateway(policy, {"upstream": FakeEngine("upstream")}, decisions=log))
 
 
 # The document the app serves at /docs/openapi.json, read at collection time (schemathesis'
@@ -43,9 +46,14 @@ schema.config.update(headers={"Authorization": f"Bearer {KEY}"})
 
 
 @pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
-    with serve_app(_app()) as url:
-        yield url
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    path: Path = tmp_path_factory.mktemp("log") / "decisions.db"
+    log = DecisionLog(path, cheap="upstream", strong=None, policy_hash="p" * 64, checkpoints={})
+    try:
+        with serve_app(_app(log)) as url:
+            yield url
+    finally:
+        log.close()
 
 
 @schema.parametrize()
