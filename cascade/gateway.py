@@ -12,6 +12,12 @@ measured work ahead would keep it waiting past the deadline (an in-process tier'
 ``timeout_s`` as a whole-call limit. Breakers count what says a tier is broken: errors, timeouts
 of remote tiers, unavailability. Client errors, overload and cancellations only free a half-open
 probe slot. Shadow calls never touch a breaker.
+
+What a gateway serves is one ``Serving`` (the policy, its hashes, the engines and breakers it
+uses), swapped whole by ``reconfigure``: every request takes the version serving when it
+starts and runs to its end on it (its shadow call too). A reconfiguration reuses every engine,
+and every breaker whose settings are unchanged; one that would need new engines is refused
+(``RestartNeeded``). ``Gateway.reconfigured`` hooks run right after each swap.
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ from cascade.errors import (
     EngineFailed,
     EngineTimeout,
     Overloaded,
+    RestartNeeded,
 )
 from cascade.policy.breaker import CircuitBreaker
+from cascade.policy.fingerprint import calibration_hash, policy_hash
 from cascade.policy.flow import (
     Ask,
     Decision,
@@ -52,7 +60,7 @@ from cascade.policy.flow import (
     decide,
     subcall,
 )
-from cascade.policy.model import Policy, UpstreamTier
+from cascade.policy.model import Policy, Tier, UpstreamTier
 from cascade.policy.routing import QuestionRoute
 from cascade.policy.shadow import compare
 from cascade.schema import SystemOneResponse
@@ -84,16 +92,50 @@ class DecisionSink(Protocol):
     def health(self) -> dict[str, Any]: ...
 
 
+class Serving:
+    """One version of what the gateway serves (never changed once built); a request reads only
+    the one it started on."""
+
+    def __init__(self, policy: Policy, engines: Mapping[str, Engine],
+                 breakers: Mapping[str, CircuitBreaker]) -> None:
+        self.policy, self.engines, self.breakers = policy, engines, breakers
+        # The cheap engine when it can preview rows (Laya): exact token counts for pre-routing.
+        cheap = engines.get(policy.route.cheap or "")
+        self.previewer = cheap if isinstance(cheap, Previewing) else None
+        self.policy_hash = policy_hash(policy)
+        self.calibration_hash = calibration_hash(policy)
+
+
+def engine_changes(old: Policy, new: Policy) -> list[str]:
+    """Why ``new`` cannot run on ``old``'s engines: a tier added, removed, or defined otherwise
+    (an engine is built from every field of its tier but ``timeout_s``, which calls read)."""
+    def built_from(tier: Tier) -> Tier:
+        return msgspec.structs.replace(tier, timeout_s=0.0)
+
+    changes = [f"tier `{n}` is new" for n in new.tiers if n not in old.tiers]
+    changes += [f"tier `{n}` is gone" for n in old.tiers if n not in new.tiers]
+    changes += [f"tier `{n}` changes what its engine is built from (kind, weights or engine "
+                "settings)" for n, tier in new.tiers.items()
+                if n in old.tiers and built_from(tier) != built_from(old.tiers[n])]
+    return changes
+
+
 class Gateway:
     """Owns the engines of one policy; ``systemone`` answers one validated call (``decide``,
-    per-question refusals too). ``decisions``: where answered requests are logged."""
+    per-question refusals too). ``decisions``: where answered requests are logged.
+
+    ``reconfigured``: callables given the new ``Serving`` right after each swap, on the event
+    loop, before any request can start on it (live control state re-bases itself here). They
+    must not fail: the swap is done; a hook that raises is logged and the others still run.
+    """
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
                  demo: bool = False, clock: Callable[[], float] = time.monotonic,
                  admission_deadline_s: float = ADMISSION_DEADLINE_S,
                  decisions: DecisionSink | None = None):
-        self.policy = policy
-        self.engines = dict(engines)
+        breakers = {name: CircuitBreaker(policy.breaker_for(name)) for name in engines}
+        self.serving = Serving(policy, dict(engines), breakers)
+        self.reconfigured: list[Callable[[Serving], None]] = []
         self.profile = profile
         self.demo = demo
         self.clock = clock  # the breakers' clock; budgets use time.monotonic, as engines do
@@ -102,11 +144,47 @@ class Gateway:
         self.started = False
         self._flows = itertools.count(1)
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
-        self.breakers = {name: CircuitBreaker(policy.breaker_for(name)) for name in self.engines}
-        # The cheap engine when it can preview rows (Laya): exact token counts for pre-routing.
-        cheap = self.engines.get(policy.route.cheap or "")
-        self._previewer = cheap if isinstance(cheap, Previewing) else None
         self._shadow_tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def policy(self) -> Policy:
+        """The policy serving now (a request reads the one it started on)."""
+        return self.serving.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self.reconfigure(policy)
+
+    @property
+    def engines(self) -> Mapping[str, Engine]:
+        return self.serving.engines
+
+    @property
+    def breakers(self) -> Mapping[str, CircuitBreaker]:
+        return self.serving.breakers
+
+    def reconfigure(self, policy: Policy) -> Serving:
+        """Serve ``policy`` from now on, on the same engines; breakers whose settings are
+        unchanged keep their state. Raises ``RestartNeeded`` (nothing changes) when ``policy``
+        would need other engines. Requests in flight finish on the version they started on."""
+        old = self.serving
+        changes = engine_changes(old.policy, policy)
+        if changes:
+            raise RestartNeeded([f"restart needed: {change}; a reload reuses the running "
+                                 "engines (thresholds, routing, models, breakers, shadow, "
+                                 "degrade, calibration and timeouts reload)" for change in changes])
+        breakers = {
+            name: breaker if policy.breaker_for(name) == breaker.config
+            else CircuitBreaker(policy.breaker_for(name))
+            for name, breaker in old.breakers.items()
+        }
+        self.serving = new = Serving(policy, old.engines, breakers)
+        for hook in self.reconfigured:
+            try:
+                hook(new)
+            except Exception:
+                log.exception("a reconfiguration hook failed (the new policy is serving)")
+        return new
 
     async def start(self) -> None:
         """Start every engine; if one fails, close them all (none is left half-running)."""
@@ -136,12 +214,13 @@ class Gateway:
 
     async def batch(self, calls: list[EngineCall]) -> list[Outcome]:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
-        capacity fairly between this batch and other requests). The first failure cancels
-        the sibling states and is raised."""
-        budget = self.budget()
+        capacity fairly between this batch and other requests) and one ``Serving``. The first
+        failure cancels the sibling states and is raised."""
+        budget, serving = self.budget(), self.serving
         try:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self.systemone(c, budget=budget)) for c in calls]
+                tasks = [group.create_task(self.decide(c, budget=budget, serving=serving))
+                         for c in calls]
         except BaseExceptionGroup as failed:  # report a cascade error when there is one
             first: BaseException = failed.subgroup(CascadeError) or failed
             while isinstance(first, BaseExceptionGroup):
@@ -154,16 +233,18 @@ class Gateway:
         return await self.decide(call, budget=budget)
 
     async def decide(self, call: EngineCall, *, budget: Budget | None = None,
-                     partial: bool = False) -> Outcome:
+                     partial: bool = False, serving: Serving | None = None) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
-        the response) while the others are answered; the request fails only when all are."""
+        the response) while the others are answered; the request fails only when all are.
+        ``serving``: the version to run on (by default the one serving now)."""
+        serving = serving or self.serving  # read once: this request's version to its end
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
-        flow = decide(self.policy, call, previews=self._previewer is not None, shadow_key=key,
-                      partial=partial)
-        decision, merging = await self._drive(flow, timings, started)
+        flow = decide(serving.policy, call, previews=serving.previewer is not None,
+                      shadow_key=key, partial=partial)
+        decision, merging = await self._drive(flow, serving, timings, started)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision)
         response = answers.response(call, decision, timings, profile=self.profile,
@@ -174,38 +255,39 @@ class Gateway:
                                         decision.degraded, decision.pre.cheap_checkpoint,
                                         time.perf_counter() - started)
         if decision.shadow is not None:
-            self._shadow(decision.shadow)
+            self._shadow(serving, decision.shadow)
         tiers = decision.tiers
         return Outcome(response=response,
                        headers=answers.headers(Counter(tiers.values()), demo=self.demo),
                        label="degraded" if decision.degraded or decision.refused else "ok",
                        tiers=tiers, refused=decision.refused)
 
-    async def _drive(self, flow: Flow[Decision], timings: dict[str, float],
+    async def _drive(self, flow: Flow[Decision], serving: Serving, timings: dict[str, float],
                      started: float) -> tuple[Decision, float]:
         """Answer every ask of ``flow``; its decision, and when the last answer went in."""
         sent = started
         try:
             ask = next(flow)
             while True:
-                reply = await self._answer(ask, timings, started)
+                reply = await self._answer(ask, serving, timings, started)
                 sent = time.perf_counter()
                 ask = flow.send(reply)
         except StopIteration as done:
             decision: Decision = done.value
             return decision, sent
 
-    async def _answer(self, ask: Ask, timings: dict[str, float], started: float) -> Reply:
+    async def _answer(self, ask: Ask, serving: Serving, timings: dict[str, float],
+                      started: float) -> Reply:
         if isinstance(ask, Preview):
-            assert self._previewer is not None  # the flow previews only when told it can
+            assert serving.previewer is not None  # the flow previews only when told it can
             # Tokenizing a long state takes milliseconds: keep it off the event loop.
-            return await asyncio.to_thread(self._previewer.preview, ask.call,
+            return await asyncio.to_thread(serving.previewer.preview, ask.call,
                                            checkpoint=ask.checkpoint)
         if "pre_route" not in timings:  # the first tier call: routing before it is done
             timings["pre_route"] = time.perf_counter() - started
             metrics.HOP_DURATION.labels(hop="pre_route").observe(timings["pre_route"])
         try:
-            return await self._call(ask.tier, ask.call, timings)
+            return await self._call(serving, ask.tier, ask.call, timings)
         except CascadeError as exc:
             return Failure(exc)
 
@@ -221,16 +303,16 @@ class Gateway:
             metrics.CONFIDENCE.labels(tier=route.tier, type=qtype).observe(
                 max(decision.results[qid].probabilities))
 
-    async def _call(self, tier: str, call: EngineCall, timings: dict[str, float], *,
-                    record: bool = True) -> EngineAnswer:
+    async def _call(self, serving: Serving, tier: str, call: EngineCall,
+                    timings: dict[str, float], *, record: bool = True) -> EngineAnswer:
         """One engine call under the tier's budget or timeout and its breaker, with metrics.
 
         ``record=False`` (shadow calls) leaves the breaker alone: optional traffic says nothing
         real requests should act on.
         """
-        engine = self.engines[tier]
-        breaker = self.breakers[tier]
-        config = self.policy.tiers[tier]
+        engine = serving.engines[tier]
+        breaker = serving.breakers[tier]
+        config = serving.policy.tiers[tier]
         now = self.clock()
         if record and not breaker.allow(now):
             metrics.TIER_DURATION.labels(tier=tier, outcome="breaker_open").observe(0)
@@ -271,19 +353,19 @@ class Gateway:
         metrics.TOKENS.labels(tier=tier).inc(answer.usage.input_tokens)
         return answer
 
-    def _shadow(self, shadow: ShadowCall) -> None:
+    def _shadow(self, serving: Serving, shadow: ShadowCall) -> None:
         """Mirror a cheap-final request to the strong tier in the background, bounded."""
-        busy = len(self._shadow_tasks) >= self.policy.shadow.max_concurrent
-        if busy or self.breakers[shadow.tier].state(self.clock()) != "closed":
+        busy = len(self._shadow_tasks) >= serving.policy.shadow.max_concurrent
+        if busy or serving.breakers[shadow.tier].state(self.clock()) != "closed":
             metrics.SHADOW.labels(outcome="skipped_busy").inc()
             return
-        task = asyncio.get_running_loop().create_task(self._run_shadow(shadow))
+        task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow))
         self._shadow_tasks.add(task)
         task.add_done_callback(self._shadow_tasks.discard)
 
-    async def _run_shadow(self, shadow: ShadowCall) -> None:
+    async def _run_shadow(self, serving: Serving, shadow: ShadowCall) -> None:
         try:
-            strong = await self._call(shadow.tier, shadow.call, {}, record=False)
+            strong = await self._call(serving, shadow.tier, shadow.call, {}, record=False)
         except (EngineError, Overloaded, ClientError):
             metrics.SHADOW.labels(outcome="failed").inc()
             return

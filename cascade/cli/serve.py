@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import logging
 import socket
 import typing
@@ -15,6 +16,7 @@ from cascade.settings import LogLevel, Settings, from_env, parse_map
 
 if TYPE_CHECKING:
     from cascade.eval.decision_log import DecisionLog
+    from cascade.gateway import Serving
     from cascade.policy.model import Policy
 
 
@@ -95,6 +97,7 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
     settings = from_env(**settings_overrides)
     level = configure_logging(settings, log_level)
     settings.keys()
+    settings.admin_key_set()
     for path in (settings.policy, settings.calibration):
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
@@ -109,6 +112,8 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         drain = Drain()
         try:
             gateway = build_gateway(settings, policy=policy, decisions=decisions)
+            if decisions is not None:  # rows name the policy a reload put in place
+                gateway.reconfigured.append(functools.partial(restamp, decisions))
             serve(create_app(settings, gateway, drain), settings, level.lower(), drain,
                   sockets=[listener])
         finally:
@@ -165,6 +170,13 @@ def open_decision_log(settings: Settings, policy: Policy) -> DecisionLog | None:
         state_mode=config.state, max_bytes=config.max_bytes, keep=config.keep,
         queue_size=config.queue_size,
     )
+
+
+def restamp(decisions: DecisionLog, serving: Serving) -> None:
+    """A ``Gateway.reconfigured`` hook: the decision log's rows name the new policy (its hash,
+    its cheap and strong tiers) from now on."""
+    decisions.policy_hash = serving.policy_hash
+    decisions.cheap, decisions.strong = serving.policy.route.cheap, serving.policy.route.strong
 
 
 def run_serve(args: argparse.Namespace) -> int:
