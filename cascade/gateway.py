@@ -11,13 +11,8 @@ measured work ahead would keep it waiting past the deadline (an in-process tier'
 ``timeout_s`` caps that wait further); what they accept runs to the end. Remote tiers get
 ``timeout_s`` as a whole-call limit. Breakers count what says a tier is broken: errors, timeouts
 of remote tiers, unavailability. Client errors, overload and cancellations only free a half-open
-probe slot. Shadow calls never touch a breaker.
-
-What a gateway serves is one ``Serving`` (the policy, its hashes, the engines and breakers it
-uses), swapped whole by ``reconfigure``: every request takes the version serving when it
-starts and runs to its end on it (its shadow call too). A reconfiguration reuses every engine,
-and every breaker whose settings are unchanged; one that would need new engines is refused
-(``RestartNeeded``). ``Gateway.reconfigured`` hooks run right after each swap.
+probe slot. Shadow calls never touch a breaker. What is served is one ``Serving``
+(``cascade.policy.serving``): a request runs on the one it started on; ``reconfigure`` swaps it.
 """
 
 from __future__ import annotations
@@ -36,7 +31,7 @@ import msgspec
 from cascade import answers, metrics
 from cascade.answers import Profile
 from cascade.calls import Budget, EngineAnswer, EngineCall, capped
-from cascade.engines.base import Engine, Previewing
+from cascade.engines.base import Engine
 from cascade.errors import (
     BreakerOpen,
     CascadeError,
@@ -45,10 +40,7 @@ from cascade.errors import (
     EngineFailed,
     EngineTimeout,
     Overloaded,
-    RestartNeeded,
 )
-from cascade.policy.breaker import CircuitBreaker
-from cascade.policy.fingerprint import calibration_hash, policy_hash
 from cascade.policy.flow import (
     Ask,
     Decision,
@@ -60,8 +52,9 @@ from cascade.policy.flow import (
     decide,
     subcall,
 )
-from cascade.policy.model import Policy, Tier, UpstreamTier
+from cascade.policy.model import Policy, UpstreamTier
 from cascade.policy.routing import QuestionRoute
+from cascade.policy.serving import Reconfigurable, Serving
 from cascade.policy.shadow import compare
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
@@ -92,50 +85,15 @@ class DecisionSink(Protocol):
     def health(self) -> dict[str, Any]: ...
 
 
-class Serving:
-    """One version of what the gateway serves (never changed once built); a request reads only
-    the one it started on."""
-
-    def __init__(self, policy: Policy, engines: Mapping[str, Engine],
-                 breakers: Mapping[str, CircuitBreaker]) -> None:
-        self.policy, self.engines, self.breakers = policy, engines, breakers
-        # The cheap engine when it can preview rows (Laya): exact token counts for pre-routing.
-        cheap = engines.get(policy.route.cheap or "")
-        self.previewer = cheap if isinstance(cheap, Previewing) else None
-        self.policy_hash = policy_hash(policy)
-        self.calibration_hash = calibration_hash(policy)
-
-
-def engine_changes(old: Policy, new: Policy) -> list[str]:
-    """Why ``new`` cannot run on ``old``'s engines: a tier added, removed, or defined otherwise
-    (an engine is built from every field of its tier but ``timeout_s``, which calls read)."""
-    def built_from(tier: Tier) -> Tier:
-        return msgspec.structs.replace(tier, timeout_s=0.0)
-
-    changes = [f"tier `{n}` is new" for n in new.tiers if n not in old.tiers]
-    changes += [f"tier `{n}` is gone" for n in old.tiers if n not in new.tiers]
-    changes += [f"tier `{n}` changes what its engine is built from (kind, weights or engine "
-                "settings)" for n, tier in new.tiers.items()
-                if n in old.tiers and built_from(tier) != built_from(old.tiers[n])]
-    return changes
-
-
-class Gateway:
-    """Owns the engines of one policy; ``systemone`` answers one validated call (``decide``,
-    per-question refusals too). ``decisions``: where answered requests are logged.
-
-    ``reconfigured``: callables given the new ``Serving`` right after each swap, on the event
-    loop, before any request can start on it (live control state re-bases itself here). They
-    must not fail: the swap is done; a hook that raises is logged and the others still run.
-    """
+class Gateway(Reconfigurable):
+    """Owns the engines of one policy, reconfigurable (``Reconfigurable``); ``systemone`` answers
+    one validated call (``decide``, per-question refusals too). ``decisions``: the log."""
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
                  demo: bool = False, clock: Callable[[], float] = time.monotonic,
                  admission_deadline_s: float = ADMISSION_DEADLINE_S,
                  decisions: DecisionSink | None = None):
-        breakers = {name: CircuitBreaker(policy.breaker_for(name)) for name in engines}
-        self.serving = Serving(policy, dict(engines), breakers)
-        self.reconfigured: list[Callable[[Serving], None]] = []
+        super().__init__(policy, engines)
         self.profile = profile
         self.demo = demo
         self.clock = clock  # the breakers' clock; budgets use time.monotonic, as engines do
@@ -145,46 +103,6 @@ class Gateway:
         self._flows = itertools.count(1)
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
         self._shadow_tasks: set[asyncio.Task[None]] = set()
-
-    @property
-    def policy(self) -> Policy:
-        """The policy serving now (a request reads the one it started on)."""
-        return self.serving.policy
-
-    @policy.setter
-    def policy(self, policy: Policy) -> None:
-        self.reconfigure(policy)
-
-    @property
-    def engines(self) -> Mapping[str, Engine]:
-        return self.serving.engines
-
-    @property
-    def breakers(self) -> Mapping[str, CircuitBreaker]:
-        return self.serving.breakers
-
-    def reconfigure(self, policy: Policy) -> Serving:
-        """Serve ``policy`` from now on, on the same engines; breakers whose settings are
-        unchanged keep their state. Raises ``RestartNeeded`` (nothing changes) when ``policy``
-        would need other engines. Requests in flight finish on the version they started on."""
-        old = self.serving
-        changes = engine_changes(old.policy, policy)
-        if changes:
-            raise RestartNeeded([f"restart needed: {change}; a reload reuses the running "
-                                 "engines (thresholds, routing, models, breakers, shadow, "
-                                 "degrade, calibration and timeouts reload)" for change in changes])
-        breakers = {
-            name: breaker if policy.breaker_for(name) == breaker.config
-            else CircuitBreaker(policy.breaker_for(name))
-            for name, breaker in old.breakers.items()
-        }
-        self.serving = new = Serving(policy, old.engines, breakers)
-        for hook in self.reconfigured:
-            try:
-                hook(new)
-            except Exception:
-                log.exception("a reconfiguration hook failed (the new policy is serving)")
-        return new
 
     async def start(self) -> None:
         """Start every engine; if one fails, close them all (none is left half-running)."""
@@ -214,9 +132,9 @@ class Gateway:
 
     async def batch(self, calls: list[EngineCall]) -> list[Outcome]:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
-        capacity fairly between this batch and other requests) and one ``Serving``. The first
-        failure cancels the sibling states and is raised."""
-        budget, serving = self.budget(), self.serving
+        capacity fairly between this batch and other requests). The first failure cancels
+        the sibling states and is raised."""
+        budget, serving = self.budget(), self.serving  # one version for every state
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self.decide(c, budget=budget, serving=serving))
@@ -235,9 +153,8 @@ class Gateway:
     async def decide(self, call: EngineCall, *, budget: Budget | None = None,
                      partial: bool = False, serving: Serving | None = None) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
-        the response) while the others are answered; the request fails only when all are.
-        ``serving``: the version to run on (by default the one serving now)."""
-        serving = serving or self.serving  # read once: this request's version to its end
+        the response) while the others are answered; the request fails only when all are."""
+        serving = serving or self.serving  # this request's version, read once, to its end
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
         started = time.perf_counter()
@@ -310,8 +227,8 @@ class Gateway:
         ``record=False`` (shadow calls) leaves the breaker alone: optional traffic says nothing
         real requests should act on.
         """
-        engine = serving.engines[tier]
-        breaker = serving.breakers[tier]
+        engine = self.engines[tier]
+        breaker = self.breakers[tier]
         config = serving.policy.tiers[tier]
         now = self.clock()
         if record and not breaker.allow(now):
@@ -356,7 +273,7 @@ class Gateway:
     def _shadow(self, serving: Serving, shadow: ShadowCall) -> None:
         """Mirror a cheap-final request to the strong tier in the background, bounded."""
         busy = len(self._shadow_tasks) >= serving.policy.shadow.max_concurrent
-        if busy or serving.breakers[shadow.tier].state(self.clock()) != "closed":
+        if busy or self.breakers[shadow.tier].state(self.clock()) != "closed":
             metrics.SHADOW.labels(outcome="skipped_busy").inc()
             return
         task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow))

@@ -16,8 +16,8 @@ from cascade.settings import LogLevel, Settings, from_env, parse_map
 
 if TYPE_CHECKING:
     from cascade.eval.decision_log import DecisionLog
-    from cascade.gateway import Serving
     from cascade.policy.model import Policy
+    from cascade.policy.serving import Serving
 
 
 def common_flags(parser: argparse.ArgumentParser, port: int) -> None:

@@ -23,13 +23,14 @@ from cascade import metrics
 from cascade.build import fingerprints
 from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
-from cascade.gateway import Gateway, Serving
+from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.laya.tiny import make_tiny
 from cascade.policy.calibration import CalibrationFile, Stamp, write_calibration
 from cascade.policy.files import load_policy
 from cascade.policy.fingerprint import policy_hash
 from cascade.policy.model import Policy, TypeBands, UpstreamTier
+from cascade.policy.serving import Serving
 from cascade.settings import Settings
 from tests.servers import free_port, run_process, serve_app
 
