@@ -51,7 +51,9 @@ def register(groups: dict[str, Any]) -> None:
     serve = groups["<top>"].add_parser(
         "serve", help="run the gateway", description=(
             "Run the gateway on /v1/systemone. Tiers come from --policy, or --upstream, or "
-            "--laya/--clef, or --demo (tiny random weights, labelled as a demo everywhere)."
+            "--laya/--clef, or --demo (tiny random weights, labelled as a demo everywhere). "
+            "SIGHUP, or POST /admin/reload with an admin key (CASCADE_ADMIN_KEYS), reads the "
+            "policy, calibration and key files again and swaps them in without a restart."
         ),
     )
     common_flags(serve, 8000)
@@ -74,7 +76,7 @@ def register(groups: dict[str, Any]) -> None:
                        "CASCADE_DEMO=1)")
     serve.add_argument("--calibration", metavar="FILE",
                        help="thresholds and temperatures from `cascade calibrate` (refused at "
-                       "boot when fitted for other weights; CASCADE_CALIBRATION)")
+                       "boot, and on reload, when fitted for other weights; CASCADE_CALIBRATION)")
     serve.add_argument("--decision-log", metavar="FILE",
                        help="log every answered question to this SQLite file (off by default; "
                        "CASCADE_DECISION_LOG)")

@@ -34,9 +34,10 @@ class Serving:
         self.calibration_hash = calibration_hash(policy)
 
 
-def engine_changes(old: Policy, new: Policy) -> list[str]:
-    """Why ``new`` cannot run on ``old``'s engines: a tier added, removed, or defined otherwise
-    (an engine is built from every field of its tier but ``timeout_s``, which calls read)."""
+def restart_reasons(old: Policy, new: Policy) -> list[str]:
+    """Why ``new`` cannot replace ``old`` without a restart: a tier added, removed, or defined
+    otherwise (an engine is built from every field of its tier but ``timeout_s``, which calls
+    read), or another ``[decision_log]`` (the log is opened at boot)."""
     def built_from(tier: Tier) -> Tier:
         return msgspec.structs.replace(tier, timeout_s=0.0)
 
@@ -45,6 +46,8 @@ def engine_changes(old: Policy, new: Policy) -> list[str]:
     changes += [f"tier `{n}` changes what its engine is built from (kind, weights or engine "
                 "settings)" for n, tier in new.tiers.items()
                 if n in old.tiers and built_from(tier) != built_from(old.tiers[n])]
+    if new.decision_log != old.decision_log:
+        changes.append("[decision_log] changes (the log is opened at boot)")
     return changes
 
 
@@ -76,11 +79,11 @@ class Reconfigurable:
     def reconfigure(self, policy: Policy) -> Serving:
         """Serve ``policy`` from now on, on the same engines; raises ``RestartNeeded``, changing
         nothing, when it would need others. Requests in flight end on their version."""
-        changes = engine_changes(self.serving.policy, policy)
-        if changes:
-            raise RestartNeeded([f"restart needed: {change}; a reload reuses the running "
-                                 "engines (thresholds, routing, models, breakers, shadow, "
-                                 "degrade, calibration and timeouts reload)" for change in changes])
+        reasons = restart_reasons(self.serving.policy, policy)
+        if reasons:
+            raise RestartNeeded([f"restart needed: {why}; a reload applies thresholds, routing, "
+                                 "models, breakers, shadow, degrade, calibration and timeouts"
+                                 for why in reasons])
         self.breakers = {
             name: breaker if policy.breaker_for(name) == breaker.config
             else CircuitBreaker(policy.breaker_for(name))

@@ -6,6 +6,7 @@ key files read again; engines and breakers kept."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -16,20 +17,23 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from litestar.testing import TestClient
 
 from cascade import metrics
 from cascade.build import fingerprints
 from cascade.calls import EngineAnswer, EngineCall
+from cascade.cli.serve import restamp
 from cascade.engines.fake import FakeEngine, deterministic_answer
+from cascade.eval.decision_log import DecisionLog
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.laya.tiny import make_tiny
 from cascade.policy.calibration import CalibrationFile, Stamp, write_calibration
 from cascade.policy.files import load_policy
 from cascade.policy.fingerprint import policy_hash
-from cascade.policy.model import Policy, TypeBands, UpstreamTier
+from cascade.policy.model import Policy, Route, TypeBands, UpstreamTier
 from cascade.policy.serving import Serving
 from cascade.settings import Settings
 from tests.servers import free_port, run_process, serve_app
@@ -226,14 +230,17 @@ def test_a_tier_change_is_409_restart_needed_and_nothing_changes(
     assert r.status_code == 409, r.text
     assert r.json()["detail"]["lines"] == [
         "restart needed: tier `cheap` changes what its engine is built from (kind, weights or "
-        "engine settings); a reload reuses the running engines (thresholds, routing, models, "
-        "breakers, shadow, degrade, calibration and timeouts reload)"]
+        "engine settings); a reload applies thresholds, routing, models, breakers, shadow, "
+        "degrade, calibration and timeouts"]
     assert gateway.serving is serving and reloads("restart_needed") == needed + 1
     policy_file.write_text(policy_text(1.0).replace('urls = ["http://127.0.0.1:9"]\n\n[route]',
                                                     'urls = ["http://127.0.0.1:9"]\ntimeout_s = 2.5'
                                                     '\n\n[route]'))
     assert client.post("/admin/reload", headers=ADMIN).status_code == 200  # a timeout reloads
     assert gateway.policy.tiers["strong"].timeout_s == 2.5
+    policy_file.write_text(policy_text(1.0, extra='\n[decision_log]\nstate = "text"\n'))
+    r = client.post("/admin/reload", headers=ADMIN)
+    assert r.status_code == 409 and "[decision_log] changes" in r.json()["detail"]["message"]
 
 
 def test_a_calibration_made_for_other_weights_is_refused(tmp_path: Path) -> None:
@@ -358,3 +365,23 @@ def test_sighup_reloads_a_served_process(policy_file: Path) -> None:
         assert found["policy_hash"] == serving
         assert found["last_reload"]["errors"][0].startswith(f"{policy_file}:")
         assert proc.poll() is None
+
+
+def test_decision_log_rows_name_the_policy_a_reload_put_in_place(tmp_path: Path) -> None:
+    policy = load_policy(write(tmp_path / "a.toml", policy_text(0.0)))
+    log = DecisionLog(tmp_path / "log.sqlite", cheap="cheap", strong="strong",
+                      policy_hash=policy_hash(policy), checkpoints={})
+    try:
+        gateway = gateway_of(policy)
+        gateway.reconfigured.append(functools.partial(restamp, log))
+        swapped = msgspec.structs.replace(policy, route=Route(cheap="strong", strong="cheap"))
+        gateway.reconfigure(swapped)
+        assert (log.policy_hash, log.cheap, log.strong) == (policy_hash(swapped), "strong",
+                                                            "cheap")
+    finally:
+        log.close()
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
