@@ -17,9 +17,15 @@ from typing import get_args
 import msgspec
 
 from cascade.engines.base import Engine
+from cascade.errors import CascadeError, ConfigRejected
 from cascade.gateway import DecisionSink, Gateway
-from cascade.policy.calibration import check_checkpoints, with_calibration_file
-from cascade.policy.files import load_policy
+from cascade.policy.calibration import (
+    CalibrationError,
+    check_checkpoints,
+    weight_mismatches,
+    with_calibration_file,
+)
+from cascade.policy.files import PolicyError, load_policy
 from cascade.policy.model import (
     Checkpoint,
     Checkpoints,
@@ -207,6 +213,43 @@ def _clef_hash(path: str, stamp: tuple[tuple[str, int, int, int], ...]) -> str:
     return content_hash(Path(path))
 
 
+def located(policy: Policy) -> dict[str, str]:
+    """Find every tier's files before any weights load (``locate``'s errors), then the content
+    hashes of the weights the calibration is stamped with (none when it has no stamp): what
+    boot and reload check before a policy serves."""
+    for tier in policy.tiers.values():
+        locate(tier)
+    return fingerprints(policy) if policy.calibration.checkpoints else {}
+
+
+def reread_policy(settings: Settings, serving: Policy) -> Policy:
+    """The policy the settings' files give now, checked as at boot (the policy file's findings,
+    the calibration file, its weight hashes, every tier's files found), for a reload; raises
+    ``ConfigRejected`` with ``FILE[:LINE]: error: ...`` lines. A policy not read from a file
+    (``--demo``, ``--upstream``, ``--laya``/``--clef``) is ``serving``, the one serving now, with
+    ``--calibration`` read again when given: its tiers' definitions never change (the demo's
+    checkpoints are not rewritten)."""
+    try:
+        policy = load_policy(Path(settings.policy)) if settings.policy else serving
+        if settings.calibration:
+            policy = with_calibration_file(policy, settings.calibration)
+    except PolicyError as exc:
+        raise ConfigRejected(exc.messages) from exc
+    except CalibrationError as exc:  # "FILE: what": the file's own errors carry no line
+        file = str(settings.calibration)
+        raise ConfigRejected([f"{file}: error: {str(exc).removeprefix(file + ': ')}"]) from exc
+    try:
+        found = located(policy)
+    except (ValueError, CascadeError) as exc:  # CheckpointError, ReleaseError: a missing file
+        raise ConfigRejected([f"{settings.policy or '<settings>'}: error: {exc}"]) from exc
+    wrong = weight_mismatches(policy, found)
+    if wrong:
+        file = policy.calibration.file or "<calibration>"
+        raise ConfigRejected([f"{file}: error: {line}; refit it with `cascade calibrate` for "
+                              "these weights" for line in wrong])
+    return policy
+
+
 def build_gateway(settings: Settings, *, policy: Policy | None = None,
                   decisions: DecisionSink | None = None) -> Gateway:
     """The gateway of ``settings`` (its ``policy``, when already read), logging to
@@ -215,10 +258,7 @@ def build_gateway(settings: Settings, *, policy: Policy | None = None,
     policy = policy or policy_from_settings(settings)
     if settings.demo:
         log.warning(DEMO_BANNER)
-    for tier in policy.tiers.values():  # every tier's files are found before any weights load
-        locate(tier)
-    if policy.calibration.checkpoints:
-        check_checkpoints(policy, fingerprints(policy))
+    check_checkpoints(policy, located(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
     return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
                    admission_deadline_s=settings.admission_deadline_s, decisions=decisions)

@@ -15,6 +15,9 @@ these classes to HTTP statuses is ``cascade.http.errors`` (the statuses below ar
     │   ├── ValidationFailed            422 FastAPI-style ``detail[]``
     │   ├── NotFound                    404 not_found_error (feedback for an unknown request)
     │   ├── Conflict                    409 conflict_error (feedback with the decision log off)
+    │   ├── Forbidden                   403 permission_error (a valid key without the right)
+    │   ├── ConfigRejected              422 config_error (a reload's files fail their checks)
+    │   │   └── RestartNeeded           409 config_error (a reload that needs new engines)
     │   └── UpstreamClientError         the upstream's own 4xx, its status passed through
     ├── Overloaded                      503 overloaded_error, with Retry-After
     │   └── RateLimited                 429 overloaded_error (an upstream's rate limit)
@@ -161,3 +164,27 @@ class EngineTimeout(EngineError):
 
 class EngineFailed(EngineError):
     error_type = "upstream_error"
+
+
+# ---------------------------------------------------------------- reload (cascade.http.admin)
+
+
+class Forbidden(ClientError):
+    """A key that authenticates but does not authorise this route (a client key on /admin)."""
+
+    error_type = "permission_error"
+
+
+class ConfigRejected(ClientError):
+    """A reload whose files fail the checks they pass at boot; ``lines`` are ``FILE[:LINE]:
+    error: ...`` lines. Nothing was applied."""
+
+    error_type = "config_error"
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+class RestartNeeded(ConfigRejected):
+    """A valid reload that changes what an engine is built from: refused, a restart applies it."""

@@ -11,7 +11,8 @@ measured work ahead would keep it waiting past the deadline (an in-process tier'
 ``timeout_s`` caps that wait further); what they accept runs to the end. Remote tiers get
 ``timeout_s`` as a whole-call limit. Breakers count what says a tier is broken: errors, timeouts
 of remote tiers, unavailability. Client errors, overload and cancellations only free a half-open
-probe slot. Shadow calls never touch a breaker.
+probe slot. Shadow calls never touch a breaker. What is served is one ``Serving``
+(``cascade.policy.serving``): a request runs on the one it started on; ``reconfigure`` swaps it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import msgspec
 from cascade import answers, metrics
 from cascade.answers import Profile
 from cascade.calls import Budget, EngineAnswer, EngineCall, capped
-from cascade.engines.base import Engine, Previewing
+from cascade.engines.base import Engine
 from cascade.errors import (
     BreakerOpen,
     CascadeError,
@@ -40,7 +41,6 @@ from cascade.errors import (
     EngineTimeout,
     Overloaded,
 )
-from cascade.policy.breaker import CircuitBreaker
 from cascade.policy.flow import (
     Ask,
     Decision,
@@ -54,6 +54,7 @@ from cascade.policy.flow import (
 )
 from cascade.policy.model import Policy, UpstreamTier
 from cascade.policy.routing import QuestionRoute
+from cascade.policy.serving import Reconfigurable, Serving
 from cascade.policy.shadow import compare
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
@@ -84,16 +85,15 @@ class DecisionSink(Protocol):
     def health(self) -> dict[str, Any]: ...
 
 
-class Gateway:
-    """Owns the engines of one policy; ``systemone`` answers one validated call (``decide``,
-    per-question refusals too). ``decisions``: where answered requests are logged (by tenant)."""
+class Gateway(Reconfigurable):
+    """Owns the engines of one policy, reconfigurable (``Reconfigurable``); ``systemone`` answers
+    one validated call (``decide``, per-question refusals too). ``decisions``: the log."""
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
                  demo: bool = False, clock: Callable[[], float] = time.monotonic,
                  admission_deadline_s: float = ADMISSION_DEADLINE_S,
                  decisions: DecisionSink | None = None):
-        self.policy = policy
-        self.engines = dict(engines)
+        super().__init__(policy, engines)
         self.profile = profile
         self.demo = demo
         self.clock = clock  # the breakers' clock; budgets use time.monotonic, as engines do
@@ -102,10 +102,6 @@ class Gateway:
         self.started = False
         self._flows = itertools.count(1)
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
-        self.breakers = {name: CircuitBreaker(policy.breaker_for(name)) for name in self.engines}
-        # The cheap engine when it can preview rows (Laya): exact token counts for pre-routing.
-        cheap = self.engines.get(policy.route.cheap or "")
-        self._previewer = cheap if isinstance(cheap, Previewing) else None
         self._shadow_tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
@@ -137,10 +133,11 @@ class Gateway:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
         capacity fairly between this batch and other requests). The first failure cancels
         the sibling states and is raised."""
-        budget = self.budget()
+        budget, serving = self.budget(), self.serving  # one version for every state
         try:
             async with asyncio.TaskGroup() as tg:
-                jobs = [tg.create_task(self.decide(c, budget=budget, tenant=tenant)) for c in calls]
+                jobs = [tg.create_task(self.decide(c, budget=budget, tenant=tenant,
+                                                   serving=serving)) for c in calls]
         except BaseExceptionGroup as failed:  # report a cascade error when there is one
             first: BaseException = failed.subgroup(CascadeError) or failed
             while isinstance(first, BaseExceptionGroup):
@@ -154,16 +151,18 @@ class Gateway:
         return await self.decide(call, budget=budget, tenant=tenant)
 
     async def decide(self, call: EngineCall, *, budget: Budget | None = None,
-                     partial: bool = False, tenant: str = "") -> Outcome:
+                     partial: bool = False, tenant: str = "",
+                     serving: Serving | None = None) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
         the response) while the others are answered; the request fails only when all are."""
+        serving = serving or self.serving  # this request's version, read once, to its end
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
-        flow = decide(self.policy, call, previews=self._previewer is not None, shadow_key=key,
-                      partial=partial)
-        decision, merging = await self._drive(flow, timings, started)
+        flow = decide(serving.policy, call, previews=serving.previewer is not None,
+                      shadow_key=key, partial=partial)
+        decision, merging = await self._drive(flow, serving, timings, started)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision)
         response = answers.response(call, decision, timings, profile=self.profile,
@@ -174,38 +173,39 @@ class Gateway:
                                         decision.degraded, decision.pre.cheap_checkpoint,
                                         time.perf_counter() - started, tenant=tenant)
         if decision.shadow is not None:
-            self._shadow(decision.shadow)
+            self._shadow(serving, decision.shadow)
         tiers = decision.tiers
         return Outcome(response=response,
                        headers=answers.headers(Counter(tiers.values()), demo=self.demo),
                        label="degraded" if decision.degraded or decision.refused else "ok",
                        tiers=tiers, refused=decision.refused)
 
-    async def _drive(self, flow: Flow[Decision], timings: dict[str, float],
+    async def _drive(self, flow: Flow[Decision], serving: Serving, timings: dict[str, float],
                      started: float) -> tuple[Decision, float]:
         """Answer every ask of ``flow``; its decision, and when the last answer went in."""
         sent = started
         try:
             ask = next(flow)
             while True:
-                reply = await self._answer(ask, timings, started)
+                reply = await self._answer(ask, serving, timings, started)
                 sent = time.perf_counter()
                 ask = flow.send(reply)
         except StopIteration as done:
             decision: Decision = done.value
             return decision, sent
 
-    async def _answer(self, ask: Ask, timings: dict[str, float], started: float) -> Reply:
+    async def _answer(self, ask: Ask, serving: Serving, timings: dict[str, float],
+                      started: float) -> Reply:
         if isinstance(ask, Preview):
-            assert self._previewer is not None  # the flow previews only when told it can
+            assert serving.previewer is not None  # the flow previews only when told it can
             # Tokenizing a long state takes milliseconds: keep it off the event loop.
-            return await asyncio.to_thread(self._previewer.preview, ask.call,
+            return await asyncio.to_thread(serving.previewer.preview, ask.call,
                                            checkpoint=ask.checkpoint)
         if "pre_route" not in timings:  # the first tier call: routing before it is done
             timings["pre_route"] = time.perf_counter() - started
             metrics.HOP_DURATION.labels(hop="pre_route").observe(timings["pre_route"])
         try:
-            return await self._call(ask.tier, ask.call, timings)
+            return await self._call(serving, ask.tier, ask.call, timings)
         except CascadeError as exc:
             return Failure(exc)
 
@@ -221,8 +221,8 @@ class Gateway:
             metrics.CONFIDENCE.labels(tier=route.tier, type=qtype).observe(
                 max(decision.results[qid].probabilities))
 
-    async def _call(self, tier: str, call: EngineCall, timings: dict[str, float], *,
-                    record: bool = True) -> EngineAnswer:
+    async def _call(self, serving: Serving, tier: str, call: EngineCall,
+                    timings: dict[str, float], *, record: bool = True) -> EngineAnswer:
         """One engine call under the tier's budget or timeout and its breaker, with metrics.
 
         ``record=False`` (shadow calls) leaves the breaker alone: optional traffic says nothing
@@ -230,7 +230,7 @@ class Gateway:
         """
         engine = self.engines[tier]
         breaker = self.breakers[tier]
-        config = self.policy.tiers[tier]
+        config = serving.policy.tiers[tier]
         now = self.clock()
         if record and not breaker.allow(now):
             metrics.TIER_DURATION.labels(tier=tier, outcome="breaker_open").observe(0)
@@ -271,19 +271,19 @@ class Gateway:
         metrics.TOKENS.labels(tier=tier).inc(answer.usage.input_tokens)
         return answer
 
-    def _shadow(self, shadow: ShadowCall) -> None:
+    def _shadow(self, serving: Serving, shadow: ShadowCall) -> None:
         """Mirror a cheap-final request to the strong tier in the background, bounded."""
-        busy = len(self._shadow_tasks) >= self.policy.shadow.max_concurrent
+        busy = len(self._shadow_tasks) >= serving.policy.shadow.max_concurrent
         if busy or self.breakers[shadow.tier].state(self.clock()) != "closed":
             metrics.SHADOW.labels(outcome="skipped_busy").inc()
             return
-        task = asyncio.get_running_loop().create_task(self._run_shadow(shadow))
+        task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow))
         self._shadow_tasks.add(task)
         task.add_done_callback(self._shadow_tasks.discard)
 
-    async def _run_shadow(self, shadow: ShadowCall) -> None:
+    async def _run_shadow(self, serving: Serving, shadow: ShadowCall) -> None:
         try:
-            strong = await self._call(shadow.tier, shadow.call, {}, record=False)
+            strong = await self._call(serving, shadow.tier, shadow.call, {}, record=False)
         except (EngineError, Overloaded, ClientError):
             metrics.SHADOW.labels(outcome="failed").inc()
             return

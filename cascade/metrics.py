@@ -176,3 +176,31 @@ class GatewayGauges(Collector):
             yield InfoMetricFamily(
                 "cascade_build", "Version, tiers, checkpoints, revisions and whether this is a "
                 "demo.", value=dict(build))
+
+
+# ---------------------------------------------------------------- reload (cascade.http.reload)
+
+CONFIG_RELOADS = Counter(
+    "cascade_config_reloads_total",
+    "Reloads (SIGHUP, POST /admin/reload) by outcome: applied, unchanged (the files say what "
+    "is serving), rejected (a file fails its checks: nothing changed), restart_needed (the "
+    "change needs new engines: nothing changed).",
+    ["outcome"],
+)
+for _outcome in ("applied", "unchanged", "rejected", "restart_needed"):
+    CONFIG_RELOADS.labels(outcome=_outcome)
+
+
+class ConfigInfo(Collector):
+    """``cascade_config_info{policy_hash,calibration_hash}`` (1): what one gateway serves, read
+    at scrape time, so a swap leaves no series of the old version behind."""
+
+    def __init__(self, hashes: Callable[[], tuple[str, str]]) -> None:
+        self._hashes = hashes
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "cascade_config_info", "1 for the policy and calibration serving now (content "
+            "hashes, cascade.policy.fingerprint).", labels=["policy_hash", "calibration_hash"])
+        info.add_metric(list(self._hashes()), 1.0)
+        yield info

@@ -265,6 +265,7 @@ class Health(Base, kw_only=True):
     route: dict[str, str | None] | None = None
     tiers: dict[str, dict[str, Any]] | None = None  # each engine's own health, and its breaker
     decision_log: dict[str, Any] | None = None  # the writer's counts and last failure, if on
+    config: dict[str, Any] | None = None  # the hashes serving and the last reload (ConfigState)
 
 
 class Readiness(Base, kw_only=True):
@@ -297,6 +298,43 @@ class ErrorBody(Base, kw_only=True):
     """Every other client or server error."""
 
     detail: ErrorDetail
+
+
+# ---------------------------------------------------------------- reload (cascade.http.admin)
+
+
+class LastReload(Base, kw_only=True):
+    at: float  # unix time
+    outcome: Literal["applied", "unchanged", "rejected", "restart_needed"]
+    errors: list[str] | None = None  # FILE[:LINE]: error: ... lines of a refused reload
+
+
+class ConfigState(Base, kw_only=True):
+    """``/health``'s ``config``: what serves now, and the last reload (None: none yet)."""
+
+    policy_hash: str
+    calibration_hash: str
+    last_reload: LastReload | None = None
+
+
+class ReloadReport(Base, kw_only=True):
+    """``POST /admin/reload`` (200): what the reload did and what serves now."""
+
+    outcome: Literal["applied", "unchanged"]
+    policy_hash: str
+    calibration_hash: str
+    read: list[str]  # the files read again, as "what: FILE"
+    note: str | None = None  # what a reload cannot read again here (no policy file)
+
+
+class ConfigErrorDetail(ErrorDetail, kw_only=True):
+    lines: list[str]  # FILE[:LINE]: error: ... (message holds them too, one per line)
+
+
+class ConfigErrorBody(Base, kw_only=True):
+    """``POST /admin/reload`` refused: 422 (a file fails its checks), 409 (restart needed)."""
+
+    detail: ConfigErrorDetail
 
 
 # ---------------------------------------------------------------- codecs

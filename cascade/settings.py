@@ -118,11 +118,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # the rest are counted and reported with the next line of that kind.
     log_repeat_burst: int = 5
     log_repeat_interval_s: float = 10.0
+    # Admin keys (POST /admin/reload, cascade.http.admin): never client keys, and client keys
+    # never open /admin; with none configured the admin routes answer 403. The file as for
+    # api_keys_file. A reload (SIGHUP, /admin/reload) reads both key files again.
+    admin_keys: tuple[str, ...] = ()
+    admin_keys_file: str | None = None
 
     def __repr__(self) -> str:
         fields = msgspec.structs.asdict(self)
         fields["api_keys"] = tuple(Secret(k) for k in self.api_keys)
         fields["upstream_api_key"] = Secret(self.upstream_api_key or "")
+        fields["admin_keys"] = tuple(Secret(k) for k in self.admin_keys)
         return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
     def keys(self) -> frozenset[Secret]:
@@ -143,9 +149,31 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             keys += [line for line in lines if line and not line.startswith("#")]
         return frozenset(Secret(k) for k in keys)
 
+    def admin_key_set(self) -> frozenset[Secret]:
+        """All configured admin keys (inline and from ``admin_keys_file``, one per line)."""
+        keys = [k for k in self.admin_keys if k]
+        if self.admin_keys_file:
+            keys += key_file(self.admin_keys_file, "CASCADE_ADMIN_KEYS_FILE")
+        return frozenset(Secret(k) for k in keys)
 
-_LISTS = {"api_keys"}
-_SECRETS = {"api_keys", "upstream_api_key"}
+
+def key_file(path: str, variable: str) -> list[str]:
+    """The keys in ``path``, one per line (``#`` starts a comment line); ``SettingsError``
+    naming ``variable`` when it cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{variable}={path}: keys file is not UTF-8 text (byte {exc.start}: "
+                            f"{exc.reason})") from None
+    except OSError as exc:
+        raise SettingsError(f"{variable}={path}: {exc.strerror}; create it (one key per line) "
+                            "or unset the variable") from None
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+_LISTS = {"api_keys", "admin_keys"}
+_SECRETS = {"api_keys", "upstream_api_key", "admin_keys"}
 _MAPS = {"laya"}
 
 

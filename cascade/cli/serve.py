@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import logging
 import socket
 import typing
@@ -16,6 +17,7 @@ from cascade.settings import LogLevel, Settings, from_env, parse_map
 if TYPE_CHECKING:
     from cascade.eval.decision_log import DecisionLog
     from cascade.policy.model import Policy
+    from cascade.policy.serving import Serving
 
 
 def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
@@ -49,7 +51,9 @@ def register(groups: dict[str, Any]) -> None:
     serve = groups["<top>"].add_parser(
         "serve", help="run the gateway", description=(
             "Run the gateway on /v1/systemone. Tiers come from --policy, or --upstream, or "
-            "--laya/--clef, or --demo (tiny random weights, labelled as a demo everywhere)."
+            "--laya/--clef, or --demo (tiny random weights, labelled as a demo everywhere). "
+            "SIGHUP, or POST /admin/reload with an admin key (CASCADE_ADMIN_KEYS), reads the "
+            "policy, calibration and key files again and swaps them in without a restart."
         ),
     )
     common_flags(serve, 8000)
@@ -72,7 +76,7 @@ def register(groups: dict[str, Any]) -> None:
                        "CASCADE_DEMO=1)")
     serve.add_argument("--calibration", metavar="FILE",
                        help="thresholds and temperatures from `cascade calibrate` (refused at "
-                       "boot when fitted for other weights; CASCADE_CALIBRATION)")
+                       "boot, and on reload, when fitted for other weights; CASCADE_CALIBRATION)")
     serve.add_argument("--decision-log", metavar="FILE",
                        help="log every answered question to this SQLite file (off by default; "
                        "CASCADE_DECISION_LOG)")
@@ -95,6 +99,7 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
     settings = from_env(**settings_overrides)
     level = configure_logging(settings, log_level)
     settings.keys()
+    settings.admin_key_set()
     for path in (settings.policy, settings.calibration):
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
@@ -109,6 +114,8 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         drain = Drain()
         try:
             gateway = build_gateway(settings, policy=policy, decisions=decisions)
+            if decisions is not None:  # rows name the policy a reload put in place
+                gateway.reconfigured.append(functools.partial(restamp, decisions))
             serve(create_app(settings, gateway, drain), settings, level.lower(), drain,
                   sockets=[listener])
         finally:
@@ -165,6 +172,13 @@ def open_decision_log(settings: Settings, policy: Policy) -> DecisionLog | None:
         state_mode=config.state, max_bytes=config.max_bytes, keep=config.keep,
         queue_size=config.queue_size,
     )
+
+
+def restamp(decisions: DecisionLog, serving: Serving) -> None:
+    """A ``Gateway.reconfigured`` hook: the decision log's rows name the new policy (its hash,
+    its cheap and strong tiers) from now on."""
+    decisions.policy_hash = serving.policy_hash
+    decisions.cheap, decisions.strong = serving.policy.route.cheap, serving.policy.route.strong
 
 
 def run_serve(args: argparse.Namespace) -> int:

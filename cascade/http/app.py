@@ -38,6 +38,7 @@ from cascade.errors import (
 )
 from cascade.gateway import Gateway
 from cascade.http import feedback, status
+from cascade.http.admin import admin_router
 from cascade.http.drain import Drain
 from cascade.http.errors import decisions_status, retry_after_header, status_of
 from cascade.http.gauges import registry_of
@@ -52,6 +53,7 @@ from cascade.http.openapi import (
     operation,
 )
 from cascade.http.reading import BodyReads, ClientGone, closes_connection
+from cascade.http.reload import reloadable
 from cascade.http.workers import DecodePool
 from cascade.request.decode import limits_of
 from cascade.schema import (
@@ -347,7 +349,8 @@ async def models(request: Request) -> Response[bytes]:
 async def health(request: Request) -> Response[bytes]:
     if request.app.state.api_keys and not authorized(request, request.app.state.api_keys):
         return _json({"status": "ok"})
-    return _json({"status": "ok", **status.health(request.app.state.gateway)})
+    return _json({"status": "ok", **status.health(request.app.state.gateway),
+                  "config": request.app.state.reloader.config()})
 
 
 @get("/ready", summary="200 while the cheap tier (or the only tier) can serve; 503 before "
@@ -400,7 +403,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
 
     app = Litestar(
         route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
-                        prometheus_metrics, feedback.route(_guarded)],
+                        prometheus_metrics, feedback.route(_guarded), admin_router()],
         lifespan=[lifespan],
         before_send=[echo_request_id],
         exception_handlers={
@@ -424,6 +427,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
     app.state.drain = drain or Drain()  # begun on SIGTERM by cascade.http.server
     app.state.gauges = registry_of(gateway)
     app.state.learner = None  # a cascade.control.evidence.Learner: feedback labels go to it
+    reloadable(app.state, settings, gateway)  # SIGHUP and /admin/reload (cascade.http.reload)
     return app
 
 

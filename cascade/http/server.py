@@ -1,10 +1,16 @@
-"""Serving the app: uvicorn with the guarded protocol, and a graceful drain on SIGTERM.
+"""Serving the app: uvicorn with the guarded protocol, a graceful drain on SIGTERM, and a reload
+on SIGHUP.
 
 On SIGTERM the gateway drains for ``drain_s``: ``/ready`` answers 503 (so load balancers stop
 routing to it) while every request, in flight or newly routed, is still served, each response
 with ``connection: close``. Then uvicorn stops accepting, lets in-flight requests finish within
 ``grace_s`` (cancelling what is left), shuts the engines down, and the process exits 0. A
 second SIGTERM ends the drain at once; SIGINT (Ctrl-C) skips it, and a second SIGINT forces exit.
+
+SIGHUP reloads the policy, calibration and key files without a restart (the app's
+``cascade.http.reload.Reloader``, as ``POST /admin/reload`` does); a refused reload is logged
+and counted, and the running version keeps serving. Until the server has started, SIGHUP keeps
+its default action (the process ends).
 
 Closing a listening socket makes the kernel reset the connections it completed that the server
 had not accepted yet, and a client that already sent its request on one sees it lost; so at
@@ -27,8 +33,9 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any, cast
 
@@ -44,6 +51,7 @@ from litestar.types import (
     Send,
 )
 
+from cascade.errors import ConfigRejected
 from cascade.http.drain import Drain
 from cascade.http.logs import access_logged
 from cascade.http.protocol import HeadLimits, guarded
@@ -55,13 +63,37 @@ log = logging.getLogger("cascade")
 
 
 class DrainingServer(uvicorn.Server):
-    """``uvicorn.Server`` that begins ``drain`` and waits ``drain_s`` on SIGTERM."""
+    """``uvicorn.Server`` that begins ``drain`` and waits ``drain_s`` on SIGTERM, and calls
+    ``reload`` on SIGHUP (when given)."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, drain_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain, drain_s: float,
+                 reload: Callable[[], Awaitable[object]] | None = None) -> None:
         super().__init__(config)
         self.drain = drain
         self.drain_s = drain_s
         self.drain_until: float | None = None
+        self.reload = reload
+        self._reloads: set[asyncio.Task[None]] = set()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.reload is not None and threading.current_thread() is threading.main_thread():
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_sighup)
+
+    def _on_sighup(self) -> None:
+        log.info("SIGHUP: reloading the policy, calibration and key files")
+        task = asyncio.get_running_loop().create_task(self._reload())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload(self) -> None:
+        assert self.reload is not None
+        try:
+            await self.reload()
+        except ConfigRejected:
+            pass  # logged and counted by the reloader; the running version keeps serving
+        except Exception:
+            log.exception("SIGHUP: the reload failed; the running version keeps serving")
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig != signal.SIGTERM or self.drain_until is not None or self.drain_s <= 0:
@@ -82,6 +114,8 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.reload is not None and threading.current_thread() is threading.main_thread():
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await self._serve_queued_connections()
         await super().shutdown(sockets)
 
@@ -160,8 +194,9 @@ def served(app: ASGIApp) -> Any:
 
 def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain,
           sockets: list[socket.socket] | None = None) -> None:
-    """Run ``app`` (built with ``drain``) until a signal ends it (see the module docstring), on
-    ``sockets`` when given (already listening), else on ``settings.host``/``port``."""
+    """Run ``app`` (built with ``drain``) until a signal ends it, reloading on SIGHUP (see the
+    module docstring), on ``sockets`` when given (already listening), else on
+    ``settings.host``/``port``."""
     protocol = with_send_timeout(guarded(head_limits(settings)), settings.send_timeout_s)
     # uvicorn annotates both timeouts as int and uses them as float seconds.
     timeouts: dict[str, Any] = {"timeout_keep_alive": settings.keep_alive_s,
@@ -170,4 +205,5 @@ def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain,
         access_logged(served(app)), host=settings.host, port=settings.port, log_level=log_level,
         log_config=None, access_log=False, workers=1, lifespan="on", http=protocol, **timeouts,
     )
-    DrainingServer(config, drain, settings.drain_s).run(sockets=sockets)
+    DrainingServer(config, drain, settings.drain_s,
+                   reload=app.state.reloader.reload).run(sockets=sockets)

@@ -136,14 +136,20 @@ def apply_calibration(policy: Policy, cal: CalibrationFile, *, file: str,
     return msgspec.structs.replace(policy, thresholds=thresholds, calibration=calibration)
 
 
+def weight_mismatches(policy: Policy, found: Mapping[str, str]) -> list[str]:
+    """One line per tier whose weights (``found``: {tier: content hash}) are not the stamped
+    ones; empty when the calibration fits them."""
+    return [
+        f"tier `{tier}`: the calibration was made for {want}, the configured weights are {have}"
+        for tier, want in policy.calibration.checkpoints.items()
+        if (have := found.get(tier)) is not None and have != want
+    ]
+
+
 def check_checkpoints(policy: Policy, found: Mapping[str, str]) -> None:
     """Raise ``CalibrationMismatch`` when a configured tier's weights are not the stamped ones."""
     cal = policy.calibration
-    wrong = [
-        f"tier `{tier}`: the calibration was made for {want}, the configured weights are {have}"
-        for tier, want in cal.checkpoints.items()
-        if (have := found.get(tier)) is not None and have != want
-    ]
+    wrong = weight_mismatches(policy, found)
     if wrong:
         raise CalibrationMismatch(
             f"calibration {cal.file} was fitted for other weights; refusing to start:\n  "

@@ -1,0 +1,72 @@
+"""The admin routes, under ``/admin``: operator calls, never client traffic.
+
+Every route of ``router`` passes ``require_admin``: an admin key (``CASCADE_ADMIN_KEYS`` /
+``CASCADE_ADMIN_KEYS_FILE``) as ``Authorization: Bearer <key>``. A client key is refused (403),
+no or a wrong key is 401, and with no admin key configured every admin route answers 403 (the
+routes are off; client auth being off does not open them). They are left out of the public
+OpenAPI document (README, "Live control"). A new admin route goes into ``ROUTES``
+(``admin_router`` wires them into each app).
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from litestar import Request, Response, Router, post
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler
+
+from cascade.errors import ConfigRejected, Forbidden, Unauthorized
+from cascade.http.errors import status_of
+from cascade.http.reload import Reloader
+from cascade.schema import ConfigErrorBody, ConfigErrorDetail, encoder
+
+JSON = "application/json"
+
+
+def _holds(connection: ASGIConnection, keys: frozenset[str]) -> bool:
+    """Whether the request's bearer token is one of ``keys`` (constant time per key)."""
+    scheme, _, token = connection.headers.get("authorization", "").partition(" ")
+    sent = token.strip().encode() if scheme.lower() == "bearer" else b""
+    return bool(sent) and any(hmac.compare_digest(sent, key.encode()) for key in keys)
+
+
+def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """The guard of every admin route (see the module docstring)."""
+    state = connection.app.state
+    if not state.admin_keys:
+        raise Forbidden("the admin routes are off: no admin key is configured (set "
+                        "CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)")
+    if _holds(connection, state.admin_keys):
+        return
+    if _holds(connection, state.api_keys):
+        raise Forbidden("a client API key cannot use the admin routes; send an admin key")
+    raise Unauthorized("missing or invalid admin key (send Authorization: Bearer <admin key>)")
+
+
+@post("/reload", status_code=200)
+async def reload(request: Request) -> Response[bytes]:
+    """Read the policy, calibration and key files again and swap them in, all or nothing
+    (``cascade.http.reload``): 200 with a ``ReloadReport``; 422 (a file fails its checks) or
+    409 (a restart is needed) with the ``FILE[:LINE]: error: ...`` lines, nothing changed."""
+    reloader: Reloader = request.app.state.reloader
+    try:
+        report = await reloader.reload()
+    except ConfigRejected as exc:
+        serving = reloader.gateway.serving.policy_hash[:12]
+        detail = ConfigErrorDetail(
+            error_type=exc.error_type, lines=exc.lines,
+            message=f"reload refused; still serving policy {serving}:\n" + "\n".join(exc.lines))
+        return Response(content=encoder.encode(ConfigErrorBody(detail=detail)),
+                        status_code=status_of(exc), media_type=JSON)
+    return Response(content=encoder.encode(report), status_code=200, media_type=JSON)
+
+
+ROUTES = [reload]
+
+
+def admin_router() -> Router:
+    """``/admin``: ``ROUTES`` behind ``require_admin``, out of the OpenAPI document (one per
+    app)."""
+    return Router(path="/admin", route_handlers=ROUTES, guards=[require_admin],
+                  include_in_schema=False)

@@ -1,0 +1,114 @@
+"""Reload without restart: read the settings' files again, check them as at boot, and swap what
+the app serves, all or nothing. SIGHUP (``cascade.http.server``) and ``POST /admin/reload``
+(``cascade.http.admin``) both call ``Reloader.reload``.
+
+A reload reads the policy file (and the calibration file it names), ``--calibration``, the API
+keys file and the admin keys file, off the event loop (hashing weights for the calibration's
+stamp may take a moment), one reload at a time. Any failure leaves everything as it was:
+``ConfigRejected`` (422) with ``FILE[:LINE]: error: ...`` lines, or ``RestartNeeded`` (409) when
+a tier's definition changed (``Gateway.reconfigure``). Otherwise the gateway's ``Serving`` and
+the app's keys are swapped in one step on the event loop, so every request runs start to end on
+one version and none waits for a reload. Without a policy file (``--demo``, ``--upstream``,
+``--laya``/``--clef``) the policy stays the one built at boot; the calibration and key files are
+still read again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Literal
+
+from litestar.datastructures import State
+
+from cascade import metrics
+from cascade.build import reread_policy
+from cascade.errors import ConfigRejected, RestartNeeded
+from cascade.gateway import Gateway
+from cascade.policy.fingerprint import policy_hash
+from cascade.policy.model import Policy
+from cascade.schema import ConfigState, LastReload, ReloadReport
+from cascade.settings import Secret, Settings, SettingsError
+
+log = logging.getLogger("cascade")
+Keys = frozenset[Secret]
+NO_POLICY_FILE = ("no policy file (the policy is built from --demo, --upstream or --laya/--clef): "
+                  "it stays as built at boot; the calibration and key files are read again")
+
+
+def reloadable(state: State, settings: Settings, gateway: Gateway) -> None:
+    """Give an app's ``state`` what reloads use: its admin keys, a ``reloader``, and
+    ``cascade_config_info`` on its gauges' registry."""
+    state.admin_keys = settings.admin_key_set()
+    state.reloader = Reloader(state, settings, gateway)
+    state.gauges.register(metrics.ConfigInfo(
+        lambda: (gateway.serving.policy_hash, gateway.serving.calibration_hash)))
+
+
+class Reloader:
+    """Reloads ``state`` (the app's: ``api_keys``, ``admin_keys``) and ``gateway`` from the files
+    ``settings`` names. ``last``: the last reload's outcome, for ``/health``."""
+
+    def __init__(self, state: State, settings: Settings, gateway: Gateway) -> None:
+        self.state, self.settings, self.gateway = state, settings, gateway
+        self.last: LastReload | None = None
+        self._lock = asyncio.Lock()
+
+    def config(self) -> ConfigState:
+        serving = self.gateway.serving
+        return ConfigState(policy_hash=serving.policy_hash,
+                           calibration_hash=serving.calibration_hash, last_reload=self.last)
+
+    async def reload(self) -> ReloadReport:
+        """Read, check and swap (see the module docstring); raises ``ConfigRejected``."""
+        async with self._lock:
+            try:
+                policy, keys, admin = await asyncio.to_thread(self._read)
+                outcome = self._swap(policy, keys, admin)
+            except ConfigRejected as exc:
+                refused: Literal["restart_needed", "rejected"] = (
+                    "restart_needed" if isinstance(exc, RestartNeeded) else "rejected")
+                self._count(refused, exc.lines)
+                log.error("reload %s; still serving policy %s:\n  %s", refused.replace("_", " "),
+                          self.gateway.serving.policy_hash[:12], "\n  ".join(exc.lines))
+                raise
+            self._count(outcome)
+            serving = self.gateway.serving
+            log.info("reload %s: serving policy %s, calibration %s", outcome,
+                     serving.policy_hash[:12], serving.calibration_hash[:12])
+            return ReloadReport(outcome=outcome, policy_hash=serving.policy_hash,
+                                calibration_hash=serving.calibration_hash, read=self._files(),
+                                note=None if self.settings.policy else NO_POLICY_FILE)
+
+    def _read(self) -> tuple[Policy, Keys, Keys]:
+        """Every file, checked; nothing is applied here."""
+        policy = reread_policy(self.settings, self.gateway.policy)
+        try:
+            keys = self.settings.keys()  # the client keys: the one place a reload reads them
+            admin = self.settings.admin_key_set()
+        except SettingsError as exc:
+            raise ConfigRejected([str(exc)]) from exc
+        return policy, keys, admin
+
+    def _swap(self, policy: Policy, keys: Keys, admin: Keys) -> Literal["applied", "unchanged"]:
+        """All or nothing, with no await: ``reconfigure`` refuses before it changes anything."""
+        same_policy = policy_hash(policy) == self.gateway.serving.policy_hash
+        if same_policy and (keys, admin) == (self.state.api_keys, self.state.admin_keys):
+            return "unchanged"
+        if not same_policy:
+            self.gateway.reconfigure(policy)
+        self.state.api_keys, self.state.admin_keys = keys, admin
+        return "applied"
+
+    def _count(self, outcome: Literal["applied", "unchanged", "rejected", "restart_needed"],
+               errors: list[str] | None = None) -> None:
+        metrics.CONFIG_RELOADS.labels(outcome=outcome).inc()
+        self.last = LastReload(at=time.time(), outcome=outcome, errors=errors)
+
+    def _files(self) -> list[str]:
+        settings, policy = self.settings, self.gateway.policy
+        named = [("policy", settings.policy), ("calibration", policy.calibration.file),
+                 ("api keys", settings.api_keys_file),
+                 ("admin keys", settings.admin_keys_file)]
+        return [f"{what}: {path}" for what, path in named if path]
