@@ -10,16 +10,10 @@ import msgspec
 import pytest
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.control.stats import accuracy_threshold, betainc, lower_bound, quantile_threshold
 from cascade.eval.data import Item
 from cascade.eval.decide import rows_of
-from cascade.eval.fit import (
-    accuracy_threshold,
-    betainc,
-    fit,
-    fit_temperature,
-    lower_bound,
-    quantile_threshold,
-)
+from cascade.eval.fit import fit, fit_temperature
 from cascade.eval.runner import Outputs, TierRun
 from cascade.eval.scores import Scored, ece
 from cascade.eval.summary import summarize
