@@ -21,7 +21,7 @@ not certify 0.9 even when perfect.
   answers (confidence at or above it) have a one-sided 95 % Clopper-Pearson lower bound on
   their accuracy of at least A; 1.0 (escalate everything) when no threshold does.
 
-The statistics (quantiles, the bound, pooling) are ``cascade.control.stats``'s, which the live
+The statistics (quantiles, the bound, pooling) are ``cascade.policy.stats``'s, which the live
 refit shares.
 """
 
@@ -32,7 +32,10 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from cascade.control.stats import (
+from cascade.eval.decide import ItemRow, TierOut, reaches_gate
+from cascade.laya.config import TEMP_MAX, TEMP_MIN, clamp_temperature
+from cascade.policy.calibration import CellFit, temper
+from cascade.policy.stats import (
     ALL_CELLS,
     MIN_CELL,
     Cell,
@@ -41,9 +44,6 @@ from cascade.control.stats import (
     pool_of,
     quantile_threshold,
 )
-from cascade.eval.decide import ItemRow, TierOut, reaches_gate
-from cascade.laya.config import TEMP_MAX, TEMP_MIN, clamp_temperature
-from cascade.policy.calibration import CellFit, temper
 
 Target = Literal["escalation", "accuracy"]
 
