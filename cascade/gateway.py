@@ -30,6 +30,7 @@ import msgspec
 from cascade import answers, metrics
 from cascade.answers import Profile
 from cascade.calls import Budget, EngineAnswer, EngineCall, capped
+from cascade.control.live import LiveControl
 from cascade.engines.base import Engine, Previewing
 from cascade.errors import (
     BreakerOpen,
@@ -54,7 +55,6 @@ from cascade.policy.flow import (
 )
 from cascade.policy.model import Policy, UpstreamTier
 from cascade.policy.routing import QuestionRoute
-from cascade.policy.shadow import compare
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
 
@@ -107,6 +107,7 @@ class Gateway:
         cheap = self.engines.get(policy.route.cheap or "")
         self._previewer = cheap if isinstance(cheap, Previewing) else None
         self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
 
     async def start(self) -> None:
         """Start every engine; if one fails, close them all (none is left half-running)."""
@@ -154,18 +155,20 @@ class Gateway:
         return await self.decide(call, budget=budget)
 
     async def decide(self, call: EngineCall, *, budget: Budget | None = None,
-                     partial: bool = False) -> Outcome:
+                     partial: bool = False, escalate: bool = True) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
-        the response) while the others are answered; the request fails only when all are."""
+        the response) while the others are answered; the request fails only when all are.
+        ``escalate=False``: no cheap answer escalates on confidence (flagged ``budget``)."""
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
         flow = decide(self.policy, call, previews=self._previewer is not None, shadow_key=key,
-                      partial=partial)
+                      partial=partial, gate=self.control.gate(escalate=escalate))
         decision, merging = await self._drive(flow, timings, started)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision)
+        self.control.decided(call, decision)
         response = answers.response(call, decision, timings, profile=self.profile,
                                     demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)
@@ -215,7 +218,7 @@ class Gateway:
             qtype, why = call.questions[qid].type, decision.degraded.get(qid)
             if why is not None:
                 metrics.DEGRADED.labels(reason=why, type=qtype).inc()
-            elif route.reason is not None:
+            elif route.reason not in (None, "budget"):  # budget: kept cheap (control counts)
                 metrics.ESCALATIONS.labels(reason=route.reason, type=qtype).inc()
             metrics.QUESTIONS.labels(tier=route.tier, type=qtype).inc()
             metrics.CONFIDENCE.labels(tier=route.tier, type=qtype).observe(
@@ -290,10 +293,4 @@ class Gateway:
         metrics.SHADOW.labels(outcome="sent").inc()
         if self.decisions is not None:
             self.decisions.shadowed(shadow.call, strong)
-        for found in compare(shadow.cheap, strong).values():
-            metrics.SHADOW_TVD.labels(type=found.type, band=found.band).observe(found.tvd)
-            if found.metric == "top1":
-                agree = "true" if found.value >= 1.0 else "false"
-                metrics.SHADOW_AGREEMENT.labels(type=found.type, band=found.band, agree=agree).inc()
-            else:
-                metrics.SHADOW_DELTA.labels(type=found.type, band=found.band).observe(found.value)
+        self.control.shadowed(shadow, strong)  # agreement metrics; the teacher's labels

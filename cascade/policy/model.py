@@ -264,8 +264,8 @@ class Targets(_Strict, frozen=True):
     score: float | None = None
     noul: float | None = None
 
-    def of(self, qtype: QuestionType) -> float | None:
-        return {"choice": self.choice, "score": self.score, "noul": self.noul}[qtype]
+    def of(self, qtype: str) -> float | None:
+        return {"choice": self.choice, "score": self.score, "noul": self.noul}.get(qtype)
 
 
 class Control(_Strict, frozen=True):
@@ -297,7 +297,7 @@ class Control(_Strict, frozen=True):
     max_threshold: float = 1.0
     frozen: bool = False
 
-    def target(self, qtype: QuestionType) -> float | None:
+    def target(self, qtype: str) -> float | None:
         """The accuracy target of ``qtype``'s cells (None: no target)."""
         t = self.target_accuracy
         return t.of(qtype) if isinstance(t, Targets) else t
