@@ -2,7 +2,8 @@
 
 ``cascade.policy.flow.decide`` decides; this module answers what it asks (previews off the
 event loop, tier calls under budgets and breakers), records metrics, the decision log and
-shadow calls, and shapes the decision (``cascade.answers``). Health, readiness and model cards
+shadow calls, and shapes the decision (``cascade.answers``). ``cascade.control`` gives each
+request its gate and learns from each decision and shadow answer. Health, readiness and model cards
 are ``cascade.http.status``'s; the gauges ``cascade.http.gauges``'s.
 
 Every request gets a ``Budget``: a deadline ``admission_deadline_s`` from its start and a flow id

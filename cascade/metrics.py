@@ -164,6 +164,12 @@ GATE_CHANGES = Counter(
     "or relaxing).",
     ["source"],
 )
+for _type in ("choice", "score", "noul"):  # exported at 0 from the start, as above
+    BUDGET_FLAGGED.labels(type=_type)
+for _label in ("budget", "accuracy"):
+    CONTROL_CONFLICTS.labels(winner=_label)
+for _label in ("refit", "budget"):
+    GATE_CHANGES.labels(source=_label)
 
 
 class GatewayGauges(Collector):
