@@ -88,7 +88,8 @@ class LiveControl:
         the strong ones, the forced ones and each gated question's confidence."""
         types = {q: v.type for q, v in call.questions.items()}
         cheap, strong = self.policy.route.cheap, self.policy.route.strong
-        cheap_answer = decision.answers.get(cheap or "")
+        # the gate ran only in the cascade (a cheap-only model's answers never escalate)
+        cheap_answer = decision.answers.get(cheap or "") if decision.pre.mode == "cascade" else None
         n_strong = forced = 0
         gated: list[tuple[Cell, float]] = []
         for qid, route in decision.routes.items():

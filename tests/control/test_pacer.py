@@ -4,10 +4,15 @@ configured thresholds; the strong tier's predicted wait tightens and relaxes it 
 
 from __future__ import annotations
 
+import msgspec
+
 from cascade import metrics
+from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.control.live import LiveControl
 from cascade.control.pacer import Pacer
-from tests.control.load import CONFIGURED, Clock, max_window_share, policy, replay
+from cascade.policy.flow import decide, run
+from cascade.policy.model import Models
+from tests.control.load import CONFIGURED, KINDS, Clock, max_window_share, policy, replay
 
 BUDGET = 0.25
 HARD = {"wide": (0.10, 0.5, 0.5), "choice": (0.60, 0.5, 1.0), "noul": (0.30, 0.5, 1.0)}
@@ -79,3 +84,20 @@ def test_overload_counts_like_a_long_wait_and_protected_cells_are_never_cut() ->
     pacer.overloaded(now + 3)
     held = pacer.pace(now + 3, {("choice", "2"): 0.8}, protected={("choice", "2")})
     assert held.cuts == {} and held.conflict and held.capped
+
+
+def test_answers_of_a_cheap_only_model_are_not_gated_traffic() -> None:
+    cheap_only = policy(max_strong_share=BUDGET)
+    cheap_only = msgspec.structs.replace(cheap_only, models=Models(cheap_only=["laya"]))
+    control = LiveControl(cheap_only, clock=Clock())
+    call = EngineCall(state="s", model="laya", questions={"q": KINDS["choice"]})
+
+    def reply(ask: object) -> EngineAnswer:
+        return EngineAnswer(model="laya", usage=EngineUsage(input_tokens=1), results={
+            "q": QuestionResult(type="choice", probabilities=[0.5, 0.5])})
+
+    control.decided(call, run(decide(cheap_only, call, previews=False, gate=control.gate()),
+                              reply))
+    assert control.pacer is not None
+    (only,) = control.pacer._bins
+    assert (only.answered, only.strong, only.gated) == (1, 0, 0)
