@@ -2,7 +2,8 @@
 
 ``cascade.policy.flow.decide`` decides; this module answers what it asks (previews off the
 event loop, tier calls under budgets and breakers), records metrics, the decision log and
-shadow calls, and shapes the decision (``cascade.answers``). Health, readiness and model cards
+shadow calls, and shapes the decision (``cascade.answers``). ``cascade.control`` gives each
+request its gate and learns from each decision and shadow answer. Health, readiness and model cards
 are ``cascade.http.status``'s; the gauges ``cascade.http.gauges``'s.
 
 Every request gets a ``Budget``: a deadline ``admission_deadline_s`` from its start and a flow id
@@ -31,6 +32,7 @@ import msgspec
 from cascade import answers, metrics
 from cascade.answers import Profile
 from cascade.calls import Budget, EngineAnswer, EngineCall, capped
+from cascade.control.live import LiveControl
 from cascade.engines.base import Engine
 from cascade.errors import (
     BreakerOpen,
@@ -55,7 +57,6 @@ from cascade.policy.flow import (
 from cascade.policy.model import Policy, UpstreamTier
 from cascade.policy.routing import QuestionRoute
 from cascade.policy.serving import Reconfigurable, Serving
-from cascade.policy.shadow import compare
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
 
@@ -103,6 +104,8 @@ class Gateway(Reconfigurable):
         self._flows = itertools.count(1)
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
         self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
+        self.reconfigured.append(lambda serving: self.control.rebase(serving.policy))
 
     async def start(self) -> None:
         """Start every engine; if one fails, close them all (none is left half-running)."""
@@ -151,20 +154,22 @@ class Gateway(Reconfigurable):
         return await self.decide(call, budget=budget, tenant=tenant)
 
     async def decide(self, call: EngineCall, *, budget: Budget | None = None,
-                     partial: bool = False, tenant: str = "",
+                     partial: bool = False, tenant: str = "", escalate: bool = True,
                      serving: Serving | None = None) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
-        the response) while the others are answered; the request fails only when all are."""
+        the response) while the others are answered; the request fails only when all are.
+        ``escalate=False``: no cheap answer escalates on confidence (flagged ``budget``)."""
         serving = serving or self.serving  # this request's version, read once, to its end
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
         flow = decide(serving.policy, call, previews=serving.previewer is not None,
-                      shadow_key=key, partial=partial)
+                      shadow_key=key, partial=partial, gate=self.control.gate(escalate=escalate))
         decision, merging = await self._drive(flow, serving, timings, started)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision)
+        self.control.decided(call, decision)
         response = answers.response(call, decision, timings, profile=self.profile,
                                     demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)
@@ -215,7 +220,7 @@ class Gateway(Reconfigurable):
             qtype, why = call.questions[qid].type, decision.degraded.get(qid)
             if why is not None:
                 metrics.DEGRADED.labels(reason=why, type=qtype).inc()
-            elif route.reason is not None:
+            elif route.reason not in (None, "budget"):  # budget: kept cheap (control counts)
                 metrics.ESCALATIONS.labels(reason=route.reason, type=qtype).inc()
             metrics.QUESTIONS.labels(tier=route.tier, type=qtype).inc()
             metrics.CONFIDENCE.labels(tier=route.tier, type=qtype).observe(
@@ -290,10 +295,4 @@ class Gateway(Reconfigurable):
         metrics.SHADOW.labels(outcome="sent").inc()
         if self.decisions is not None:
             self.decisions.shadowed(shadow.call, strong)
-        for found in compare(shadow.cheap, strong).values():
-            metrics.SHADOW_TVD.labels(type=found.type, band=found.band).observe(found.tvd)
-            if found.metric == "top1":
-                agree = "true" if found.value >= 1.0 else "false"
-                metrics.SHADOW_AGREEMENT.labels(type=found.type, band=found.band, agree=agree).inc()
-            else:
-                metrics.SHADOW_DELTA.labels(type=found.type, band=found.band).observe(found.value)
+        self.control.shadowed(shadow, strong)  # agreement metrics; the teacher's labels

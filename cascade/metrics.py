@@ -147,6 +147,42 @@ SEND_TIMEOUTS = Counter(
     "CASCADE_SEND_TIMEOUT_S.",
 )
 
+# ---------------------------------------------------------------- live control (cascade.control)
+GATE_THRESHOLD = Gauge(
+    "cascade_gate_threshold",
+    "The confidence threshold the gate applies now, by type and band: the configured (or refit) "
+    "one, lowered where the strong tier's budget or capacity binds.",
+    ["type", "band"],
+)
+STRONG_SHARE = Gauge(
+    "cascade_strong_share",
+    "Share of the answered questions the strong tier answered over [control] window_s.",
+)
+BUDGET_FLAGGED = Counter(
+    "cascade_budget_flagged_total",
+    "Questions the gate's thresholds would have escalated but the live gate kept on the cheap "
+    "tier (reason budget: the budget or capacity binds, or escalate=False), by type.",
+    ["type"],
+)
+CONTROL_CONFLICTS = Counter(
+    "cascade_control_conflicts_total",
+    "Times the strong tier's budget and the accuracy target conflicted, by which won "
+    "([control] prefer).",
+    ["winner"],
+)
+GATE_CHANGES = Counter(
+    "cascade_gate_changes_total",
+    "Threshold changes of the live gate, by source: refit (labels), budget (the pacer binding "
+    "or relaxing).",
+    ["source"],
+)
+for _type in ("choice", "score", "noul"):  # exported at 0 from the start, as above
+    BUDGET_FLAGGED.labels(type=_type)
+for _label in ("budget", "accuracy"):
+    CONTROL_CONFLICTS.labels(winner=_label)
+for _label in ("refit", "budget"):
+    GATE_CHANGES.labels(source=_label)
+
 
 class GatewayGauges(Collector):
     """The gauges of one gateway, read at scrape time: ``cascade_tier_ready`` (an upstream going

@@ -43,3 +43,11 @@ class Previewing(Protocol):
     ``isinstance(engine, Previewing)``."""
 
     def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> CallPreview: ...
+
+
+@runtime_checkable
+class Waiting(Protocol):
+    """The queue-wait capability (in-process tiers with admission, Clef): the seconds a new
+    request would wait now before its batch starts, as admission predicts it (corrected)."""
+
+    def expected_wait(self) -> float: ...

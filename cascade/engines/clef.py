@@ -151,6 +151,11 @@ class ClefEngine:
     def ready(self) -> bool:
         return self._ready
 
+    def expected_wait(self) -> float:
+        """Seconds the work queued and in flight would keep a new request waiting (``Waiting``)."""
+        batcher = self._batcher
+        return batcher.expected_wait(time.monotonic()) if batcher is not None else 0.0
+
     def health(self) -> dict[str, Any]:
         info: dict[str, Any] = {
             "engine": "clef", "name": self.name, "release": str(self.release),

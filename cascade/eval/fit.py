@@ -20,6 +20,9 @@ not certify 0.9 even when perfect.
 - ``--target-accuracy A``: the lowest threshold (so the lowest escalation) whose accepted
   answers (confidence at or above it) have a one-sided 95 % Clopper-Pearson lower bound on
   their accuracy of at least A; 1.0 (escalate everything) when no threshold does.
+
+The statistics (quantiles, the bound, pooling) are ``cascade.policy.stats``'s, which the live
+refit shares.
 """
 
 from __future__ import annotations
@@ -32,13 +35,17 @@ from typing import Literal
 from cascade.eval.decide import ItemRow, TierOut, reaches_gate
 from cascade.laya.config import TEMP_MAX, TEMP_MIN, clamp_temperature
 from cascade.policy.calibration import CellFit, temper
-from cascade.questions import BANDS
+from cascade.policy.stats import (
+    ALL_CELLS,
+    MIN_CELL,
+    Cell,
+    accuracy_threshold,
+    lower_bound,
+    pool_of,
+    quantile_threshold,
+)
 
 Target = Literal["escalation", "accuracy"]
-ALPHA = 0.05
-MIN_CELL = 30
-Cell = tuple[str, str]
-ALL_CELLS: tuple[Cell, ...] = (*((t, b) for t in ("choice", "score") for b in BANDS), ("noul", "2"))
 
 
 # ---------------------------------------------------------------- temperatures
@@ -76,75 +83,6 @@ def fit_temperature(pairs: Sequence[tuple[Sequence[float], int]]) -> float:
 # ---------------------------------------------------------------- thresholds
 
 
-def quantile_threshold(confidences: Sequence[float], rate: float) -> float:
-    """A threshold under which a share ``rate`` of ``confidences`` falls."""
-    c = sorted(confidences)
-    k = round(rate * len(c))
-    if k <= 0 or not c:
-        return 0.0
-    if k >= len(c):
-        return 1.0
-    return (c[k - 1] + c[k]) / 2
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - betainc(b, a, 1.0 - x)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-14:
-            break
-    return front * h / a
-
-
-def lower_bound(correct: int, n: int, alpha: float = ALPHA) -> float:
-    """One-sided (1 - alpha) Clopper-Pearson lower bound of a binomial proportion: the p at
-    which P(X >= correct) = alpha (0 when nothing is correct)."""
-    if correct <= 0 or n <= 0:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if betainc(correct, n - correct + 1, mid) > alpha:
-            hi = mid
-        else:
-            lo = mid
-    return lo
-
-
-def accuracy_threshold(scored: Sequence[tuple[float, bool]], target: float
-                       ) -> tuple[float, int, int]:
-    """``(threshold, accepted, correct accepted)``: the lowest threshold whose accepted answers
-    reach ``target`` at the 95 % lower bound; ``(1.0, 0, 0)`` when none does."""
-    ranked = sorted(scored, key=lambda s: -s[0])
-    correct = [0]
-    for _, ok in ranked:
-        correct.append(correct[-1] + ok)
-    for j in range(len(ranked), 0, -1):  # accept the j most confident
-        # I_A(k, j-k+1) <= alpha  <=>  the lower bound is at least A
-        if correct[j] > 0 and betainc(correct[j], j - correct[j] + 1, target) <= ALPHA:
-            t = 0.0 if j == len(ranked) else (ranked[j - 1][0] + ranked[j][0]) / 2
-            return t, j, correct[j]
-    return 1.0, 0, 0
-
-
 # ---------------------------------------------------------------- a whole fit
 
 
@@ -164,19 +102,11 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
         if cell[1] in seen_bands:
             cells.setdefault(cell, [])
 
-    def pool(cell: Cell, enough: Callable[[list[ItemRow]], bool], *, across_bands: bool = True
-             ) -> tuple[list[ItemRow], bool]:
-        """The cell's rows, else its band's, else (``across_bands``) everything; and whether it
-        was pooled."""
-        members = cells[cell]
-        if enough(members):
-            return members, False
-        band = [r for (_, b), rs in cells.items() if b == cell[1] for r in rs]
-        if enough(band) or not across_bands:
-            return band, True
-        return [r for rs in cells.values() for r in rs], True
+    def pool(cell: Cell, enough: Callable[[Sequence[ItemRow]], bool], *,
+             across_bands: bool = True) -> tuple[list[ItemRow], bool]:
+        return pool_of(cells, cell, enough, across_bands=across_bands)
 
-    def labelled_enough(members: list[ItemRow]) -> bool:
+    def labelled_enough(members: Sequence[ItemRow]) -> bool:
         return len(_labelled(members)) >= min_cell
 
     temperatures = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hmac
 
-from litestar import Request, Response, Router, post
+from litestar import Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
@@ -62,7 +62,32 @@ async def reload(request: Request) -> Response[bytes]:
     return Response(content=encoder.encode(report), status_code=200, media_type=JSON)
 
 
-ROUTES = [reload]
+@get("/control")
+async def control(request: Request) -> Response[bytes]:
+    """What the live gate applies now and why (``cascade.control.live.LiveControl.status``)."""
+    return _control_status(request)
+
+
+@post("/control/freeze", status_code=200)
+async def freeze(request: Request) -> Response[bytes]:
+    """Hold every threshold where it is: no pacing, no refit, until ``unfreeze``."""
+    request.app.state.gateway.control.freeze()
+    return _control_status(request)
+
+
+@post("/control/unfreeze", status_code=200)
+async def unfreeze(request: Request) -> Response[bytes]:
+    """Let the pacer and the refit move the thresholds again (unless the policy freezes them)."""
+    request.app.state.gateway.control.unfreeze()
+    return _control_status(request)
+
+
+def _control_status(request: Request) -> Response[bytes]:
+    status = request.app.state.gateway.control.status()
+    return Response(content=encoder.encode(status), status_code=200, media_type=JSON)
+
+
+ROUTES = [reload, control, freeze, unfreeze]
 
 
 def admin_router() -> Router:

@@ -29,6 +29,7 @@ from cascade.policy.model import (
     Tier,
 )
 from cascade.policy.routing import resolve_model
+from cascade.policy.stats import lower_bound
 from cascade.policy.toml_keys import KeyPath, key_lines, locate
 from cascade.questions import BAND_MAX_OPTIONS, Band
 from cascade.schema import QuestionType
@@ -68,6 +69,8 @@ def _shape(value: Any, tp: Any, path: KeyPath) -> Iterator[Finding]:
             return
         for key, item in value.items():
             yield from _shape(item, typing.get_args(tp)[1], (*path, key))
+    elif isinstance(value, dict) and (table := _struct_in_union(tp)) is not None:
+        yield from _shape_struct(value, table, path)  # ``[control]``, a per-type target table
     elif tp == Tier:
         kinds = {c.__struct_config__.tag: c for c in typing.get_args(Tier)}
         kind = value.get("kind") if isinstance(value, dict) else None
@@ -84,6 +87,13 @@ def _shape(value: Any, tp: Any, path: KeyPath) -> Iterator[Finding]:
             return
         if _non_finite(value):
             yield _err(path, f"`{'.'.join(path)}` must be a finite number, not {value}")
+
+
+def _struct_in_union(tp: Any) -> type[msgspec.Struct] | None:
+    """The one Struct of a union such as ``Control | None`` (None: not such a union)."""
+    tables = [t for t in typing.get_args(tp) if isinstance(t, type)
+              and issubclass(t, msgspec.Struct)]
+    return tables[0] if len(tables) == 1 and typing.get_origin(tp) is not dict else None
 
 
 def _non_finite(value: Any) -> bool:
@@ -196,6 +206,7 @@ def validate(policy: Policy) -> list[Finding]:
     for key in ("max_bytes", "keep", "queue_size"):
         if getattr(policy.decision_log, key) < 1:
             found.append(_err(("decision_log", key), f"decision_log.{key} must be >= 1"))
+    found += _control_findings(policy)
     return sorted(found, key=lambda f: f.severity != "error")
 
 
@@ -218,6 +229,46 @@ def _strong_needed(policy: Policy) -> Iterator[Finding]:
                            f"thresholds.{kind}.{qtype} needs a strong tier to escalate to")
     if policy.shadow.fraction > 0:
         yield _err(("shadow", "fraction"), "shadow sampling needs a strong tier")
+
+
+def _control_findings(policy: Policy) -> Iterator[Finding]:
+    """``[control]``: numbers in range, and the tiers and evidence its keys need."""
+    control = policy.control
+    if control is None:
+        return
+    if policy.route.cheap is None or policy.route.strong is None:
+        yield _err(("control",), "[control] moves the gate between a cheap and a strong tier; "
+                   "route needs both")
+    if control.max_strong_share is not None:
+        yield from _unit(("control", "max_strong_share"), control.max_strong_share)
+    for key in ("window_s", "refit_interval_s"):
+        if getattr(control, key) <= 0:
+            yield _err(("control", key), f"control.{key} must be > 0")
+    for key in ("min_threshold", "max_threshold"):
+        yield from _unit(("control", key), getattr(control, key))
+    if control.min_threshold > control.max_threshold:
+        yield _err(("control", "max_threshold"), "control.max_threshold must be >= "
+                   "min_threshold")
+    if control.min_labels < 1:
+        yield _err(("control", "min_labels"), "control.min_labels must be >= 1")
+    targets = {qtype: control.target(qtype) for qtype in typing.get_args(QuestionType)}
+    per_type = not isinstance(control.target_accuracy, float | int)
+    for qtype, target in targets.items():
+        if target is not None and not 0.0 < target < 1.0:
+            yield _err(("control", "target_accuracy", *((qtype,) if per_type else ())),
+                       f"accuracy target {target} must be in (0, 1)")
+    certifiable = lower_bound(control.min_labels, control.min_labels)
+    highest = max((t for t in targets.values() if t is not None and t < 1.0), default=0.0)
+    if certifiable < highest:
+        yield _warn(("control", "min_labels"), f"{control.min_labels} labels, all right, "
+                    f"certify only {certifiable:.3f} at 95 %: a cell fitted on so few for "
+                    f"{highest} escalates everything")
+    if control.prefer == "accuracy" and not any(t is not None for t in targets.values()):
+        yield _warn(("control", "prefer"), "prefer = \"accuracy\" without a target_accuracy: "
+                    "the budget always wins")
+    if control.teacher == "feedback+shadow" and policy.shadow.fraction <= 0:
+        yield _warn(("control", "teacher"), "teacher = \"feedback+shadow\" with "
+                    "shadow.fraction = 0: no shadow answers to learn from")
 
 
 def _tier_findings(name: str, tier: Tier) -> Iterator[Finding]:

@@ -15,7 +15,9 @@ against cached tier outputs, ``run`` against plain functions. One request::
     preview                 the cheap tier's exact token counts and the checkpoint that reads it
     routing.pre_route       every question, before any tier runs
     ONE cheap call          its questions; failed: a cascade request's go strong (cheap_failed)
-    routing.post_route      the confidence gate (calibration view), truncation, option collapse
+    routing.post_route      the confidence gate (calibration view; the live ``Gate`` when given:
+                            answers it keeps although its thresholds would escalate them are
+                            flagged ``budget``), truncation, option collapse
     ONE strong call         pre-routed and escalated together: the state's tokens paid once
     failed or refused       degrade or refuse (``fallback``, ``stand_in``)
     merge                   the results returned (calibration view) and whether to shadow
@@ -53,6 +55,7 @@ from cascade.policy.calibration import returned_results
 from cascade.policy.model import LayaTier, Policy
 from cascade.policy.routing import (
     STRONG_ONLY,
+    Gate,
     PreRoute,
     QuestionRoute,
     Reason,
@@ -143,18 +146,23 @@ class Fallback(msgspec.Struct, frozen=True):
 # ---------------------------------------------------------------- the procedure
 
 
-def decide(policy: Policy, call: EngineCall, *, previews: bool,
-           shadow_key: str = "", partial: bool = False) -> Flow[Decision]:
+def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str = "",
+           partial: bool = False, gate: Gate | None = None) -> Flow[Decision]:
     """The decision for ``call``. ``previews``: whether the cheap tier answers ``Preview``
     (without, pre-routing sees no token counts). ``shadow_key`` picks the shadow sample.
-    ``partial``: refuse the questions nothing can answer now instead of the whole request."""
+    ``partial``: refuse the questions nothing can answer now instead of the whole request.
+    ``gate``: the confidence gate to apply (None: the policy's thresholds); the cheap answers it
+    keeps against its thresholds are routed cheap with the reason ``budget``."""
     strong = policy.route.strong
     preview = (yield from preview_steps(policy, call)) if previews else None
     pre = pre_route(policy, call, preview)
     answers: dict[str, EngineAnswer] = {}
     usages: list[tuple[str, EngineUsage]] = []
-    cheap, escalated = yield from _cheap(policy, call, pre, preview, answers, usages)
+    cheap, gated = yield from _cheap(policy, call, pre, preview, answers, usages, gate)
+    escalated: dict[str, Reason] = {q: r for q, r in gated.items() if r != "budget"}
     routes = final_routes(policy, pre, escalated)
+    routes.update({q: QuestionRoute(r.tier, "budget") for q, r in routes.items()
+                   if gated.get(q) == "budget"})
     degraded: dict[str, str] = {}
     refused: dict[str, CascadeError] = {}
     strong_call = split(call, routes).get(strong or "")
@@ -207,8 +215,9 @@ def subcall(call: EngineCall, qids: Iterable[str]) -> EngineCall:
 
 def _cheap(policy: Policy, call: EngineCall, pre: PreRoute, preview: CallPreview | None,
            answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]],
-           ) -> Flow[tuple[EngineAnswer | None, dict[str, Reason]]]:
-    """The cheap call of the questions pre-routed cheap: its answer and the escalations."""
+           gate: Gate | None) -> Flow[tuple[EngineAnswer | None, dict[str, Reason]]]:
+    """The cheap call of the questions pre-routed cheap: its answer and the escalations (with
+    the answers ``gate`` keeps, flagged ``budget``)."""
     name, strong = policy.route.cheap, policy.route.strong
     sub = split(call, pre.questions).get(name or "")
     if sub is None or name is None:
@@ -221,7 +230,7 @@ def _cheap(policy: Policy, call: EngineCall, pre: PreRoute, preview: CallPreview
         failed: dict[str, Reason] = {q: "cheap_failed" for q in sub.questions}
         return None, failed
     _keep(answers, usages, name, reply)
-    return reply, post_route(policy, call, pre, reply, preview)
+    return reply, post_route(policy, call, pre, reply, preview, gate)
 
 
 def _degrade(

@@ -3,9 +3,10 @@
 A policy is data only. It names its tiers (``[tiers.NAME]``, tagged by ``kind``), which request
 ``model`` names mean the cascade or one tier (``[models]``), the pre-routing rules (``[route]``),
 the escalation thresholds (``[thresholds]``), per-tier breakers (``[breaker.NAME]``), shadow
-sampling (``[shadow]``), degradation (``[degrade]``), a fitted calibration (``[calibration]``)
-and the decision log (``[decision_log]``). The decisions live in
-``cascade.policy.routing``; reading and checking files is ``cascade.policy.files``'s job.
+sampling (``[shadow]``), degradation (``[degrade]``), a fitted calibration (``[calibration]``),
+the decision log (``[decision_log]``) and live control of the gate (``[control]``). The
+decisions live in ``cascade.policy.routing``; reading and checking files is
+``cascade.policy.files``'s job.
 
 Decoding is strict (``forbid_unknown_fields``): a typo fails at boot.
 """
@@ -256,6 +257,52 @@ class DecisionLog(_Strict, frozen=True):
     queue_size: int = 10_000  # requests waiting for the writer; beyond, rows are dropped
 
 
+class Targets(_Strict, frozen=True):
+    """Per-type accuracy targets; a type left out has none."""
+
+    choice: float | None = None
+    score: float | None = None
+    noul: float | None = None
+
+    def of(self, qtype: str) -> float | None:
+        return {"choice": self.choice, "score": self.score, "noul": self.noul}.get(qtype)
+
+
+class Control(_Strict, frozen=True):
+    """``[control]``: the gate moves while cascade serves (``cascade.control``).
+
+    ``max_strong_share``: the most of the answered questions (over the last ``window_s``) the
+    strong tier may answer; when it binds the pacer lowers cells' confidence thresholds so only
+    the least confident escalate, the others answered cheap and flagged ``budget``. ``capacity``:
+    tighten the same way when the strong tier's predicted queue wait nears the admission
+    deadline or it reports overload. ``target_accuracy`` (one number, or per type): refit each
+    cell's threshold every ``refit_interval_s`` from labelled answers, so the cheap answers kept
+    meet it at the one-sided 95 % Clopper-Pearson bound, on cells with ``min_labels`` labels
+    (``pool``: else their band's, ``all``: else everyone's), within ``[min_threshold,
+    max_threshold]``. ``teacher``: what labels count (feedback; or also the strong tier's
+    shadow answers). ``prefer``: which wins when the budget and the target conflict. ``frozen``:
+    hold every threshold where it is.
+    """
+
+    max_strong_share: float | None = None
+    window_s: float = 300.0
+    capacity: bool = True
+    target_accuracy: float | Targets | None = None
+    prefer: Literal["budget", "accuracy"] = "budget"
+    refit_interval_s: float = 60.0
+    min_labels: int = 30
+    pool: Literal["none", "band", "all"] = "none"
+    teacher: Literal["feedback", "feedback+shadow"] = "feedback"
+    min_threshold: float = 0.0
+    max_threshold: float = 1.0
+    frozen: bool = False
+
+    def target(self, qtype: str) -> float | None:
+        """The accuracy target of ``qtype``'s cells (None: no target)."""
+        t = self.target_accuracy
+        return t.of(qtype) if isinstance(t, Targets) else t
+
+
 class Policy(_Strict, frozen=True, kw_only=True):
     description: str = ""
     tiers: dict[str, Tier]
@@ -267,6 +314,7 @@ class Policy(_Strict, frozen=True, kw_only=True):
     degrade: Degrade = field(default_factory=Degrade)
     calibration: Calibration = field(default_factory=Calibration)
     decision_log: DecisionLog = field(default_factory=DecisionLog)
+    control: Control | None = None  # ``[control]``; absent: the gate is the configured one
     # ``[cost]``: what each tier costs per 1000 input tokens, by tier name, for ``cascade
     # eval``'s cost model; a tier not listed gets its kind's default (cascade.eval.costs).
     cost: dict[str, float] = field(default_factory=dict)

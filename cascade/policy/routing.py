@@ -9,7 +9,9 @@ Reason codes (bounded, usable as metric labels): pre-routing ``images``, ``state
 ``too_many_options``, ``script``, ``type_rule``, ``model_alias``; post-rules ``low_confidence``,
 ``low_margin``, ``truncated``, ``options_collapsed``; either ``whole_request``; and
 ``cheap_failed`` when the cheap tier could not answer (down, overloaded, broken) and its
-questions went to the strong tier instead.
+questions went to the strong tier instead; and ``budget``, not an escalation: the gate wanted
+the strong tier (low confidence or margin) but the live ``Gate`` kept the cheap answer (the
+strong tier's budget or capacity binds, or a tenant is over its quota).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ import msgspec
 from cascade.calls import EngineAnswer, EngineCall, QuestionResult
 from cascade.errors import EngineFailed, UnknownModel, ValidationFailed
 from cascade.policy.calibration import gate_view
-from cascade.policy.model import LayaTier, Mode, Policy
-from cascade.questions import n_options, option_band
-from cascade.schema import Question
+from cascade.policy.model import LayaTier, Mode, Policy, TypeBands
+from cascade.questions import Band, n_options, option_band
+from cascade.schema import Question, QuestionType
 
 if TYPE_CHECKING:
     from cascade.calls import CallPreview, RowPreview
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 Reason = Literal[
     "images", "state_too_long", "too_many_options", "script", "type_rule", "model_alias",
     "low_confidence", "low_margin", "truncated", "options_collapsed", "whole_request",
-    "cheap_failed",
+    "cheap_failed", "budget",
 ]
 # The strong tier is the only one that can answer these; without it the request gets a 503.
 STRONG_ONLY: frozenset[str] = frozenset(
@@ -46,6 +48,33 @@ class QuestionRoute(msgspec.Struct, frozen=True):
 
     tier: str
     reason: Reason | None = None
+
+
+class Gate(msgspec.Struct, frozen=True, kw_only=True):
+    """What the confidence gate applies to one request (``Gate.of(policy)``: the policy's own).
+
+    ``confidence`` and ``margin`` are the thresholds the cascade wants (the policy's, or refit
+    from labels by ``cascade.control``). ``budget``: per cell a lower cut on the confidence the
+    strong tier's budget or capacity affords now; a question the thresholds escalate but whose
+    confidence is at or above its cell's cut stays cheap, flagged ``budget`` (a cell without a
+    cut: no budget binds). ``escalate=False``: no answer escalates on confidence or margin;
+    each that would is flagged ``budget`` (truncation and option collapse still escalate).
+    """
+
+    confidence: TypeBands
+    margin: TypeBands
+    budget: TypeBands = msgspec.field(default_factory=TypeBands)
+    escalate: bool = True
+
+    @classmethod
+    def of(cls, policy: Policy, *, escalate: bool = True) -> Gate:
+        th = policy.thresholds
+        return cls(confidence=th.confidence, margin=th.margin, escalate=escalate)
+
+    def live(self, qtype: QuestionType, band: Band) -> float | None:
+        """The confidence below which a cell's answers escalate now (None: never on it)."""
+        want, cut = self.confidence.of(qtype).get(band), self.budget.of(qtype).get(band)
+        return want if cut is None or want is None else min(want, cut)
 
 
 class PreRoute(msgspec.Struct, frozen=True):
@@ -194,19 +223,21 @@ def _text_only(policy: Policy, call: EngineCall) -> None:
 
 def post_route(
     policy: Policy, call: EngineCall, pre: PreRoute, cheap: EngineAnswer,
-    preview: CallPreview | None,
+    preview: CallPreview | None, gate: Gate | None = None,
 ) -> dict[str, Reason]:
-    """Which cheap answers escalate, ``{question id: reason}`` (empty: all are final).
+    """Which cheap answers escalate, ``{question id: reason}`` (empty: all are final), and
+    which the live ``gate`` keeps although its thresholds would escalate them (``budget``).
 
     Signals, in order: truncation and option collapse (the cheap tier's usage, or the preview
-    ``pre_route`` saw), then ``answer_confidence`` and the top-two margin against the policy's
-    (type x option band) thresholds. With ``escalate = "request"`` one escalation takes every
-    cheap question along (``whole_request``). Raises ``EngineFailed`` when ``cheap`` lacks an
-    answer it was asked for.
+    ``pre_route`` saw), then ``answer_confidence`` and the top-two margin against the gate's
+    (type x option band) thresholds (``gate``: the policy's own when None). With ``escalate =
+    "request"`` one escalation takes every cheap question along (``whole_request``), flagged
+    ones too. Raises ``EngineFailed`` when ``cheap`` lacks an answer it was asked for.
     """
     route = policy.route
     if pre.mode != "cascade" or route.strong is None:
         return {}
+    gate = gate or Gate.of(policy)
     cheap_qids = [q for q, r in pre.questions.items() if r.tier == route.cheap]
     rows = preview.rows if preview is not None else {}
     out: dict[str, Reason] = {}
@@ -214,16 +245,17 @@ def post_route(
         result = cheap.results.get(qid)
         if result is None:
             raise EngineFailed(f"tier `{route.cheap}` returned no answer for question `{qid}`")
-        reason = _post_reason(policy, qid, result, cheap, rows.get(qid))
+        reason = _post_reason(policy, gate, qid, result, cheap, rows.get(qid))
         if reason is not None:
             out[qid] = reason
-    if out and route.escalate == "request":
-        out = {q: out.get(q, "whole_request") for q in cheap_qids}
+    if route.escalate == "request" and any(r != "budget" for r in out.values()):
+        out = {q: out[q] if out.get(q, "budget") != "budget" else "whole_request"
+               for q in cheap_qids}
     return {q: out[q] for q in call.questions if q in out}
 
 
-def _post_reason(policy: Policy, qid: str, result: QuestionResult, cheap: EngineAnswer,
-                 row: RowPreview | None) -> Reason | None:
+def _post_reason(policy: Policy, gate: Gate, qid: str, result: QuestionResult,
+                 cheap: EngineAnswer, row: RowPreview | None) -> Reason | None:
     th, usage = policy.thresholds, cheap.usage
     result = gate_view(policy, result)  # a calibration's temperatures, when the policy has one
     truncated = qid in usage.truncated_questions or (row is not None and
@@ -234,13 +266,20 @@ def _post_reason(policy: Policy, qid: str, result: QuestionResult, cheap: Engine
     if th.collapsed and collapsed:
         return "options_collapsed"
     band = option_band(len(result.probabilities))
-    floor = th.confidence.of(result.type).get(band)
-    if floor is not None and answer_confidence(result) < floor:
-        return "low_confidence"
-    margin = th.margin.of(result.type).get(band)
-    if margin is not None and top_two_margin(result) < margin:
-        return "low_margin"
-    return None
+    confidence = answer_confidence(result)
+    floor = gate.confidence.of(result.type).get(band)
+    margin = gate.margin.of(result.type).get(band)
+    reason: Reason | None = None
+    if floor is not None and confidence < floor:
+        reason = "low_confidence"
+    elif margin is not None and top_two_margin(result) < margin:
+        reason = "low_margin"
+    if reason is None:
+        return None
+    cut = gate.budget.of(result.type).get(band)
+    if not gate.escalate or (cut is not None and confidence >= cut):
+        return "budget"
+    return reason
 
 
 # ---------------------------------------------------------------- merge planning

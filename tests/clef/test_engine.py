@@ -142,3 +142,20 @@ def test_modules_import_without_torch():
             "import cascade.engines.clef, cascade.cli.bench, cascade.cli.make_tiny, "
             "cascade.clef.runner, cascade.bench.clef, cascade.clef.media")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_predicted_wait_is_the_capacity_signal_of_live_control(tiny_release):
+    from cascade.engines.base import Waiting
+
+    async def body(engine: ClefEngine):
+        idle = engine.expected_wait()
+        first = asyncio.ensure_future(engine.answer(call(CASES["string-state"])))
+        await asyncio.sleep(0.05)  # waits in the queue for max_wait_s
+        busy = engine.expected_wait()
+        await first
+        return idle, busy
+
+    assert isinstance(ClefEngine("clef", tiny_release), Waiting)
+    assert ClefEngine("clef", tiny_release).expected_wait() == 0.0  # not started
+    idle, busy = with_engine(tiny_release, body, max_wait_s=0.5)
+    assert idle == 0.0 and busy > 0.0

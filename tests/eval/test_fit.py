@@ -12,19 +12,13 @@ import pytest
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.eval.data import Item
 from cascade.eval.decide import rows_of
-from cascade.eval.fit import (
-    accuracy_threshold,
-    betainc,
-    fit,
-    fit_temperature,
-    lower_bound,
-    quantile_threshold,
-)
+from cascade.eval.fit import fit, fit_temperature
 from cascade.eval.runner import Outputs, TierRun
 from cascade.eval.scores import Scored, ece
 from cascade.eval.summary import summarize
 from cascade.policy.calibration import CalibrationFile, Stamp, apply_calibration, bands_of
 from cascade.policy.model import Policy, Route
+from cascade.policy.stats import accuracy_threshold, betainc, lower_bound, quantile_threshold
 from cascade.schema import Question
 
 

@@ -1,0 +1,95 @@
+"""The refit: each cell's confidence threshold from labelled cheap answers, for an accuracy target.
+
+Sans-IO and clock-free: ``cascade.control.live`` hands it ``Labelled`` answers (``observe``,
+the ``Learner`` the feedback route feeds; shadow answers of the strong tier too where the policy
+lets the strong tier teach) and calls ``fit`` on its schedule. Per cell (type x band) with a
+target, over the cell's last ``LABELS`` labels (``pool``: else its band's, ``all``: else
+everyone's, as ``cascade calibrate`` pools): the lowest threshold whose kept answers
+(confidence at or above it) reach the target at the one-sided 95 % Clopper-Pearson lower bound
+(``cascade.policy.stats.accuracy_threshold``), clamped to ``[min_threshold, max_threshold]``;
+1.0 (escalate everything) when no threshold does. A cell without ``min_labels`` labels (in its
+pool) gets no fit and keeps its configured threshold.
+
+The labels say nothing about confidences below the least confident one judged (shadow rows
+exist only for answers the gate kept), so a fit never goes below it: where every label is
+kept, the threshold is the lowest confidence judged, not 0.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cascade.control.evidence import Labelled
+from cascade.policy.model import Control
+from cascade.policy.stats import ALL_CELLS, Cell, accuracy_threshold, lower_bound, pool_of
+
+LABELS = 2000  # labels kept per cell, the most recent
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """One cell's refit and its evidence."""
+
+    cell: Cell
+    threshold: float
+    n: int  # labels fitted on
+    kept: int  # of which at or above the threshold
+    bound: float  # the 95 % lower bound of the kept answers' accuracy
+    pooled: bool  # fitted on the cell's band (or everything): too few labels of its own
+    sources: str  # "feedback", "shadow" or "feedback+shadow"
+
+
+@dataclass
+class Refit:
+    control: Control
+    _labels: dict[Cell, deque[Labelled]] = field(default_factory=dict)
+
+    def observe(self, answers: Sequence[Labelled]) -> None:
+        """Keep the labels the policy's ``teacher`` counts."""
+        shadow = self.control.teacher == "feedback+shadow"
+        for answer in answers:
+            if answer.source == "feedback" or shadow:
+                cell = (answer.type, answer.band)
+                self._labels.setdefault(cell, deque(maxlen=LABELS)).append(answer)
+
+    def forget(self) -> None:
+        """Drop every label (read on temperatures no longer in force)."""
+        self._labels.clear()
+
+    def labels(self, cell: Cell) -> int:
+        return len(self._labels.get(cell, ()))
+
+    def fit(self) -> list[Fitted]:
+        """A fit for every cell with a target and enough labels."""
+        control = self.control
+
+        def enough(members: Sequence[Labelled]) -> bool:
+            return len(members) >= control.min_labels
+
+        out = []
+        for cell in ALL_CELLS:
+            target = control.target(cell[0])
+            if target is None:
+                continue
+            members, pooled = pool_of(self._labels, cell, enough,
+                                      across_bands=control.pool == "all")
+            if not enough(members) or (pooled and control.pool == "none"):
+                continue
+            out.append(self._fit(cell, members, target, pooled))
+        return out
+
+    def _fit(self, cell: Cell, members: list[Labelled], target: float,
+             pooled: bool) -> Fitted:
+        scored = [(m.confidence, m.correct) for m in members]
+        threshold, kept, right = accuracy_threshold(scored, target)
+        if kept == len(scored):  # certified down to the least confident label, no further
+            threshold = min(c for c, _ in scored)
+        c = self.control
+        threshold = min(max(threshold, c.min_threshold), c.max_threshold)
+        kept = sum(conf >= threshold for conf, _ in scored)
+        right = sum(ok for conf, ok in scored if conf >= threshold)
+        sources = "+".join(sorted({m.source for m in members}))
+        return Fitted(cell, threshold, len(scored), kept, lower_bound(right, kept), pooled,
+                      sources)
