@@ -30,6 +30,7 @@ import msgspec
 from cascade import answers, metrics
 from cascade.answers import Profile
 from cascade.calls import Budget, EngineAnswer, EngineCall, capped
+from cascade.control.drift import DriftMonitor
 from cascade.engines.base import Engine, Previewing
 from cascade.errors import (
     BreakerOpen,
@@ -107,6 +108,7 @@ class Gateway:
         cheap = self.engines.get(policy.route.cheap or "")
         self._previewer = cheap if isinstance(cheap, Previewing) else None
         self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
 
     async def start(self) -> None:
         """Start every engine; if one fails, close them all (none is left half-running)."""
@@ -131,8 +133,7 @@ class Gateway:
 
     def budget(self) -> Budget:
         """A new request's budget: its admission deadline and a flow of its own."""
-        return Budget(deadline=time.monotonic() + self.admission_deadline_s,
-                      flow=next(self._flows))
+        return Budget(deadline=time.monotonic() + self.admission_deadline_s, flow=next(self._flows))
 
     async def batch(self, calls: list[EngineCall]) -> list[Outcome]:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
@@ -210,7 +211,8 @@ class Gateway:
             return Failure(exc)
 
     def _count(self, call: EngineCall, decision: Decision) -> None:
-        """The per-question metrics of a decided request."""
+        """The per-question metrics of a decided request, and the drift monitor's counts."""
+        self.drift.observe(self.policy, decision)
         for qid, route in decision.routes.items():
             qtype, why = call.questions[qid].type, decision.degraded.get(qid)
             if why is not None:
@@ -228,9 +230,7 @@ class Gateway:
         ``record=False`` (shadow calls) leaves the breaker alone: optional traffic says nothing
         real requests should act on.
         """
-        engine = self.engines[tier]
-        breaker = self.breakers[tier]
-        config = self.policy.tiers[tier]
+        engine, breaker, config = self.engines[tier], self.breakers[tier], self.policy.tiers[tier]
         now = self.clock()
         if record and not breaker.allow(now):
             metrics.TIER_DURATION.labels(tier=tier, outcome="breaker_open").observe(0)

@@ -23,6 +23,7 @@ from cascade.policy.model import (
     BreakerConfig,
     Checkpoints,
     ClefTier,
+    Drift,
     LayaTier,
     Policy,
     Thresholds,
@@ -196,7 +197,18 @@ def validate(policy: Policy) -> list[Finding]:
     for key in ("max_bytes", "keep", "queue_size"):
         if getattr(policy.decision_log, key) < 1:
             found.append(_err(("decision_log", key), f"decision_log.{key} must be >= 1"))
+    found += _drift_findings(policy.drift)
     return sorted(found, key=lambda f: f.severity != "error")
+
+
+def _drift_findings(drift: Drift) -> Iterator[Finding]:
+    for key in ("window_s", "reference_s"):
+        if getattr(drift, key) <= 0:
+            yield _err(("drift", key), f"drift.{key} must be > 0")
+    if not 2 <= drift.bins <= 100:
+        yield _err(("drift", "bins"), f"drift.bins = {drift.bins} must be in [2, 100]")
+    if drift.min_count < 1:
+        yield _err(("drift", "min_count"), "drift.min_count must be >= 1")
 
 
 def _strong_needed(policy: Policy) -> Iterator[Finding]:
