@@ -201,6 +201,8 @@ class Run:
     reloads: list[tuple[float, int | str]] = field(default_factory=list)
     cheap: dict[tuple[str, str], Cheap] = field(default_factory=dict)  # the probe's answers
     started: float = 0.0
+    # request ids are bench-TOKEN-pPHASE-N: a second run never labels the first one's requests
+    token: str = field(default_factory=lambda: secrets.token_hex(4))
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -282,7 +284,7 @@ async def _client(client: httpx.AsyncClient, pools: tuple[list[Item], list[Item]
         while run.now() < end:
             pool = hard if (rng.random() < opts.mix[phase - 1] and hard) or not easy else easy
             item = rng.choice(pool)
-            rid = f"bench-p{phase}-{next(counter)}"
+            rid = f"bench-{run.token}-p{phase}-{next(counter)}"
             headers = {**_headers(opts.key), "x-request-id": rid}
             try:
                 response = await client.post("/v1/systemone", json=item.body, headers=headers)

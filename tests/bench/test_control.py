@@ -51,7 +51,7 @@ def test_the_bench_against_a_fake_gateway(tmp_path: Path,
     labels = {(fb["request_id"], q): label for fb in fake.feedback
               for q, label in fb["labels"].items()}
     for phase in result["phases"]:
-        mine = [a for a in fake.answered if a.rid.startswith(f"bench-p{phase['phase']}-")]
+        mine = [a for a in fake.answered if f"-p{phase['phase']}-" in a.rid]
         assert phase["requests"] == phase["questions"] == len(mine) > 10
         assert phase["failures"] == 0
         strong = sum(a.tier == "clef" for a in mine)
@@ -131,3 +131,15 @@ def test_read_items_marks_long_and_wide_items_hard(tmp_path: Path) -> None:
     assert {i.id for i in items if i.hard} == {f"hard-{k}" for k in range(20)}
     assert items[0].body["model"] == "jev-latest" and items[0].questions["q"].cell == "choice:3-5"
     assert len(read_items(None, "jev-latest")) > 200  # the bundled sample
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--mix", "2"], "--mix 2: give two shares in [0, 1]"),
+    (["--feedback-share", "1.5"], "--feedback-share 1.5: give a share in [0, 1]"),
+    (["--phase-duration", "0"], "--phase-duration 0.0: must be > 0"),
+    (["--reloads", "2", "--url", "http://127.0.0.1:1"], "--admin-key with --url"),
+])
+def test_bad_flags_are_usage_errors_before_any_traffic(args: list[str], message: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "control", *args]) == 2
+    assert message in capsys.readouterr().err
