@@ -97,12 +97,13 @@ def read_calibration(path: str | Path) -> CalibrationFile:
                 raise CalibrationError(f"{path}: temperature {qtype} {band} = {value} is not a "
                                        "finite number > 0")
     for cell, hist in cal.snapshot.items():
-        if problem := _histogram_problem(hist):
+        if problem := histogram_problem(hist):
             raise CalibrationError(f"{path}: snapshot {cell}: {problem}")
     return cal
 
 
-def _histogram_problem(hist: Histogram) -> str | None:
+def histogram_problem(hist: Histogram) -> str | None:
+    """What is wrong with a snapshot's histogram, or None."""
     edges = hist.edges
     if not all(map(math.isfinite, edges)) or any(a >= b for a, b in itertools.pairwise(edges)):
         return "edges must be finite and strictly ascending"

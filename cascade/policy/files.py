@@ -17,7 +17,11 @@ from typing import Any, Literal
 import msgspec
 
 from cascade.errors import UnknownModel
-from cascade.policy.calibration import CalibrationError, with_calibration_file
+from cascade.policy.calibration import (
+    CalibrationError,
+    histogram_problem,
+    with_calibration_file,
+)
 from cascade.policy.model import (
     Bands,
     BreakerConfig,
@@ -189,6 +193,9 @@ def validate(policy: Policy) -> list[Finding]:
             if not value > 0:
                 found.append(_err(("calibration", "temperatures", qtype, band),
                                   f"temperature {value} must be > 0"))
+    for cell, hist in policy.calibration.snapshot.items():
+        if problem := histogram_problem(hist):
+            found.append(_err(("calibration", "snapshot", cell), f"snapshot {cell}: {problem}"))
     for name, cost in policy.cost.items():
         if name not in tiers:
             found.append(_err(("cost", name), f"cost for an undefined tier `{name}`"))

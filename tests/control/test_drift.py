@@ -211,3 +211,13 @@ def test_the_drift_table_is_checked_with_file_and_line(tmp_path: Path) -> None:
     path.write_text(good + '\n[drift]\nwindow = 600.0\n')
     with pytest.raises(PolicyError, match=r"unknown key `window` \(known: bins, min_count"):
         load_policy(path)
+
+
+def test_a_snapshot_written_into_a_policy_is_checked_too(tmp_path: Path) -> None:
+    good = (Path(__file__).parents[2] / "policies" / "default.toml").read_text()
+    path = tmp_path / "p.toml"
+    path.write_text(good + '\n[calibration.snapshot."noul:2"]\nedges = [0.9, 0.6]\n'
+                    'counts = [1, 2, 3]\n')
+    with pytest.raises(PolicyError, match=r"p.toml:\d+: error: snapshot noul:2: edges must be "
+                       "finite and strictly ascending"):
+        load_policy(path)
