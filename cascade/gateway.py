@@ -32,6 +32,7 @@ import msgspec
 from cascade import answers, metrics
 from cascade.answers import Profile
 from cascade.calls import Budget, EngineAnswer, EngineCall, capped
+from cascade.control.drift import DriftMonitor
 from cascade.control.live import LiveControl
 from cascade.engines.base import Engine
 from cascade.errors import (
@@ -105,6 +106,7 @@ class Gateway(Reconfigurable):
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
         self._shadow_tasks: set[asyncio.Task[None]] = set()
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
+        self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
         self.reconfigured.append(lambda serving: self.control.rebase(serving.policy))
 
     async def start(self) -> None:
@@ -129,8 +131,7 @@ class Gateway(Reconfigurable):
 
     def budget(self) -> Budget:
         """A new request's budget: its admission deadline and a flow of its own."""
-        return Budget(deadline=time.monotonic() + self.admission_deadline_s,
-                      flow=next(self._flows))
+        return Budget(deadline=time.monotonic() + self.admission_deadline_s, flow=next(self._flows))
 
     async def batch(self, calls: list[EngineCall], *, tenant: str = "") -> list[Outcome]:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
@@ -215,7 +216,8 @@ class Gateway(Reconfigurable):
             return Failure(exc)
 
     def _count(self, call: EngineCall, decision: Decision) -> None:
-        """The per-question metrics of a decided request."""
+        """The per-question metrics of a decided request, and the drift monitor's counts."""
+        self.drift.observe(self.policy, decision)
         for qid, route in decision.routes.items():
             qtype, why = call.questions[qid].type, decision.degraded.get(qid)
             if why is not None:
@@ -233,8 +235,7 @@ class Gateway(Reconfigurable):
         ``record=False`` (shadow calls) leaves the breaker alone: optional traffic says nothing
         real requests should act on.
         """
-        engine = self.engines[tier]
-        breaker = self.breakers[tier]
+        engine, breaker = self.engines[tier], self.breakers[tier]
         config = serving.policy.tiers[tier]
         now = self.clock()
         if record and not breaker.allow(now):

@@ -240,3 +240,30 @@ class ConfigInfo(Collector):
             "hashes, cascade.policy.fingerprint).", labels=["policy_hash", "calibration_hash"])
         info.add_metric(list(self._hashes()), 1.0)
         yield info
+# ---------------------------------------------------------------- drift (cascade.control.drift)
+
+UPSTREAM_MODEL_CHANGES = Counter(
+    "cascade_upstream_model_changes_total",
+    "Times a remote tier's answers or /health reported another model or revision than before "
+    "(each change is logged, old -> new), by tier.",
+    ["tier"],
+)
+
+
+class DriftGauges(Collector):
+    """``cascade_confidence_psi{type,band}``, one gateway's drift monitor read at scrape time
+    (registered per app beside ``GatewayGauges``); a cell without enough data has no series."""
+
+    def __init__(self, psi: Callable[[], Mapping[tuple[str, str], float]]) -> None:
+        self._psi = psi
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "cascade_confidence_psi",
+            "Population stability index of the cheap tier's gate confidences over the [drift] "
+            "window against its reference (the calibration's snapshot, or the first hour after "
+            "boot), by type and band. Over 0.25: a large shift.",
+            labels=["type", "band"])
+        for (qtype, band), value in self._psi().items():
+            family.add_metric([qtype, band], value)
+        yield family

@@ -251,3 +251,9 @@ def parse_map(value: str) -> dict[str, str]:
         else:
             out["english"] = name
     return out
+
+
+def child_environment(extra: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment with ``extra`` on top, for a child process cascade starts
+    (``cascade bench control`` runs a demo gateway of its own)."""
+    return {**os.environ, **extra}

@@ -1,4 +1,5 @@
-"""``cascade bench gateway|laya|clef|load|soak``: every benchmark prints a table and JSON.
+"""``cascade bench gateway|laya|clef|load|soak|control``: every benchmark prints a table and
+JSON.
 
 Imports nothing heavy at module level; each handler imports its benchmark from ``cascade.bench``.
 ``python -m cascade.cli.bench clef ...`` runs the Clef benchmark alone, for a GPU host that has
@@ -71,6 +72,18 @@ def register(groups: dict[str, Any]) -> None:
     soak.add_argument("--json", type=Path, help="also write the JSON here")
     soak.set_defaults(func=bench_soak)
 
+    control_flags(groups["bench"].add_parser(
+        "control", help="two traffic mixes with a labeller's feedback: budget, accuracy, "
+        "thresholds",
+        description="Replay a labelled JSONL (the `cascade eval` format; default the bundled "
+        "sample) against a gateway (--url, or a `cascade serve --demo` of its own on loopback) "
+        "in two phases whose share of hard (long or many-option) items differs, posting "
+        "/v1/feedback for a share of the answers. Prints per phase the realised strong share "
+        "(overall and the max over sliding windows), budget violations, the accuracy of the "
+        "kept cheap answers against the target, and the live thresholds (scraped from "
+        "/metrics, also drawn as a PNG); a table and JSON.",
+    ))
+
     bench = groups["bench"].add_parser(
         "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint",
         description="Time cascade's ONNX Laya engine against laya's torch Agent on a random "
@@ -118,6 +131,89 @@ def register(groups: dict[str, Any]) -> None:
     bench.add_argument("--requests", type=int, default=64, help="requests in the throughput run")
     bench.add_argument("--json", type=Path, default=None, help="also write the JSON here")
     bench.set_defaults(func=bench_clef)
+
+
+def control_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="base URL of a running gateway (default: start "
+                        "`cascade serve --demo` on 127.0.0.1 with a decision log)")
+    parser.add_argument("--requests", type=Path, help="labelled JSONL (default: the bundled "
+                        "sample, cascade/bench/requests-sample.jsonl)")
+    parser.add_argument("--model", default="jev-latest",
+                        help="model for items that name none (default jev-latest)")
+    parser.add_argument("--phase-duration", type=float, default=120.0, metavar="SECONDS",
+                        help="seconds per phase (120)")
+    parser.add_argument("--concurrency", type=int, default=4, help="concurrent clients (4)")
+    parser.add_argument("--mix", default="0.2,0.8", metavar="P1,P2",
+                        help="share of hard items in phase 1 and phase 2 (default 0.2,0.8)")
+    parser.add_argument("--feedback-share", type=float, default=0.5, metavar="F",
+                        help="share of answers a labeller posts /v1/feedback for (0.5)")
+    parser.add_argument("--synthetic-labels", action="store_true",
+                        help="labels that make the cheap answer right with probability f(c) = "
+                        "c (c: its answer_confidence) instead of the items' gold")
+    parser.add_argument("--cheap-model", default="laya", metavar="NAME",
+                        help="a cheap-only model name, asked once per item for the cheap answers "
+                        "synthetic labels build on (default laya)")
+    parser.add_argument("--cheap-tier", default="laya", metavar="TIER",
+                        help="the cheap tier's name in x_cascade.tiers; every other tier "
+                        "counts as strong (default laya)")
+    parser.add_argument("--max-strong-share", type=float, default=0.25, metavar="S",
+                        help="the budget the windows are judged against (0.25; a window over "
+                        "S + 0.02 is a violation)")
+    parser.add_argument("--target-accuracy", type=float, default=0.9, metavar="A",
+                        help="the accuracy target of the kept cheap answers (0.9)")
+    parser.add_argument("--window", type=float, default=300.0, metavar="SECONDS",
+                        help="sliding window of the strong share, s (300)")
+    parser.add_argument("--scrape-every", type=float, default=2.0, metavar="SECONDS",
+                        help="how often /metrics is read for the thresholds (2)")
+    parser.add_argument("--reloads", type=int, default=0, metavar="N",
+                        help="POST /admin/reload N times, evenly over the run (0)")
+    parser.add_argument("--admin-key", help="admin key for --reloads (needed with --url; a "
+                        "demo of its own is started with a fresh one)")
+    parser.add_argument("--key", help="API key for /v1/systemone, /v1/feedback and /metrics")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mix and the labels (0)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="client timeout, s (30)")
+    parser.add_argument("--plot", type=Path, default=Path("bench-control.png"), metavar="PNG",
+                        help="where the threshold trajectories go (bench-control.png)")
+    parser.add_argument("--json", type=Path, help="also write the JSON here")
+    parser.set_defaults(func=bench_control)
+
+
+def bench_control(args: argparse.Namespace) -> int:
+    from cascade.bench import control, control_report
+
+    try:
+        mix = tuple(float(x) for x in args.mix.split(","))
+    except ValueError:
+        mix = ()
+    if len(mix) != 2 or not all(0 <= x <= 1 for x in mix):
+        raise UsageError(f"--mix {args.mix}: give two shares in [0, 1], e.g. 0.2,0.8")
+    for flag, value in (("--feedback-share", args.feedback_share),
+                        ("--max-strong-share", args.max_strong_share),
+                        ("--target-accuracy", args.target_accuracy)):
+        if not 0 <= value <= 1:
+            raise UsageError(f"{flag} {value}: give a share in [0, 1]")
+    for flag, value in (("--phase-duration", args.phase_duration), ("--window", args.window),
+                        ("--scrape-every", args.scrape_every), ("--concurrency",
+                                                                 args.concurrency)):
+        if not value > 0:
+            raise UsageError(f"{flag} {value}: must be > 0")
+    if args.reloads < 0 or (args.reloads and args.url and not args.admin_key):
+        raise UsageError("--reloads N needs N >= 0, and --admin-key with --url")
+    if args.url:
+        reachable(args.url)
+    readable(args.requests, "--requests")
+    opts = control.Options(
+        phase_s=args.phase_duration, concurrency=args.concurrency, mix=(mix[0], mix[1]),
+        feedback_share=args.feedback_share, synthetic=args.synthetic_labels,
+        cheap_model=args.cheap_model, cheap_tier=args.cheap_tier,
+        scrape_every_s=args.scrape_every, reloads=args.reloads, admin_key=args.admin_key,
+        key=args.key, seed=args.seed, timeout_s=args.timeout)
+    items, run = control.run(args.url, requests=args.requests, opts=opts, model=args.model)
+    result = control_report.summarize(run, items, opts, max_share=args.max_strong_share,
+                                      target=args.target_accuracy, window_s=args.window,
+                                      plot=args.plot)
+    control_report.write_plot(args.plot, result, run)
+    return _report(control_report.table(result), result, args.json)
 
 
 def _run_gateway(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     from cascade.eval.data import DataError, load_items
     from cascade.eval.decide import reaches_gate
     from cascade.eval.evaluate import run_tiers
-    from cascade.eval.fit import Target, fit
+    from cascade.eval.fit import Target, fit, snapshot
     from cascade.eval.from_log import log_rows
     from cascade.policy.calibration import CalibrationFile, Stamp, bands_of, write_calibration
     from cascade.policy.model import Calibration, Thresholds
@@ -94,6 +94,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
                     teacher="strong" if args.from_log else "gold", min_cell=args.min_cell,
                     data=source),
         thresholds=bands_of(found), temperatures=bands_of(temperatures), fit=diagnostics,
+        snapshot=snapshot(rows, temperatures, policy.drift.bins),
     )
     header = (f"cascade calibration: target {target} {value}, fitted on {gated} gated questions "
               f"of {n_items} items ({source}).\nUse it with `[calibration] file = \"...\"` in a "

@@ -15,6 +15,13 @@ health_path`` every ``health_interval_s``, on a client of its own so busy reques
 never starve it; any status below 500 counts as up) brings URLs back and marks dead ones down
 before a request finds them.
 
+What the upstream serves. Each URL's answers name a model, and its ``/health`` (probed with
+the tier's key) may list ``revisions``: when either differs from what that URL reported before
+(a new model or checkpoint behind the same URL), it is logged (old -> new) and counted in
+``cascade_upstream_model_changes_total{tier}``; the cheap tier's drift monitor shows what it did
+to confidences. An upstream whose answers name different models by design (another cascade
+joins the tiers that answered) counts each change.
+
 Error translation (httpx and HTTP statuses to ``cascade.errors``, here and nowhere else):
 
 =====================================  ================================================
@@ -43,6 +50,7 @@ import base64
 import contextlib
 import email.utils
 import itertools
+import logging
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,6 +59,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.errors import (
     EngineFailed,
@@ -67,6 +76,7 @@ from cascade.questions import option_names
 from cascade.schema import NoulQuestion, OptionSpans, Question
 
 ENDPOINT = "/v1/systemone"
+log = logging.getLogger("cascade")
 _SUM_SLACK = 0.05  # rounded probabilities (Laya: 4 decimals, jevcompat: ±0.05) may miss 1 a bit
 _ROUNDING_SLACK = 0.005  # ... by up to half a unit of the 2nd decimal per option, at worst
 _MESSAGE_CHARS = 500  # how much of an unparseable error body a message quotes
@@ -319,6 +329,7 @@ class _Upstream:
         self.endpoint = self.base + ENDPOINT
         self.health_url = self.base + health_path
         self.down_until = 0.0
+        self.reported: dict[str, str] = {}  # "model" / "revisions" -> what it said last
 
     def up(self, now: float) -> bool:
         return self.down_until <= now
@@ -387,7 +398,7 @@ class HttpEngine:
         # Probes have connections of their own: a pool busy with requests must not make a
         # healthy upstream look dead.
         self._probe_client = httpx.AsyncClient(
-            timeout=httpx.Timeout(connect_timeout_s),
+            headers=self._client.headers, timeout=httpx.Timeout(connect_timeout_s),
             limits=httpx.Limits(max_connections=len(urls), max_keepalive_connections=len(urls)),
             transport=transport,
         )
@@ -454,8 +465,28 @@ class HttpEngine:
             healthy = False
         if healthy:
             upstream.down_until = 0.0
+            if response.status_code == 200:
+                self._saw_revisions(upstream, response)
         else:
             self._mark_down(upstream)
+
+    def _saw_revisions(self, upstream: _Upstream, response: httpx.Response) -> None:
+        """The ``revisions`` a health body lists (a body without them says nothing)."""
+        try:
+            body = response.json()
+        except ValueError:
+            return
+        found = body.get("revisions") if isinstance(body, dict) else None
+        if isinstance(found, dict):
+            self._saw(upstream, "revisions", ",".join(f"{k}={v}" for k, v in sorted(found.items())))
+
+    def _saw(self, upstream: _Upstream, what: str, value: str) -> None:
+        """Log and count ``value`` when ``upstream`` reported another ``what`` before."""
+        last, upstream.reported[what] = upstream.reported.get(what), value
+        if last is not None and last != value:
+            log.warning("tier %s: %s now reports %s %s (was %s)", self.name, upstream.base,
+                        what, value, last)
+            metrics.UPSTREAM_MODEL_CHANGES.labels(tier=self.name).inc()
 
     def _mark_down(self, upstream: _Upstream, seconds: float | None = None) -> None:
         """Down until the next probe has had time to look again (then it decides), or for
@@ -476,9 +507,11 @@ class HttpEngine:
             # Never sleep here: back this URL off for its Retry-After and try another one now.
             self._mark_down(upstream, retry_after(response.headers) or 1.0)
             if any(u.up(time.monotonic()) for u in self._upstreams):
-                response, _ = await self._post(content, headers)
+                response, upstream = await self._post(content, headers)
         raise_for_status(response, self.name)
-        return parse_answer(response.content, call, self._model or call.model)
+        answer = parse_answer(response.content, call, self._model or call.model)
+        self._saw(upstream, "model", answer.model)
+        return answer
 
     async def _post(self, content: bytes, headers: dict[str, str]
                     ) -> tuple[httpx.Response, _Upstream]:

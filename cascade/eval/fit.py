@@ -23,6 +23,9 @@ not certify 0.9 even when perfect.
 
 The statistics (quantiles, the bound, pooling) are ``cascade.policy.stats``'s, which the live
 refit shares.
+
+``snapshot``: the gated confidences per cell, tempered with the fitted temperatures and binned
+(``cascade.control.drift.histogram``): the reference the gateway's drift monitor compares with.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from cascade.control.drift import histogram
 from cascade.eval.decide import ItemRow, TierOut, reaches_gate
 from cascade.laya.config import TEMP_MAX, TEMP_MIN, clamp_temperature
 from cascade.policy.calibration import CellFit, temper
+from cascade.policy.model import Histogram
 from cascade.policy.stats import (
     ALL_CELLS,
     MIN_CELL,
@@ -133,6 +138,18 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
         diagnostics[f"{cell[0]}:{cell[1]}"] = _diagnose(cells[cell], t, temperatures[cell],
                                                           pooled, gate)
     return thresholds, temperatures, diagnostics
+
+
+def snapshot(rows: Sequence[ItemRow], temperatures: dict[Cell, float], bins: int
+             ) -> dict[str, Histogram]:
+    """``"type:band"`` -> the gate confidences of the rows that reached the gate, tempered
+    with the cell's fitted temperature, on ``bins`` equal-count bins."""
+    cells: dict[Cell, list[float]] = defaultdict(list)
+    for row in rows:
+        if reaches_gate(row):
+            t = temperatures.get((row.type, row.band), 1.0)
+            cells[(row.type, row.band)].append(max(temper(_cheap(row).probabilities, t)))
+    return {f"{t}:{b}": histogram(confs, bins) for (t, b), confs in sorted(cells.items())}
 
 
 def _cheap(row: ItemRow) -> TierOut:

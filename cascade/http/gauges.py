@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 
 from cascade.http import status
-from cascade.metrics import GatewayGauges
+from cascade.metrics import DriftGauges, GatewayGauges
 
 if TYPE_CHECKING:
     from cascade.gateway import Gateway
@@ -33,4 +33,5 @@ def registry_of(gateway: Gateway) -> CollectorRegistry:
                           for n, b in gateway.breakers.items()},
         build=build,
     ))
+    registry.register(DriftGauges(lambda: gateway.drift.psi()))
     return registry

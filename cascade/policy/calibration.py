@@ -2,11 +2,13 @@
 and the temperatures they put on the cheap tier's probabilities.
 
 A calibration file (TOML) holds per (question type x option band) confidence thresholds and
-temperatures, and a ``[stamp]``: the content hash of each tier's weights it was fitted with, the
-data's size and the target. ``apply_calibration`` puts it into a policy: its thresholds replace
-the policy's confidence and margin thresholds (the fit owns the gate), and its temperatures and
-hashes go to ``policy.calibration``. ``check_checkpoints`` refuses weights other than the stamped
-ones (the gateway calls it at boot).
+temperatures, a ``[stamp]``: the content hash of each tier's weights it was fitted with, the
+data's size and the target, and a ``[snapshot]``: per cell, the fitted data's gate confidences
+(tempered) counted on fixed bin edges, the reference ``cascade.control.drift`` compares live
+traffic with (files written before it have none and still read). ``apply_calibration`` puts it
+into a policy: its thresholds replace the policy's confidence and margin thresholds (the fit
+owns the gate), and its temperatures, hashes and snapshot go to ``policy.calibration``.
+``check_checkpoints`` refuses weights other than the stamped ones (the gateway calls it at boot).
 
 Temperatures are relative to the probabilities the cheap tier returns (Laya's own checkpoint
 temperatures already applied): ``p_i ∝ p_i^(1/T)``, the same as dividing Laya's logits by a
@@ -17,6 +19,7 @@ set); ``returned_results`` tempers the answers returned to clients only when
 
 from __future__ import annotations
 
+import itertools
 import math
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -26,7 +29,7 @@ from typing import Literal
 import msgspec
 
 from cascade.calls import QuestionResult
-from cascade.policy.model import Calibration, Policy, Thresholds, TypeBands
+from cascade.policy.model import Calibration, Histogram, Policy, Thresholds, TypeBands
 from cascade.questions import option_band
 from cascade.schema import QuestionType
 
@@ -70,6 +73,8 @@ class CalibrationFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     thresholds: TypeBands  # confidence thresholds (escalate when max p is below)
     temperatures: TypeBands
     fit: dict[str, CellFit] = msgspec.field(default_factory=dict)  # "choice:3-5" -> diagnostics
+    # "choice:3-5" -> the fitted data's gate confidences (cascade.control.drift's reference)
+    snapshot: dict[str, Histogram] = msgspec.field(default_factory=dict)
 
 
 def read_calibration(path: str | Path) -> CalibrationFile:
@@ -91,7 +96,22 @@ def read_calibration(path: str | Path) -> CalibrationFile:
             if not (value > 0 and math.isfinite(value)):
                 raise CalibrationError(f"{path}: temperature {qtype} {band} = {value} is not a "
                                        "finite number > 0")
+    for cell, hist in cal.snapshot.items():
+        if problem := histogram_problem(hist):
+            raise CalibrationError(f"{path}: snapshot {cell}: {problem}")
     return cal
+
+
+def histogram_problem(hist: Histogram) -> str | None:
+    """What is wrong with a snapshot's histogram, or None."""
+    edges = hist.edges
+    if not all(map(math.isfinite, edges)) or any(a >= b for a, b in itertools.pairwise(edges)):
+        return "edges must be finite and strictly ascending"
+    if len(hist.counts) != len(edges) + 1:
+        return f"{len(edges)} edges need {len(edges) + 1} counts, not {len(hist.counts)}"
+    if any(c < 0 for c in hist.counts):
+        return "counts must be >= 0"
+    return None
 
 
 def write_calibration(path: str | Path, cal: CalibrationFile, header: str = "") -> None:
@@ -113,6 +133,9 @@ def write_calibration(path: str | Path, cal: CalibrationFile, header: str = "") 
         out += ["", f"[fit.{_toml(cell)}]"]
         out += [f"{k} = {_toml(v)}" for k, v in msgspec.to_builtins(fit).items()
                 if v is not None]  # TOML has no null: an absent key reads back as None
+    for cell, hist in cal.snapshot.items():
+        out += ["", f"[snapshot.{_toml(cell)}]", f"edges = {hist.edges!r}",
+                f"counts = {hist.counts!r}"]
     Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
@@ -131,7 +154,7 @@ def apply_calibration(policy: Policy, cal: CalibrationFile, *, file: str,
                                          margin=Thresholds().margin)
     calibration = Calibration(
         file=file, apply=apply or policy.calibration.apply, temperatures=cal.temperatures,
-        checkpoints=dict(cal.stamp.checkpoints),
+        checkpoints=dict(cal.stamp.checkpoints), snapshot=dict(cal.snapshot),
     )
     return msgspec.structs.replace(policy, thresholds=thresholds, calibration=calibration)
 

@@ -17,12 +17,17 @@ from typing import Any, Literal
 import msgspec
 
 from cascade.errors import UnknownModel
-from cascade.policy.calibration import CalibrationError, with_calibration_file
+from cascade.policy.calibration import (
+    CalibrationError,
+    histogram_problem,
+    with_calibration_file,
+)
 from cascade.policy.model import (
     Bands,
     BreakerConfig,
     Checkpoints,
     ClefTier,
+    Drift,
     LayaTier,
     Policy,
     Thresholds,
@@ -198,6 +203,9 @@ def validate(policy: Policy) -> list[Finding]:
             if not value > 0:
                 found.append(_err(("calibration", "temperatures", qtype, band),
                                   f"temperature {value} must be > 0"))
+    for cell, hist in policy.calibration.snapshot.items():
+        if problem := histogram_problem(hist):
+            found.append(_err(("calibration", "snapshot", cell), f"snapshot {cell}: {problem}"))
     for name, cost in policy.cost.items():
         if name not in tiers:
             found.append(_err(("cost", name), f"cost for an undefined tier `{name}`"))
@@ -207,7 +215,18 @@ def validate(policy: Policy) -> list[Finding]:
         if getattr(policy.decision_log, key) < 1:
             found.append(_err(("decision_log", key), f"decision_log.{key} must be >= 1"))
     found += _control_findings(policy)
+    found += _drift_findings(policy.drift)
     return sorted(found, key=lambda f: f.severity != "error")
+
+
+def _drift_findings(drift: Drift) -> Iterator[Finding]:
+    for key in ("window_s", "reference_s"):
+        if getattr(drift, key) <= 0:
+            yield _err(("drift", key), f"drift.{key} must be > 0")
+    if not 2 <= drift.bins <= 100:
+        yield _err(("drift", "bins"), f"drift.bins = {drift.bins} must be in [2, 100]")
+    if drift.min_count < 1:
+        yield _err(("drift", "min_count"), "drift.min_count must be >= 1")
 
 
 def _strong_needed(policy: Policy) -> Iterator[Finding]:

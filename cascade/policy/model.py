@@ -4,9 +4,9 @@ A policy is data only. It names its tiers (``[tiers.NAME]``, tagged by ``kind``)
 ``model`` names mean the cascade or one tier (``[models]``), the pre-routing rules (``[route]``),
 the escalation thresholds (``[thresholds]``), per-tier breakers (``[breaker.NAME]``), shadow
 sampling (``[shadow]``), degradation (``[degrade]``), a fitted calibration (``[calibration]``),
-the decision log (``[decision_log]``) and live control of the gate (``[control]``). The
-decisions live in ``cascade.policy.routing``; reading and checking files is
-``cascade.policy.files``'s job.
+the decision log (``[decision_log]``), live control of the gate (``[control]``) and drift
+monitoring (``[drift]``). The decisions live in ``cascade.policy.routing``; reading and checking
+files is ``cascade.policy.files``'s job.
 
 Decoding is strict (``forbid_unknown_fields``): a typo fails at boot.
 """
@@ -231,6 +231,15 @@ class Degrade(_Strict, frozen=True):
     retry_after_s: float = 5.0
 
 
+class Histogram(_Strict, frozen=True):
+    """Counts of values in fixed bins: ``edges`` are the interior boundaries, ascending; bin
+    ``i`` holds ``edges[i-1] <= x < edges[i]`` (the first and last bins are open), so
+    ``counts`` has one entry more than ``edges``."""
+
+    edges: list[float]
+    counts: list[int]
+
+
 class Calibration(_Strict, frozen=True):
     """``[calibration]``: thresholds and temperatures fitted by ``cascade calibrate``.
 
@@ -245,6 +254,8 @@ class Calibration(_Strict, frozen=True):
     apply: Literal["gate", "probabilities"] = "gate"
     temperatures: TypeBands = field(default_factory=TypeBands)  # from the file
     checkpoints: dict[str, str] = field(default_factory=dict)  # {tier: content hash} it fits
+    # From the file: "choice:3-5" -> the fitted data's gate confidences (the drift reference).
+    snapshot: dict[str, Histogram] = field(default_factory=dict)
 
 
 class DecisionLog(_Strict, frozen=True):
@@ -301,6 +312,21 @@ class Control(_Strict, frozen=True):
         """The accuracy target of ``qtype``'s cells (None: no target)."""
         t = self.target_accuracy
         return t.of(qtype) if isinstance(t, Targets) else t
+class Drift(_Strict, frozen=True):
+    """``[drift]``: the population stability index of the cheap tier's gate confidences per
+    (type x band) over the last ``window_s``, against a reference (``cascade.control.drift``).
+
+    The reference is the calibration file's ``[snapshot]`` when the policy has one (and
+    ``reference = "calibration"``), else the first ``reference_s`` after boot (longer when a
+    cell has not seen ``min_count`` questions by then), binned into ``bins`` equal-count bins.
+    A cell with fewer than ``min_count`` questions in the window or the reference has no PSI.
+    """
+
+    window_s: float = 3600.0
+    reference: Literal["calibration", "boot"] = "calibration"
+    reference_s: float = 3600.0
+    bins: int = 10
+    min_count: int = 300
 
 
 class Policy(_Strict, frozen=True, kw_only=True):
@@ -315,6 +341,7 @@ class Policy(_Strict, frozen=True, kw_only=True):
     calibration: Calibration = field(default_factory=Calibration)
     decision_log: DecisionLog = field(default_factory=DecisionLog)
     control: Control | None = None  # ``[control]``; absent: the gate is the configured one
+    drift: Drift = field(default_factory=Drift)
     # ``[cost]``: what each tier costs per 1000 input tokens, by tier name, for ``cascade
     # eval``'s cost model; a tier not listed gets its kind's default (cascade.eval.costs).
     cost: dict[str, float] = field(default_factory=dict)
