@@ -58,6 +58,7 @@ import httpx
 import msgspec
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.engines.plain_tcp import plain_transport
 from cascade.errors import (
     EngineFailed,
     EngineTimeout,
@@ -399,17 +400,21 @@ class HttpEngine:
         # redirect handling): each is built here, whole, and handed to the transport. Proxies
         # from the environment (HTTP_PROXY...) are the client's mounts: with one set, requests
         # built the same way go through the client's ``send``.
-        if transport is None and not urllib.request.getproxies():
-            transport = httpx.AsyncHTTPTransport(limits=limits)  # the client's default one
+        requests = transport
+        if requests is None and not urllib.request.getproxies():
+            plain = all(u.url.scheme == "http" for u in self._upstreams)
+            # the client's default transport, without anyio when no URL needs TLS
+            requests = plain_transport(limits) if plain else httpx.AsyncHTTPTransport(
+                limits=limits)
         self._client = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             timeout=httpx.Timeout(
                 read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s
             ),
             limits=limits,
-            transport=transport,
+            transport=requests,
         )
-        self._send = self._client.send if transport is None else transport.handle_async_request
+        self._send = self._client.send if requests is None else requests.handle_async_request
         self._headers = {**self._client.headers, "Content-Type": "application/json"}
         self._extensions = {"timeout": self._client.timeout.as_dict()}
         # Probes have connections of their own: a pool busy with requests must not make a
