@@ -4,9 +4,10 @@ Starts, on loopback, an upstream ``/v1/systemone`` server (cascade's fake engine
 itself costs little) and a gateway in front of it (``--upstream``), each in its own process,
 then drives both with the same requests from this process, in ``--repeat`` rounds: one at a
 time, alternating between the two paths (latency p50/p99), then ``--concurrency`` clients at once
-on each (requests/s). Each figure is its median over the rounds, so a burst of other load on a
-shared machine moves one round, not the result. Prints a table and JSON; the figures to watch
-are the added p50 and the throughput ratio.
+on each (requests/s), and the CPU time each server process spent per request. Each figure is
+its median over the rounds, so a burst of other load on a shared machine moves one round, not
+the result. Prints a table and JSON; the figures to watch are the added p50 and the throughput
+ratio, and on a busy machine the gateway's CPU per request next to its upstream's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import os
 import statistics
 import time
 from typing import Any
@@ -101,29 +103,42 @@ async def _burst(client: httpx.AsyncClient, per_worker: int, concurrency: int) -
     return per_worker * concurrency / (time.perf_counter() - started)
 
 
-async def _round(clients: dict[str, httpx.AsyncClient], requests: int,
-                 concurrency: int) -> dict[str, dict[str, float]]:
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has used (Linux's ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _round(clients: dict[str, httpx.AsyncClient], requests: int, concurrency: int,
+                 pids: dict[str, int]) -> dict[str, dict[str, float]]:
     """One round: ``requests`` one at a time on each path, alternating between the paths (so a
-    change in the machine's load falls on both), then a burst on each, one after the other."""
+    change in the machine's load falls on both), then a burst on each, one after the other.
+    The server processes' CPU time over the one-at-a-time requests is the figure a busy machine
+    moves least: the gateway's serves the cascade path only, the upstream's both."""
     latencies: dict[str, list[float]] = {name: [] for name in clients}
+    cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
     for _ in range(requests):
         for name, client in clients.items():
             started = time.perf_counter()
             await _post(client)
             latencies[name].append(time.perf_counter() - started)
+    cpu_ms = {name: (_cpu_s(pid) - cpu[name]) * 1000 / requests for name, pid in pids.items()}
     per_worker = max(1, requests // concurrency)
     return {
         name: {
             "p50_ms": statistics.median(latencies[name]) * 1000,
             "p99_ms": _percentile(latencies[name], 0.99) * 1000,
             "rps": await _burst(client, per_worker, concurrency),
+            # CPU ms per request: the upstream's split over the paths it served
+            "cpu_ms": cpu_ms["cascade"] if name == "cascade" else cpu_ms["direct"] / 2,
         }
         for name, client in clients.items()
     }
 
 
-async def _measure(urls: dict[str, str], requests: int, concurrency: int,
-                   repeat: int) -> list[dict[str, dict[str, float]]]:
+async def _measure(urls: dict[str, str], requests: int, concurrency: int, repeat: int,
+                   pids: dict[str, int]) -> list[dict[str, dict[str, float]]]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     clients = {name: httpx.AsyncClient(base_url=url, limits=limits, timeout=30)
                for name, url in urls.items()}
@@ -131,7 +146,7 @@ async def _measure(urls: dict[str, str], requests: int, concurrency: int,
         for client in clients.values():
             for _ in range(20):  # warm up connections and code paths
                 await _post(client)
-        return [await _round(clients, requests, concurrency) for _ in range(repeat)]
+        return [await _round(clients, requests, concurrency, pids) for _ in range(repeat)]
     finally:
         for client in clients.values():
             await client.aclose()
@@ -143,6 +158,7 @@ def _figures(paths: dict[str, dict[str, float]]) -> dict[str, float]:
         "added_p50_ms": via["p50_ms"] - direct["p50_ms"],
         "added_p99_ms": via["p99_ms"] - direct["p99_ms"],
         "rps_ratio": via["rps"] / direct["rps"],
+        "cpu_ratio": via["cpu_ms"] / direct["cpu_ms"],
     }
 
 
@@ -161,14 +177,17 @@ def run(requests: int = 500, concurrency: int = 8, repeat: int = 3) -> dict[str,
     try:
         asyncio.run(_wait(upstream))
         asyncio.run(_wait(gateway))
+        pids = {name: proc.pid for name, proc in zip(("direct", "cascade"), procs, strict=True)
+                if proc.pid is not None}  # started: never None
         rounds = asyncio.run(_measure({"direct": upstream, "cascade": gateway}, requests,
-                                      concurrency, repeat))
+                                      concurrency, repeat, pids))
     finally:
         for proc in procs:
             proc.terminate()
             proc.join(10)
     paths = {name: {key: statistics.median(r[name][key] for r in rounds)
-                    for key in ("p50_ms", "p99_ms", "rps")} for name in ("direct", "cascade")}
+                    for key in ("p50_ms", "p99_ms", "rps", "cpu_ms")}
+             for name in ("direct", "cascade")}
     figures = [_figures(r) for r in rounds]
     return {
         "requests": requests,
@@ -181,13 +200,15 @@ def run(requests: int = 500, concurrency: int = 8, repeat: int = 3) -> dict[str,
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = [f"{'path':<18}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}"]
+    rows = [f"{'path':<18}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'server CPU ms':>15}"]
     for name in ("direct", "cascade"):
         r = result[name]
-        rows.append(f"{name:<18}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{r['rps']:>10.0f}")
+        rows.append(f"{name:<18}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{r['rps']:>10.0f}"
+                    f"{r['cpu_ms']:>15.2f}")
     rows.append(
         f"added p50 {result['added_p50_ms']:.2f} ms, p99 {result['added_p99_ms']:.2f} ms; "
-        f"throughput ratio {result['rps_ratio']:.2f} (medians of {result['repeat']} rounds: "
+        f"throughput ratio {result['rps_ratio']:.2f}; gateway CPU {result['cpu_ratio']:.2f}x "
+        f"the upstream's (medians of {result['repeat']} rounds: "
         + ", ".join(f"{r['added_p50_ms']:.2f} ms/{r['rps_ratio']:.2f}" for r in result["rounds"])
         + ")"
     )
