@@ -1,10 +1,13 @@
 """``cascade bench gateway``: what the gateway adds on top of an upstream, side by side.
 
 Starts, on loopback, an upstream ``/v1/systemone`` server (cascade's fake engine, so the upstream
-itself costs microseconds) and a gateway in front of it (``--upstream``), each in its own
-process, then drives both with the same requests from this process: first one at a time (latency
-p50/p99), then ``--concurrency`` clients at once (requests/s). Prints a table and JSON; the
-figure to watch is the added p50.
+itself costs little) and a gateway in front of it (``--upstream``), each in its own process,
+then drives both with the same requests from this process, in ``--repeat`` rounds: one at a
+time, alternating between the two paths (latency p50/p99), then ``--concurrency`` clients at once
+on each (requests/s), and the CPU time each server process spent per request. Each figure is
+its median over the rounds, so a burst of other load on a shared machine moves one round, not
+the result. Prints a table and JSON; the figures to watch are the added p50 and the throughput
+ratio, and on a busy machine the gateway's CPU per request next to its upstream's.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import os
 import statistics
 import time
 from typing import Any
@@ -83,33 +87,83 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _measure(url: str, requests: int, concurrency: int) -> dict[str, float]:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
-        for _ in range(20):  # warm up connections and code paths
-            (await client.post("/v1/systemone", json=BODY)).raise_for_status()
-        latencies = []
-        for _ in range(requests):
+async def _post(client: httpx.AsyncClient) -> None:
+    (await client.post("/v1/systemone", json=BODY)).raise_for_status()
+
+
+async def _burst(client: httpx.AsyncClient, per_worker: int, concurrency: int) -> float:
+    """Requests/s of ``concurrency`` clients sending ``per_worker`` requests each."""
+
+    async def worker() -> None:
+        for _ in range(per_worker):
+            await _post(client)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return per_worker * concurrency / (time.perf_counter() - started)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has used (Linux's ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _round(clients: dict[str, httpx.AsyncClient], requests: int, concurrency: int,
+                 pids: dict[str, int]) -> dict[str, dict[str, float]]:
+    """One round: ``requests`` one at a time on each path, alternating between the paths (so a
+    change in the machine's load falls on both), then a burst on each, one after the other.
+    The server processes' CPU time over the one-at-a-time requests is the figure a busy machine
+    moves least: the gateway's serves the cascade path only, the upstream's both."""
+    latencies: dict[str, list[float]] = {name: [] for name in clients}
+    cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
+    for _ in range(requests):
+        for name, client in clients.items():
             started = time.perf_counter()
-            (await client.post("/v1/systemone", json=BODY)).raise_for_status()
-            latencies.append(time.perf_counter() - started)
-
-        async def worker(n: int) -> None:
-            for _ in range(n):
-                (await client.post("/v1/systemone", json=BODY)).raise_for_status()
-
-        per_worker = max(1, requests // concurrency)
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(per_worker) for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
+            await _post(client)
+            latencies[name].append(time.perf_counter() - started)
+    cpu_ms = {name: (_cpu_s(pid) - cpu[name]) * 1000 / requests for name, pid in pids.items()}
+    per_worker = max(1, requests // concurrency)
     return {
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": _percentile(latencies, 0.99) * 1000,
-        "rps": per_worker * concurrency / elapsed,
+        name: {
+            "p50_ms": statistics.median(latencies[name]) * 1000,
+            "p99_ms": _percentile(latencies[name], 0.99) * 1000,
+            "rps": await _burst(client, per_worker, concurrency),
+            # CPU ms per request: the upstream's split over the paths it served
+            "cpu_ms": cpu_ms["cascade"] if name == "cascade" else cpu_ms["direct"] / 2,
+        }
+        for name, client in clients.items()
     }
 
 
-def run(requests: int = 500, concurrency: int = 8) -> dict[str, Any]:
+async def _measure(urls: dict[str, str], requests: int, concurrency: int, repeat: int,
+                   pids: dict[str, int]) -> list[dict[str, dict[str, float]]]:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    clients = {name: httpx.AsyncClient(base_url=url, limits=limits, timeout=30)
+               for name, url in urls.items()}
+    try:
+        for client in clients.values():
+            for _ in range(20):  # warm up connections and code paths
+                await _post(client)
+        return [await _round(clients, requests, concurrency, pids) for _ in range(repeat)]
+    finally:
+        for client in clients.values():
+            await client.aclose()
+
+
+def _figures(paths: dict[str, dict[str, float]]) -> dict[str, float]:
+    direct, via = paths["direct"], paths["cascade"]
+    return {
+        "added_p50_ms": via["p50_ms"] - direct["p50_ms"],
+        "added_p99_ms": via["p99_ms"] - direct["p99_ms"],
+        "rps_ratio": via["rps"] / direct["rps"],
+        "cpu_ratio": via["cpu_ms"] / direct["cpu_ms"],
+    }
+
+
+def run(requests: int = 500, concurrency: int = 8, repeat: int = 3) -> dict[str, Any]:
+    """``repeat`` rounds side by side; the figures are each one's median over the rounds."""
     ctx = multiprocessing.get_context("spawn")
     up_port, gw_port = _free_port(), _free_port()
     upstream = f"http://127.0.0.1:{up_port}"
@@ -123,37 +177,46 @@ def run(requests: int = 500, concurrency: int = 8) -> dict[str, Any]:
     try:
         asyncio.run(_wait(upstream))
         asyncio.run(_wait(gateway))
-        direct = asyncio.run(_measure(upstream, requests, concurrency))
-        via = asyncio.run(_measure(gateway, requests, concurrency))
+        pids = {name: proc.pid for name, proc in zip(("direct", "cascade"), procs, strict=True)
+                if proc.pid is not None}  # started: never None
+        rounds = asyncio.run(_measure({"direct": upstream, "cascade": gateway}, requests,
+                                      concurrency, repeat, pids))
     finally:
         for proc in procs:
             proc.terminate()
             proc.join(10)
+    paths = {name: {key: statistics.median(r[name][key] for r in rounds)
+                    for key in ("p50_ms", "p99_ms", "rps", "cpu_ms")}
+             for name in ("direct", "cascade")}
+    figures = [_figures(r) for r in rounds]
     return {
         "requests": requests,
         "concurrency": concurrency,
-        "direct": direct,
-        "cascade": via,
-        "added_p50_ms": via["p50_ms"] - direct["p50_ms"],
-        "added_p99_ms": via["p99_ms"] - direct["p99_ms"],
-        "rps_ratio": via["rps"] / direct["rps"],
+        "repeat": repeat,
+        **paths,
+        **{key: statistics.median(f[key] for f in figures) for key in figures[0]},
+        "rounds": [r | f for r, f in zip(rounds, figures, strict=True)],
     }
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = [f"{'path':<18}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}"]
+    rows = [f"{'path':<18}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'server CPU ms':>15}"]
     for name in ("direct", "cascade"):
         r = result[name]
-        rows.append(f"{name:<18}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{r['rps']:>10.0f}")
+        rows.append(f"{name:<18}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{r['rps']:>10.0f}"
+                    f"{r['cpu_ms']:>15.2f}")
     rows.append(
         f"added p50 {result['added_p50_ms']:.2f} ms, p99 {result['added_p99_ms']:.2f} ms; "
-        f"throughput ratio {result['rps_ratio']:.2f}"
+        f"throughput ratio {result['rps_ratio']:.2f}; gateway CPU {result['cpu_ratio']:.2f}x "
+        f"the upstream's (medians of {result['repeat']} rounds: "
+        + ", ".join(f"{r['added_p50_ms']:.2f} ms/{r['rps_ratio']:.2f}" for r in result["rounds"])
+        + ")"
     )
     return "\n".join(rows)
 
 
-def main(requests: int, concurrency: int) -> int:
-    result = run(requests, concurrency)
+def main(requests: int, concurrency: int, repeat: int = 3) -> int:
+    result = run(requests, concurrency, repeat)
     print(table(result))
     print(json.dumps(result, indent=2))
     return 0

@@ -27,6 +27,8 @@ def register(groups: dict[str, Any]) -> None:
     )
     gateway.add_argument("--requests", type=int, default=500, help="requests per path (500)")
     gateway.add_argument("--concurrency", type=int, default=8, help="concurrent clients (8)")
+    gateway.add_argument("--repeat", type=int, default=3,
+                         help="rounds; each figure is the median over them (3)")
     gateway.set_defaults(func=_run_gateway)
 
     load = groups["bench"].add_parser(
@@ -219,7 +221,9 @@ def bench_control(args: argparse.Namespace) -> int:
 def _run_gateway(args: argparse.Namespace) -> int:
     from cascade.bench.gateway import main
 
-    return main(args.requests, args.concurrency)
+    if min(args.requests, args.concurrency, args.repeat) < 1:
+        raise UsageError("--requests, --concurrency and --repeat must be at least 1")
+    return main(args.requests, args.concurrency, args.repeat)
 
 
 def reachable(url: str) -> None:

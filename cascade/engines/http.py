@@ -21,6 +21,10 @@ the tier's key) may list ``revisions``: when either differs from what that URL r
 ``cascade_upstream_model_changes_total{tier}``; the cheap tier's drift monitor shows what it did
 to confidences. An upstream whose answers name different models by design (another cascade
 joins the tiers that answered) counts each change.
+Each request is built whole (the client's default headers, the bearer token, the request id)
+and handed to the transport: no cookie jar, so a cookie one upstream answer sets never rides on
+another caller's request, and none of the client's per-call merging. Proxies from the
+environment (``HTTP_PROXY``...) still apply: with one set, requests go through the client.
 
 Error translation (httpx and HTTP statuses to ``cascade.errors``, here and nowhere else):
 
@@ -53,6 +57,7 @@ import itertools
 import logging
 import math
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -129,6 +134,9 @@ class _Response(msgspec.Struct):
     usage: _Usage = msgspec.field(default_factory=_Usage)
 
 
+_RESPONSE = msgspec.json.Decoder(_Response)
+
+
 def _probability(value: float, where: str) -> float:
     if not (math.isfinite(value) and -_ROUNDING_SLACK <= value <= 1 + _ROUNDING_SLACK):
         raise EngineFailed(f"{where}: probability {value!r} is not in [0, 1]")
@@ -184,18 +192,26 @@ def parse_answer(content: bytes, call: EngineCall, fallback_model: str) -> Engin
     probabilities outside [0, 1] or far from summing to 1) raises ``EngineFailed``.
     """
     try:
+        reply = _RESPONSE.decode(content)  # the usual plain answer, in one pass
+    except msgspec.DecodeError:
+        reply = _enveloped(content)  # or anything else: read generically
+    results = {qid: _result(qid, q, reply.answers.get(qid)) for qid, q in call.questions.items()}
+    return EngineAnswer(
+        model=reply.model or fallback_model, results=results, usage=_usage(reply.usage)
+    )
+
+
+def _enveloped(content: bytes) -> _Response:
+    """A body that is not a plain answer: Cloudflare's envelope, or an error to raise."""
+    try:
         raw = msgspec.json.decode(content)
         if isinstance(raw, dict) and "answers" not in raw and "result" in raw:
             if raw.get("success") is False:
                 raise EngineFailed(f"the upstream reported failure: {_message_of(raw)}")
             raw = raw["result"]
-        reply = msgspec.convert(raw, _Response)
+        return msgspec.convert(raw, _Response)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise EngineFailed(f"the upstream's 200 body is not a System One answer: {exc}") from exc
-    results = {qid: _result(qid, q, reply.answers.get(qid)) for qid, q in call.questions.items()}
-    return EngineAnswer(
-        model=reply.model or fallback_model, results=results, usage=_usage(reply.usage)
-    )
 
 
 # ---------------------------------------------------------------- error bodies
@@ -327,6 +343,7 @@ class _Upstream:
         url = url.rstrip("/")
         self.base = url.removesuffix(ENDPOINT)
         self.endpoint = self.base + ENDPOINT
+        self.url = httpx.URL(self.endpoint)
         self.health_url = self.base + health_path
         self.down_until = 0.0
         self.reported: dict[str, str] = {}  # "model" / "revisions" -> what it said last
@@ -385,16 +402,27 @@ class HttpEngine:
         self._turn = itertools.count()
         self._connect_timeout_s = connect_timeout_s
         self._health_interval_s = health_interval_s
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        # Requests skip the client's per-call work (merging URLs, headers and cookies, auth and
+        # redirect handling): each is built here, whole, and handed to the transport. Proxies
+        # from the environment (HTTP_PROXY...) are the client's mounts: with one set, requests
+        # built the same way go through the client's ``send``.
+        requests = transport
+        if requests is None and not urllib.request.getproxies():
+            requests = httpx.AsyncHTTPTransport(limits=limits)  # the client's default one
         self._client = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             timeout=httpx.Timeout(
                 read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s
             ),
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            transport=transport,
+            limits=limits,
+            transport=requests,
         )
+        self._send = self._client.send if requests is None else requests.handle_async_request
+        self._headers = {**self._client.headers, "Content-Type": "application/json"}
+        self._extensions = {"timeout": self._client.timeout.as_dict()}
         # Probes have connections of their own: a pool busy with requests must not make a
         # healthy upstream look dead.
         self._probe_client = httpx.AsyncClient(
@@ -499,9 +527,9 @@ class HttpEngine:
 
     async def answer(self, call: EngineCall) -> EngineAnswer:
         content = request_body(call, self._model)
-        headers = {"Content-Type": "application/json"}
+        headers = self._headers
         if call.request_id:
-            headers["x-request-id"] = call.request_id
+            headers = {**headers, "x-request-id": call.request_id}
         response, upstream = await self._post(content, headers)
         if response.status_code == 503 and _unavailable(response):
             # Never sleep here: back this URL off for its Retry-After and try another one now.
@@ -527,10 +555,14 @@ class HttpEngine:
         failures = []
         for upstream in healthy[first:] + healthy[:first]:
             try:
+                request = httpx.Request("POST", upstream.url, headers=headers, content=content,
+                                        extensions=self._extensions)
                 with _map_errors(self.name, upstream.endpoint):
-                    response = await self._client.post(
-                        upstream.endpoint, content=content, headers=headers
-                    )
+                    response = await self._send(request)
+                    try:
+                        await response.aread()
+                    finally:
+                        await response.aclose()
                 return response, upstream
             except _ConnectFailed as exc:
                 self._mark_down(upstream)

@@ -219,26 +219,27 @@ def access_logged(app: ASGIApp) -> ASGIApp:
     access = logging.getLogger(ACCESS_LOG)
 
     async def logged(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != ScopeType.HTTP:  # a str Enum: equal to the server's "http"
+        # A request whose line would not be written is not watched at all.
+        level = logging.DEBUG if scope.get("path") in PROBES else logging.INFO
+        if scope["type"] != ScopeType.HTTP or not access.isEnabledFor(level):
             await app(scope, receive, send)
             return
         started = time.perf_counter()
         status = 0
-        rid = ""
+        headers: Any = ()
 
         async def send_seen(message: Any) -> None:
-            nonlocal status, rid
+            nonlocal status, headers
             if message["type"] == "http.response.start":
                 status = message["status"]
-                rid = dict(message.get("headers") or []).get(b"x-request-id", b"").decode(
-                    "latin-1")
+                headers = message.get("headers") or ()
             await send(message)
 
         try:
             await app(scope, receive, send_seen)
         finally:
-            level = logging.DEBUG if scope["path"] in PROBES else logging.INFO
             if access.isEnabledFor(level):
+                rid = dict(headers).get(b"x-request-id", b"").decode("latin-1")
                 rid = rid or str(scope.get("request_id", "-"))
                 client = scope.get("client")
                 fields = {

@@ -28,6 +28,10 @@ opened just before that may already have its request on the wire, and closing it
 the client saw accepted; so a connection that has not yet sent a complete request head gets
 ``FIRST_REQUEST_GRACE_S`` to send one, which is then served and the connection closed.
 
+A response's head (status line and header fields) is held until its first body bytes and both
+go out in one write (``_HeadWithBody``): one system call and one TCP segment per small answer,
+not two. A head whose body is not sent in the same turn of the event loop goes out at its end.
+
 The size of a head that arrives in one read is the length of h11's receive buffer before and
 after parsing it: h11 keeps an incomplete head in that buffer, so the difference is the whole
 head's bytes. The buffer is private to h11 (pinned in ``pyproject.toml``);
@@ -48,6 +52,7 @@ from cascade.schema import ErrorBody, ErrorDetail, encoder
 
 LINGER_S = 1.0  # after refusing a head: how long to keep reading (and dropping) before closing
 FIRST_REQUEST_GRACE_S = 1.0  # at shutdown: how long a new connection may take to send its request
+ONE_WRITE_BYTES = 64 * 1024  # an answer's body up to this size goes out with its head, in one write
 MAX_REASON_CHARS = 200  # h11's reasons may quote the offending line; the answer quotes its start
 
 
@@ -98,6 +103,45 @@ def head_too_large(limits: HeadLimits) -> str:
     return f"the request head exceeds the {limits.max_header_bytes}-byte limit"
 
 
+class _HeadWithBody:
+    """The transport a request's cycle writes its answer to: its first write (the head) is held
+    until the next one (the body), or the end of this turn of the event loop, or ``close``;
+    both then go out in one write when the body is small (copying a large one would cost more
+    than the system call it saves)."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+        self._wrote = False
+
+    def write(self, data: bytes) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            if len(data) <= ONE_WRITE_BYTES:
+                self._transport.write(head + data)
+                return
+            self._transport.write(head)
+        elif not self._wrote:
+            self._wrote = True
+            self._head = data
+            self._loop.call_soon(self.flush)
+            return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+
 class GuardedH11Protocol(H11Protocol):
     limits: HeadLimits
     conn: _Connection
@@ -130,11 +174,20 @@ class GuardedH11Protocol(H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:  # a new request's cycle
+            cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
         if self.conn.their_state is not h11.IDLE:  # a request head was parsed (or refused)
             self._head_begun = False
             self._disarm_head_timer()
             if self._shutting_down and self.cycle is not None:
                 self.cycle.keep_alive = False
+
+    def on_response_complete(self) -> None:
+        # Whatever comes next (a pipelined request's answer, a refusal) goes after this answer.
+        if self.cycle is not None and isinstance(self.cycle.transport, _HeadWithBody):
+            self.cycle.transport.flush()
+        super().on_response_complete()
 
     def send_400_response(self, msg: str) -> None:
         """Answer the error h11 raised (uvicorn passes only a generic ``msg``)."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import httpx
+import msgspec
 import pytest
 from jevcompat import mock as jev_mock
 
@@ -108,6 +109,27 @@ def test_the_request_forwards_the_call_with_auth_and_request_id() -> None:
         "criteria": {"billing": "Payments", "technical": None},
     }
     assert "images" not in body and "max_len" not in body
+
+def test_an_upstream_cookie_is_not_sent_on_other_requests() -> None:
+    """One client serves every caller: a Set-Cookie the upstream sent for one request must not
+    ride along on the next caller's (the client kept a shared cookie jar)."""
+
+    async def two_calls() -> list[httpx.Request]:
+        rec = Recorder(reply(**{"set-cookie": "session=caller-1; Path=/"}), reply())
+        eng = engine(rec)
+        try:
+            await eng.answer(CALL)
+            await eng.answer(msgspec.structs.replace(CALL, request_id="r2"))
+        finally:
+            await eng.aclose()
+        return rec.requests
+
+    first, second = run(two_calls())
+    assert "cookie" not in first.headers and "cookie" not in second.headers
+    assert second.headers["x-request-id"] == "r2"
+    assert second.headers["content-type"] == "application/json"
+    assert second.headers["user-agent"].startswith("python-httpx/")
+
 
 
 def test_configured_model_controls_and_images_are_sent_the_laya_and_ollama_way() -> None:

@@ -301,3 +301,57 @@ def test_an_app_failure_before_its_answer_is_a_json_500() -> None:
     assert sent[0]["status"] == 500
     assert (b"content-type", b"application/json") in sent[0]["headers"]
     assert json.loads(sent[1]["body"])["detail"]["error_type"] == "api_error"
+
+
+def test_pipelined_answers_stay_in_order_before_a_refused_request(
+    server: tuple[str, int, int],
+) -> None:
+    """An answer's head is held until its body (``_HeadWithBody``); a malformed request right
+    behind it is refused only after that answer went out whole."""
+    requests = b"".join(b"GET /health?n=%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(5))
+    with _connect(server) as sock:
+        answer = _send_and_read(sock, iter([requests + b"GET /health HTTP/1.1\r\n\r\n"]))
+    assert _statuses(answer) == [b"HTTP/1.1 200 OK"] * 5 + [b"HTTP/1.1 400 Bad Request"]
+
+
+def test_a_small_answer_is_one_write_and_a_held_head_goes_out_in_the_same_turn() -> None:
+    import asyncio
+
+    from cascade.http.protocol import ONE_WRITE_BYTES, _HeadWithBody
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.writes: list[bytes] = []
+            self.closed = False
+
+        def write(self, data: bytes) -> None:
+            assert not self.closed
+            self.writes.append(data)
+
+        def close(self) -> None:
+            self.closed = True
+
+        def is_closing(self) -> bool:
+            return self.closed
+
+    async def scenario() -> list[list[bytes]]:
+        loop = asyncio.get_running_loop()
+        small, large, alone, closed = Recorder(), Recorder(), Recorder(), Recorder()
+        for transport, body in ((small, b"{}"), (large, b"x" * (ONE_WRITE_BYTES + 1))):
+            cycle = _HeadWithBody(transport, loop)  # type: ignore[arg-type]
+            cycle.write(b"HEAD")
+            cycle.write(body)
+            cycle.write(b"")  # h11's end of a Content-Length body
+        held = _HeadWithBody(alone, loop)  # type: ignore[arg-type]
+        held.write(b"HEAD")
+        assert alone.writes == []
+        await asyncio.sleep(0)  # the end of this turn of the loop
+        closing = _HeadWithBody(closed, loop)  # type: ignore[arg-type]
+        closing.write(b"HEAD")
+        closing.close()
+        return [small.writes, large.writes, alone.writes, closed.writes]
+
+    small, large, alone, closed = asyncio.run(scenario())
+    assert small == [b"HEAD{}", b""]
+    assert large == [b"HEAD", b"x" * (ONE_WRITE_BYTES + 1), b""]
+    assert alone == [b"HEAD"] and closed == [b"HEAD"]
