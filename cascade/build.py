@@ -16,6 +16,7 @@ from typing import get_args
 
 import msgspec
 
+from cascade.cache.decision import build_cache
 from cascade.engines.base import Engine
 from cascade.gateway import DecisionSink, Gateway
 from cascade.policy.calibration import check_checkpoints, with_calibration_file
@@ -207,6 +208,16 @@ def _clef_hash(path: str, stamp: tuple[tuple[str, int, int, int], ...]) -> str:
     return content_hash(Path(path))
 
 
+def tier_ids(policy: Policy) -> dict[str, str]:
+    """Each tier's content id for the decision cache: its weights' hash, or for an upstream
+    (whose weights are not visible from here) its URLs and forwarded model."""
+    found = fingerprints(policy)
+    for name, tier in policy.tiers.items():
+        if isinstance(tier, UpstreamTier):
+            found[name] = msgspec.json.encode(["upstream", tier.urls, tier.model]).decode()
+    return found
+
+
 def build_gateway(settings: Settings, *, policy: Policy | None = None,
                   decisions: DecisionSink | None = None) -> Gateway:
     """The gateway of ``settings`` (its ``policy``, when already read), logging to
@@ -220,5 +231,9 @@ def build_gateway(settings: Settings, *, policy: Policy | None = None,
     if policy.calibration.checkpoints:
         check_checkpoints(policy, fingerprints(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
+    cache = build_cache(policy.cache, tier_ids=tier_ids)
+    if cache is not None:
+        cache.version(policy)  # the weights are hashed now, not on the first request
     return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
-                   admission_deadline_s=settings.admission_deadline_s, decisions=decisions)
+                   admission_deadline_s=settings.admission_deadline_s, decisions=decisions,
+                   cache=cache)

@@ -29,6 +29,7 @@ import msgspec
 
 from cascade import answers, metrics
 from cascade.answers import Profile
+from cascade.cache.decision import CacheControl, DecisionCache, Lookup
 from cascade.calls import Budget, EngineAnswer, EngineCall, capped
 from cascade.engines.base import Engine, Previewing
 from cascade.errors import (
@@ -91,14 +92,14 @@ class Gateway:
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
                  demo: bool = False, clock: Callable[[], float] = time.monotonic,
                  admission_deadline_s: float = ADMISSION_DEADLINE_S,
-                 decisions: DecisionSink | None = None):
+                 decisions: DecisionSink | None = None, cache: DecisionCache | None = None):
         self.policy = policy
         self.engines = dict(engines)
         self.profile = profile
         self.demo = demo
         self.clock = clock  # the breakers' clock; budgets use time.monotonic, as engines do
         self.admission_deadline_s = admission_deadline_s
-        self.decisions = decisions
+        self.decisions, self.cache = decisions, cache  # the decision log; the decision cache
         self.started = False
         self._flows = itertools.count(1)
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
@@ -110,9 +111,8 @@ class Gateway:
 
     async def start(self) -> None:
         """Start every engine; if one fails, close them all (none is left half-running)."""
-        results = await asyncio.gather(
-            *(engine.start() for engine in self.engines.values()), return_exceptions=True
-        )
+        results = await asyncio.gather(*(e.start() for e in self.engines.values()),
+                                       return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             await asyncio.gather(*(e.aclose() for e in self.engines.values()),
@@ -125,7 +125,8 @@ class Gateway:
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
-        await asyncio.gather(*(engine.aclose() for engine in self.engines.values()))
+        closing = [engine.aclose() for engine in self.engines.values()]
+        await asyncio.gather(*closing, *([self.cache.aclose()] if self.cache else []))
 
     # ------------------------------------------------------------ one request
 
@@ -134,14 +135,15 @@ class Gateway:
         return Budget(deadline=time.monotonic() + self.admission_deadline_s,
                       flow=next(self._flows))
 
-    async def batch(self, calls: list[EngineCall]) -> list[Outcome]:
+    async def batch(self, calls: list[EngineCall], *, cache: CacheControl = "use") -> list[Outcome]:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
         capacity fairly between this batch and other requests). The first failure cancels
         the sibling states and is raised."""
         budget = self.budget()
         try:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self.systemone(c, budget=budget)) for c in calls]
+                tasks = [group.create_task(self.decide(c, budget=budget, cache=cache))
+                         for c in calls]
         except BaseExceptionGroup as failed:  # report a cascade error when there is one
             first: BaseException = failed.subgroup(CascadeError) or failed
             while isinstance(first, BaseExceptionGroup):
@@ -149,21 +151,22 @@ class Gateway:
             raise first from None
         return [task.result() for task in tasks]
 
-    async def systemone(self, call: EngineCall, *, budget: Budget | None = None) -> Outcome:
+    async def systemone(self, call: EngineCall, *, cache: CacheControl = "use") -> Outcome:
         """System One's answer: every question, or the request fails."""
-        return await self.decide(call, budget=budget)
+        return await self.decide(call, cache=cache)
 
-    async def decide(self, call: EngineCall, *, budget: Budget | None = None,
-                     partial: bool = False) -> Outcome:
+    async def decide(self, call: EngineCall, *, budget: Budget | None = None, partial: bool = False,
+                     tenant: str = "", cache: CacheControl = "use") -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
         the response) while the others are answered; the request fails only when all are."""
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
+        lookup = self.cache.lookup(self, tenant=tenant, control=cache) if self.cache else None
         flow = decide(self.policy, call, previews=self._previewer is not None, shadow_key=key,
                       partial=partial)
-        decision, merging = await self._drive(flow, timings, started)
+        decision, merging = await self._drive(flow, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision)
         response = answers.response(call, decision, timings, profile=self.profile,
@@ -176,26 +179,27 @@ class Gateway:
         if decision.shadow is not None:
             self._shadow(decision.shadow)
         tiers = decision.tiers
-        return Outcome(response=response,
-                       headers=answers.headers(Counter(tiers.values()), demo=self.demo),
+        return Outcome(response=response, headers=answers.headers(Counter(tiers.values()),
+                       demo=self.demo) | (lookup.header if lookup else {}),
                        label="degraded" if decision.degraded or decision.refused else "ok",
                        tiers=tiers, refused=decision.refused)
 
-    async def _drive(self, flow: Flow[Decision], timings: dict[str, float],
-                     started: float) -> tuple[Decision, float]:
+    async def _drive(self, flow: Flow[Decision], timings: dict[str, float], started: float,
+                     lookup: Lookup | None = None) -> tuple[Decision, float]:
         """Answer every ask of ``flow``; its decision, and when the last answer went in."""
         sent = started
         try:
             ask = next(flow)
             while True:
-                reply = await self._answer(ask, timings, started)
+                reply = await self._answer(ask, timings, started, lookup)
                 sent = time.perf_counter()
                 ask = flow.send(reply)
         except StopIteration as done:
             decision: Decision = done.value
             return decision, sent
 
-    async def _answer(self, ask: Ask, timings: dict[str, float], started: float) -> Reply:
+    async def _answer(self, ask: Ask, timings: dict[str, float], started: float,
+                      lookup: Lookup | None = None) -> Reply:
         if isinstance(ask, Preview):
             assert self._previewer is not None  # the flow previews only when told it can
             # Tokenizing a long state takes milliseconds: keep it off the event loop.
@@ -205,7 +209,7 @@ class Gateway:
             timings["pre_route"] = time.perf_counter() - started
             metrics.HOP_DURATION.labels(hop="pre_route").observe(timings["pre_route"])
         try:
-            return await self._call(ask.tier, ask.call, timings)
+            return await (lookup.call if lookup else self._call)(ask.tier, ask.call, timings)
         except CascadeError as exc:
             return Failure(exc)
 
@@ -228,9 +232,7 @@ class Gateway:
         ``record=False`` (shadow calls) leaves the breaker alone: optional traffic says nothing
         real requests should act on.
         """
-        engine = self.engines[tier]
-        breaker = self.breakers[tier]
-        config = self.policy.tiers[tier]
+        engine, breaker, config = self.engines[tier], self.breakers[tier], self.policy.tiers[tier]
         now = self.clock()
         if record and not breaker.allow(now):
             metrics.TIER_DURATION.labels(tier=tier, outcome="breaker_open").observe(0)
@@ -240,10 +242,8 @@ class Gateway:
         outcome = "error"
         try:
             call = capped(call, config.timeout_s, tier, remote)
-            if remote:
-                async with asyncio.timeout(config.timeout_s):
-                    answer = await engine.answer(call)
-            else:  # in process: admission by expected wait; accepted work runs to the end
+            # in process (no timeout): admission by expected wait; accepted work runs to the end
+            async with asyncio.timeout(config.timeout_s if remote else None):
                 answer = await engine.answer(call)
             outcome = "ok"
         except asyncio.CancelledError:
