@@ -1,4 +1,4 @@
-"""``cascade bench gateway|laya|clef|load|soak``: every benchmark prints a table and JSON.
+"""``cascade bench gateway|laya|clef|load|cache-memory|soak``: each prints a table and JSON.
 
 Imports nothing heavy at module level; each handler imports its benchmark from ``cascade.bench``.
 ``python -m cascade.cli.bench clef ...`` runs the Clef benchmark alone, for a GPU host that has
@@ -61,6 +61,15 @@ def register(groups: dict[str, Any]) -> None:
     load.add_argument("--seed", type=int, default=0, help="seed of the repeats (0)")
     load.add_argument("--json", type=Path, help="also write the JSON here")
     load.set_defaults(func=bench_load)
+
+    memory = groups["bench"].add_parser(
+        "cache-memory", help="the decision cache's memory at its bound: accounted vs RSS",
+        description="Fill an in-memory decision cache past --max-bytes with Laya-shaped "
+        "entries and compare the bytes it accounts with this process's RSS growth.")
+    memory.add_argument("--max-bytes", type=int, default=64 << 20,
+                        help="the cache's bound, bytes (64 MiB, [cache] max_bytes' default)")
+    memory.add_argument("--json", type=Path, help="also write the JSON here")
+    memory.set_defaults(func=bench_cache_memory)
 
     soak = groups["bench"].add_parser(
         "soak", help="honest clients beside hostile ones for minutes: answers and RSS floor",
@@ -174,6 +183,15 @@ def bench_load(args: argparse.Namespace) -> int:
     share = args.repeat_share[0] if args.repeat_share else None
     result = load.run(args.url[0], repeat_share=share, **options)
     return _report(load.table(result), result, args.json)
+
+
+def bench_cache_memory(args: argparse.Namespace) -> int:
+    from cascade.bench import cache_memory
+
+    if args.max_bytes < 1:
+        raise ConfigError(f"--max-bytes {args.max_bytes}: must be >= 1")
+    result = cache_memory.run(args.max_bytes)
+    return _report(cache_memory.table(result), result, args.json)
 
 
 def bench_soak(args: argparse.Namespace) -> int:
