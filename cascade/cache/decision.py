@@ -164,9 +164,9 @@ class Lookup:
         led, waiting = flights.claim(missing.values())
         if waiting:
             metrics.CACHE_COALESCED.labels(tier=tier).inc(len(waiting))
-        fresh: EngineAnswer | None = None
         if led:
-            sub = _subcall(call, each, [ids for ids, key in missing.items() if key in led])
+            leading = set(led)
+            sub = _subcall(call, each, [ids for ids, key in missing.items() if key in leading])
             try:
                 fresh = await compute(sub)
             except Exception as exc:
