@@ -165,12 +165,12 @@ def readable(path: Path | None, flag: str) -> None:
 def bench_load(args: argparse.Namespace) -> int:
     from cascade.bench import load
 
-    for url in args.url:
-        reachable(url)
-    readable(args.requests, "--requests")
     for share in args.repeat_share or []:
         if not 0.0 <= share <= 1.0:
             raise ConfigError(f"--repeat-share {share}: must be within [0, 1]")
+    for url in args.url:
+        reachable(url)
+    readable(args.requests, "--requests")
     options: dict[str, Any] = dict(
         concurrency=args.concurrency, duration_s=args.duration, requests=args.requests,
         model=args.model, max_state_chars=args.max_state_chars, pid=args.pid,
