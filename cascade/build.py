@@ -16,6 +16,7 @@ from typing import get_args
 
 import msgspec
 
+from cascade.cache.decision import build_cache
 from cascade.engines.base import Engine
 from cascade.errors import CascadeError, ConfigRejected
 from cascade.gateway import DecisionSink, Gateway
@@ -248,6 +249,14 @@ def reread_policy(settings: Settings, serving: Policy) -> Policy:
         raise ConfigRejected([f"{file}: error: {line}; refit it with `cascade calibrate` for "
                               "these weights" for line in wrong])
     return policy
+def tier_ids(policy: Policy) -> dict[str, str]:
+    """Each tier's content id for the decision cache: its weights' hash, or for an upstream
+    (whose weights are not visible from here) its URLs and forwarded model."""
+    found = fingerprints(policy)
+    for name, tier in policy.tiers.items():
+        if isinstance(tier, UpstreamTier):
+            found[name] = msgspec.json.encode(["upstream", tier.urls, tier.model]).decode()
+    return found
 
 
 def build_gateway(settings: Settings, *, policy: Policy | None = None,
@@ -260,5 +269,9 @@ def build_gateway(settings: Settings, *, policy: Policy | None = None,
         log.warning(DEMO_BANNER)
     check_checkpoints(policy, located(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
+    cache = build_cache(policy.cache, tier_ids=tier_ids)
+    if cache is not None:
+        cache.version(policy)  # the weights are hashed now, not on the first request
     return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
-                   admission_deadline_s=settings.admission_deadline_s, decisions=decisions)
+                   admission_deadline_s=settings.admission_deadline_s, decisions=decisions,
+                   cache=cache)

@@ -86,6 +86,9 @@ class EngineUsage(msgspec.Struct, kw_only=True):
     # State tokens each truncated question's row dropped, when the tier reports it per question
     # (Laya); a truncated question missing here dropped ``state_tokens_dropped``.
     dropped: dict[str, int] = msgspec.field(default_factory=dict)
+    # Input tokens of each question's row, from tiers that answer questions independently
+    # (``Engine.independent_questions``): what the decision cache splits a call's usage by.
+    row_tokens: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class EngineAnswer(msgspec.Struct, kw_only=True):

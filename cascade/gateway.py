@@ -31,17 +31,15 @@ import msgspec
 
 from cascade import answers, metrics
 from cascade.answers import Profile
-from cascade.calls import Budget, EngineAnswer, EngineCall, capped
+from cascade.cache.decision import CacheControl, DecisionCache, Lookup
+from cascade.calls import Budget, EngineAnswer, EngineCall
 from cascade.control.drift import DriftMonitor
 from cascade.control.live import LiveControl
 from cascade.engines.base import Engine
 from cascade.errors import (
-    BreakerOpen,
     CascadeError,
     ClientError,
     EngineError,
-    EngineFailed,
-    EngineTimeout,
     Overloaded,
 )
 from cascade.policy.flow import (
@@ -55,11 +53,12 @@ from cascade.policy.flow import (
     decide,
     subcall,
 )
-from cascade.policy.model import Policy, UpstreamTier
+from cascade.policy.model import Policy
 from cascade.policy.routing import QuestionRoute
 from cascade.policy.serving import Reconfigurable, Serving
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
+from cascade.tiercall import call_tier
 
 log = logging.getLogger("cascade")
 
@@ -94,13 +93,13 @@ class Gateway(Reconfigurable):
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
                  demo: bool = False, clock: Callable[[], float] = time.monotonic,
                  admission_deadline_s: float = ADMISSION_DEADLINE_S,
-                 decisions: DecisionSink | None = None):
+                 decisions: DecisionSink | None = None, cache: DecisionCache | None = None):
         super().__init__(policy, engines)
         self.profile = profile
         self.demo = demo
         self.clock = clock  # the breakers' clock; budgets use time.monotonic, as engines do
         self.admission_deadline_s = admission_deadline_s
-        self.decisions = decisions
+        self.decisions, self.cache = decisions, cache  # the decision log; the decision cache
         self.started = False
         self._flows = itertools.count(1)
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
@@ -125,7 +124,8 @@ class Gateway(Reconfigurable):
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
-        await asyncio.gather(*(engine.aclose() for engine in self.engines.values()))
+        closing = [engine.aclose() for engine in self.engines.values()]
+        await asyncio.gather(*closing, *([self.cache.aclose()] if self.cache else []))
 
     # ------------------------------------------------------------ one request
 
@@ -133,14 +133,15 @@ class Gateway(Reconfigurable):
         """A new request's budget: its admission deadline and a flow of its own."""
         return Budget(deadline=time.monotonic() + self.admission_deadline_s, flow=next(self._flows))
 
-    async def batch(self, calls: list[EngineCall], *, tenant: str = "") -> list[Outcome]:
+    async def batch(self, calls: list[EngineCall], *, tenant: str = "",
+                    cache: CacheControl = "use") -> list[Outcome]:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
         capacity fairly between this batch and other requests). The first failure cancels
         the sibling states and is raised."""
         budget, serving = self.budget(), self.serving  # one version for every state
         try:
             async with asyncio.TaskGroup() as tg:
-                jobs = [tg.create_task(self.decide(c, budget=budget, tenant=tenant,
+                jobs = [tg.create_task(self.decide(c, budget=budget, tenant=tenant, cache=cache,
                                                    serving=serving)) for c in calls]
         except BaseExceptionGroup as failed:  # report a cascade error when there is one
             first: BaseException = failed.subgroup(CascadeError) or failed
@@ -149,14 +150,14 @@ class Gateway(Reconfigurable):
             raise first from None
         return [job.result() for job in jobs]
 
-    async def systemone(self, call: EngineCall, *, budget: Budget | None = None,
-                        tenant: str = "") -> Outcome:
+    async def systemone(self, call: EngineCall, *, tenant: str = "",
+                        cache: CacheControl = "use") -> Outcome:
         """System One's answer: every question, or the request fails."""
-        return await self.decide(call, budget=budget, tenant=tenant)
+        return await self.decide(call, tenant=tenant, cache=cache)
 
     async def decide(self, call: EngineCall, *, budget: Budget | None = None,
                      partial: bool = False, tenant: str = "", escalate: bool = True,
-                     serving: Serving | None = None) -> Outcome:
+                     cache: CacheControl = "use", serving: Serving | None = None) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
         the response) while the others are answered; the request fails only when all are.
         ``escalate=False``: no cheap answer escalates on confidence (flagged ``budget``)."""
@@ -165,9 +166,11 @@ class Gateway(Reconfigurable):
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
+        lookup = None if self.cache is None else self.cache.lookup(
+            self, serving, tenant=tenant, control=cache)
         flow = decide(serving.policy, call, previews=serving.previewer is not None,
                       shadow_key=key, partial=partial, gate=self.control.gate(escalate=escalate))
-        decision, merging = await self._drive(flow, serving, timings, started)
+        decision, merging = await self._drive(flow, serving, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision)
         self.control.decided(call, decision)
@@ -181,19 +184,19 @@ class Gateway(Reconfigurable):
         if decision.shadow is not None:
             self._shadow(serving, decision.shadow)
         tiers = decision.tiers
-        return Outcome(response=response,
-                       headers=answers.headers(Counter(tiers.values()), demo=self.demo),
+        return Outcome(response=response, headers=answers.headers(Counter(tiers.values()),
+                       demo=self.demo) | (lookup.header if lookup else {}),
                        label="degraded" if decision.degraded or decision.refused else "ok",
                        tiers=tiers, refused=decision.refused)
 
     async def _drive(self, flow: Flow[Decision], serving: Serving, timings: dict[str, float],
-                     started: float) -> tuple[Decision, float]:
+                     started: float, lookup: Lookup | None = None) -> tuple[Decision, float]:
         """Answer every ask of ``flow``; its decision, and when the last answer went in."""
         sent = started
         try:
             ask = next(flow)
             while True:
-                reply = await self._answer(ask, serving, timings, started)
+                reply = await self._answer(ask, serving, timings, started, lookup)
                 sent = time.perf_counter()
                 ask = flow.send(reply)
         except StopIteration as done:
@@ -201,7 +204,7 @@ class Gateway(Reconfigurable):
             return decision, sent
 
     async def _answer(self, ask: Ask, serving: Serving, timings: dict[str, float],
-                      started: float) -> Reply:
+                      started: float, lookup: Lookup | None = None) -> Reply:
         if isinstance(ask, Preview):
             assert serving.previewer is not None  # the flow previews only when told it can
             # Tokenizing a long state takes milliseconds: keep it off the event loop.
@@ -211,6 +214,8 @@ class Gateway(Reconfigurable):
             timings["pre_route"] = time.perf_counter() - started
             metrics.HOP_DURATION.labels(hop="pre_route").observe(timings["pre_route"])
         try:
+            if lookup is not None:
+                return await lookup.call(ask.tier, ask.call, timings)
             return await self._call(serving, ask.tier, ask.call, timings)
         except CascadeError as exc:
             return Failure(exc)
@@ -230,52 +235,10 @@ class Gateway(Reconfigurable):
 
     async def _call(self, serving: Serving, tier: str, call: EngineCall,
                     timings: dict[str, float], *, record: bool = True) -> EngineAnswer:
-        """One engine call under the tier's budget or timeout and its breaker, with metrics.
-
-        ``record=False`` (shadow calls) leaves the breaker alone: optional traffic says nothing
-        real requests should act on.
-        """
-        engine, breaker = self.engines[tier], self.breakers[tier]
-        config = serving.policy.tiers[tier]
-        now = self.clock()
-        if record and not breaker.allow(now):
-            metrics.TIER_DURATION.labels(tier=tier, outcome="breaker_open").observe(0)
-            raise BreakerOpen(f"{tier} circuit open", retry_after=breaker.retry_after(now))
-        remote = isinstance(config, UpstreamTier)
-        started = time.perf_counter()
-        outcome = "error"
-        try:
-            call = capped(call, config.timeout_s, tier, remote)
-            if remote:
-                async with asyncio.timeout(config.timeout_s):
-                    answer = await engine.answer(call)
-            else:  # in process: admission by expected wait; accepted work runs to the end
-                answer = await engine.answer(call)
-            outcome = "ok"
-        except asyncio.CancelledError:
-            outcome = "cancelled"  # the caller went away: says nothing about the tier
-            raise
-        except TimeoutError as exc:
-            outcome = "timeout"
-            raise EngineTimeout(f"{tier} did not answer within {config.timeout_s} s") from exc
-        except (ClientError, Overloaded) as exc:
-            outcome = "client_error" if isinstance(exc, ClientError) else "overloaded"
-            raise
-        except EngineError:
-            raise
-        except Exception as exc:  # a bug in an engine is a tier failure, never a 500
-            log.exception("tier %s raised an unexpected error", tier)
-            raise EngineFailed(f"{tier} failed ({type(exc).__name__})") from exc
-        finally:
-            elapsed = time.perf_counter() - started
-            timings[tier] = timings.get(tier, 0.0) + elapsed
-            metrics.TIER_DURATION.labels(tier=tier, outcome=outcome).observe(elapsed)
-            if record and outcome in ("client_error", "overloaded", "cancelled"):
-                breaker.release(self.clock())  # no verdict on the tier's health
-            elif record:
-                breaker.record(self.clock(), outcome == "ok")
-        metrics.TOKENS.labels(tier=tier).inc(answer.usage.input_tokens)
-        return answer
+        """One call of ``serving``'s ``tier`` under its timeout and breaker (``call_tier``)."""
+        return await call_tier(tier, self.engines[tier], serving.policy.tiers[tier],
+                               self.breakers[tier], call, timings, clock=self.clock,
+                               record=record)
 
     def _shadow(self, serving: Serving, shadow: ShadowCall) -> None:
         """Mirror a cheap-final request to the strong tier in the background, bounded."""

@@ -231,6 +231,55 @@ for _label in ("refit", "budget"):
     GATE_CHANGES.labels(source=_label)
 
 
+# ---- decision cache (cascade.cache): lookups count questions on tiers that answer each
+# question alone (Laya), whole calls on joint tiers (Clef, upstreams).
+CACHE_HITS = Counter(
+    "cascade_cache_hits_total",
+    "Tier answers served from the decision cache, by tier (questions, or joint calls).",
+    ["tier"],
+)
+CACHE_MISSES = Counter(
+    "cascade_cache_misses_total",
+    "Tier answers the decision cache did not hold (computed, or awaited from an identical call "
+    "in flight), by tier.",
+    ["tier"],
+)
+CACHE_PARTIAL = Counter(
+    "cascade_cache_partial_total",
+    "Tier calls answered partly from the cache: only their other questions were run, by tier.",
+    ["tier"],
+)
+CACHE_COALESCED = Counter(
+    "cascade_cache_coalesced_total",
+    "Misses that waited for an identical call already in flight instead of running it, by tier.",
+    ["tier"],
+)
+CACHE_BYPASS = Counter(
+    "cascade_cache_bypass_total",
+    "Requests that skipped the cache (cache-control: no-cache or no-store).",
+)
+CACHE_BYTES = Gauge(
+    "cascade_cache_bytes", "Bytes the in-memory decision cache accounts for (keys, values and "
+    "a fixed overhead per entry)."
+)
+CACHE_ENTRIES = Gauge("cascade_cache_entries", "Entries in the in-memory decision cache.")
+CACHE_EVICTIONS = Counter(
+    "cascade_cache_evictions_total",
+    "Entries dropped from the in-memory decision cache: size (least recently used, over "
+    "max_bytes) or ttl (expired).",
+    ["reason"],
+)
+CACHE_ERRORS = Counter(
+    "cascade_cache_errors_total",
+    "Redis cache operations that failed or timed out (treated as misses), by operation.",
+    ["op"],
+)
+for _reason in ("size", "ttl"):
+    CACHE_EVICTIONS.labels(reason=_reason)
+for _op in ("get", "put"):
+    CACHE_ERRORS.labels(op=_op)
+
+
 class GatewayGauges(Collector):
     """The gauges of one gateway, read at scrape time: ``cascade_tier_ready`` (an upstream going
     down, or a cooldown ending without any traffic, shows at once), ``cascade_breaker_state``

@@ -8,6 +8,13 @@ SDKs do. Reports requests/s, goodput (200s per second), p50/p99 latency per rout
 classes, answers marked degraded (cascade's ``x_cascade.degraded``), and the server's resident
 memory sampled over the run (``--pid``, else the process listening on the URL's port, found in
 ``/proc``). A benchmark, not a test: compare servers side by side in one run.
+
+``repeat_share`` R: each request repeats the state and questions of an earlier one with
+probability R (seeded), and is otherwise new: the next item of the file with a reference number
+appended to its state, so no two new requests are alike (R = 0: nothing repeats). Responses'
+``x-cascade-cache`` headers are counted. ``run_matrix`` runs several servers and several R back
+to back and ``matrix_table`` puts them side by side, each server's goodput and p50 as a ratio
+of the first server's at the same R.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import statistics
 import threading
 import time
@@ -137,6 +145,7 @@ class Result:
     status: int | str  # an HTTP status, or "timeout" / "connect_error" / "error"
     seconds: float
     degraded: bool = False
+    cache: str | None = None  # the x-cascade-cache header, if any
 
 
 @dataclass
@@ -147,12 +156,24 @@ class Load:
     duration_s: float
     timeout_s: float = 30.0
     honour_retry_after: bool = True
+    repeat_share: float | None = None  # None: cycle through the bodies as they are
+    seed: int = 0
     results: list[Result] = field(default_factory=list)
     _next: int = 0
+    _sent: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
 
     def take(self) -> dict[str, Any]:
+        if self.repeat_share is not None and self._sent and (
+                self._rng.random() < self.repeat_share):
+            return self._rng.choice(self._sent)
         body = self.bodies[self._next % len(self.bodies)]
         self._next += 1
+        if self.repeat_share is not None:
+            body = fresh(body, self._next)
+            self._sent.append(body)
         return body
 
     async def run(self) -> float:
@@ -187,12 +208,26 @@ class Load:
             seconds = time.monotonic() - started
             status = response.status_code
             self.results.append(Result(route, status, seconds, status == 200 and _degraded(
-                response)))
+                response), response.headers.get("x-cascade-cache")))
             if self.honour_retry_after and "retry-after" in response.headers:
                 with contextlib.suppress(ValueError):
                     wait = float(response.headers["retry-after"])
             if wait > 0:
                 await asyncio.sleep(min(wait, max(0.0, end - time.monotonic())))
+
+
+def fresh(body: dict[str, Any], n: int) -> dict[str, Any]:
+    """``body`` with reference number ``n`` added to its state(s): a request nothing repeats."""
+    def mark(state: Any) -> Any:
+        if isinstance(state, dict):
+            return {**state, "ref": n}
+        if isinstance(state, list):
+            return [*state, f"ref {n}"]
+        return f"{state} (ref {n})"
+
+    if "states" in body:
+        return {**body, "states": [mark(s) for s in body["states"]]}
+    return {**body, "state": mark(body.get("state"))}
 
 
 def _degraded(response: httpx.Response) -> bool:
@@ -241,6 +276,8 @@ def summarize(load: Load, wall_s: float, rss: list[tuple[float, float]],
         "ok": len(ok),
         "goodput_per_s": len(ok) / wall_s,
         "degraded": sum(r.degraded for r in results),
+        "repeat_share": load.repeat_share,
+        "cache": dict(sorted(Counter(r.cache for r in ok if r.cache).items())),
         "status_classes": dict(sorted(Counter(_class(r.status) for r in results).items())),
         "statuses": {str(k): v for k, v in sorted(Counter(str(r.status) for r in results).items())},
         "routes": routes,
@@ -282,12 +319,67 @@ def table(result: dict[str, Any]) -> str:
 
 def run(url: str, *, concurrency: int, duration_s: float, requests: Path | None = None,
         model: str = "jev-latest", max_state_chars: int = 0, pid: int | None = None,
-        timeout_s: float = 30.0, honour_retry_after: bool = True) -> dict[str, Any]:
+        timeout_s: float = 30.0, honour_retry_after: bool = True,
+        repeat_share: float | None = None, seed: int = 0) -> dict[str, Any]:
     """Drive ``url`` and return the summary (see the module docstring)."""
     bodies = read_requests(requests, model=model, max_state_chars=max_state_chars)
     port = urlsplit(url).port or (443 if url.startswith("https") else 80)
     pid = pid if pid is not None else listening_pid(port)
-    load = Load(url.rstrip("/"), bodies, concurrency, duration_s, timeout_s, honour_retry_after)
+    load = Load(url.rstrip("/"), bodies, concurrency, duration_s, timeout_s, honour_retry_after,
+                repeat_share, seed)
     with RssSampler(pid) as sampler:
         wall = asyncio.run(load.run())
-    return summarize(load, wall, sampler.samples, pid)
+    result = summarize(load, wall, sampler.samples, pid)
+    result["cache_metrics"] = cache_metrics(load.url)
+    return result
+
+
+def cache_metrics(url: str) -> dict[str, float]:
+    """The server's ``cascade_cache_bytes`` and ``cascade_cache_entries`` (empty when it has no
+    such metrics or /metrics needs a key)."""
+    try:
+        text = httpx.get(url + "/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("cascade_cache_bytes", "cascade_cache_entries"):
+            found[name.removeprefix("cascade_cache_")] = float(value)
+    return found
+
+
+def run_matrix(urls: list[str], repeat_shares: list[float | None], **options: Any
+               ) -> dict[str, Any]:
+    """``run`` for every R of ``repeat_shares`` on every server of ``urls``, back to back (R
+    outer, so each server sees the same machine load at the same R)."""
+    runs = [run(url, repeat_share=share, **options) for share in repeat_shares for url in urls]
+    return {"urls": urls, "repeat_shares": repeat_shares, "runs": runs}
+
+
+def matrix_table(matrix: dict[str, Any]) -> str:
+    """One line per server and R: goodput and p50, and their ratios to the first server's."""
+    lines = [f"{'R':>5}  {'server':<28}{'ok':>6}{'goodput/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
+             f"{'goodput x':>11}{'p50 x':>8}  cache (hit/partial/miss)  load"]
+    first: dict[float | None, dict[str, Any]] = {}
+    for r in matrix["runs"]:
+        share = r["repeat_share"]
+        route: dict[str, Any] = next(iter(r["routes"].values()), {})
+        p50, p99 = route.get("p50_ms"), route.get("p99_ms")
+        base = first.setdefault(share, {"goodput": r["goodput_per_s"], "p50": p50})
+        ratio = r["goodput_per_s"] / base["goodput"] if base["goodput"] else float("nan")
+        p50_ratio = p50 / base["p50"] if p50 and base["p50"] else float("nan")
+        cache = r["cache"]
+        counts = "/".join(str(cache.get(k, 0)) for k in ("hit", "partial", "miss"))
+        shown = "-" if share is None else f"{share:.2f}"
+        lines.append(f"{shown:>5}  {r['url']:<28}{r['ok']:>6}{r['goodput_per_s']:>11.2f}"
+                     f"{p50 or float('nan'):>9.1f}{p99 or float('nan'):>9.1f}{ratio:>11.2f}"
+                     f"{p50_ratio:>8.2f}  {counts:<24}  {r['load_average']:.1f}")
+    for r in matrix["runs"]:
+        if r["cache_metrics"]:
+            rss = r["rss_mib"]
+            lines.append(f"{r['url']} after R={r['repeat_share']}: cache "
+                         f"{r['cache_metrics'].get('bytes', 0) / 2**20:.2f} MiB accounted in "
+                         f"{r['cache_metrics'].get('entries', 0):.0f} entries; RSS "
+                         f"{rss['start']} -> {rss['end']} MiB")
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""``cascade bench gateway|laya|clef|load|soak|control``: every benchmark prints a table and
+"""``cascade bench gateway|laya|clef|load|cache-memory|soak|control``: each prints a table and
 JSON.
 
 Imports nothing heavy at module level; each handler imports its benchmark from ``cascade.bench``.
@@ -38,7 +38,9 @@ def register(groups: dict[str, Any]) -> None:
         "DURATION seconds, honouring Retry-After. Prints req/s, goodput (200s per second), "
         "p50/p99 per route, status classes, degraded answers and the server's RSS over time.",
     )
-    load.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    load.add_argument("--url", required=True, action="append",
+                      help="base URL, e.g. http://127.0.0.1:8000; repeat it to run several "
+                      "servers back to back, side by side")
     load.add_argument("--concurrency", type=int, default=8, help="concurrent clients (8)")
     load.add_argument("--duration", type=float, default=30.0, help="seconds of load (30)")
     load.add_argument("--requests", type=Path,
@@ -55,8 +57,22 @@ def register(groups: dict[str, Any]) -> None:
     load.add_argument("--timeout", type=float, default=30.0, help="client timeout, s (30)")
     load.add_argument("--ignore-retry-after", action="store_true",
                       help="send the next request at once even after Retry-After")
+    load.add_argument("--repeat-share", type=float, action="append", metavar="R",
+                      help="share of requests (0-1) that repeat an earlier request's state and "
+                      "questions; the others are new (a reference number added to the state). "
+                      "Repeat the flag to run each R back to back (e.g. 0 and 0.5)")
+    load.add_argument("--seed", type=int, default=0, help="seed of the repeats (0)")
     load.add_argument("--json", type=Path, help="also write the JSON here")
     load.set_defaults(func=bench_load)
+
+    memory = groups["bench"].add_parser(
+        "cache-memory", help="the decision cache's memory at its bound: accounted vs RSS",
+        description="Fill an in-memory decision cache past --max-bytes with Laya-shaped "
+        "entries and compare the bytes it accounts with this process's RSS growth.")
+    memory.add_argument("--max-bytes", type=int, default=64 << 20,
+                        help="the cache's bound, bytes (64 MiB, [cache] max_bytes' default)")
+    memory.add_argument("--json", type=Path, help="also write the JSON here")
+    memory.set_defaults(func=bench_cache_memory)
 
     soak = groups["bench"].add_parser(
         "soak", help="honest clients beside hostile ones for minutes: answers and RSS floor",
@@ -249,14 +265,33 @@ def readable(path: Path | None, flag: str) -> None:
 def bench_load(args: argparse.Namespace) -> int:
     from cascade.bench import load
 
-    reachable(args.url)
+    for share in args.repeat_share or []:
+        if not 0.0 <= share <= 1.0:
+            raise ConfigError(f"--repeat-share {share}: must be within [0, 1]")
+    for url in args.url:
+        reachable(url)
     readable(args.requests, "--requests")
-
-    result = load.run(args.url, concurrency=args.concurrency, duration_s=args.duration,
-                      requests=args.requests, model=args.model,
-                      max_state_chars=args.max_state_chars, pid=args.pid,
-                      timeout_s=args.timeout, honour_retry_after=not args.ignore_retry_after)
+    options: dict[str, Any] = dict(
+        concurrency=args.concurrency, duration_s=args.duration, requests=args.requests,
+        model=args.model, max_state_chars=args.max_state_chars, pid=args.pid,
+        timeout_s=args.timeout, honour_retry_after=not args.ignore_retry_after, seed=args.seed)
+    if len(args.url) > 1 or len(args.repeat_share or []) > 1:
+        if args.pid is not None:
+            raise ConfigError("--pid names one server: leave it out with several --url")
+        matrix = load.run_matrix(args.url, args.repeat_share or [None], **options)
+        return _report(load.matrix_table(matrix), matrix, args.json)
+    share = args.repeat_share[0] if args.repeat_share else None
+    result = load.run(args.url[0], repeat_share=share, **options)
     return _report(load.table(result), result, args.json)
+
+
+def bench_cache_memory(args: argparse.Namespace) -> int:
+    from cascade.bench import cache_memory
+
+    if args.max_bytes < 1:
+        raise ConfigError(f"--max-bytes {args.max_bytes}: must be >= 1")
+    result = cache_memory.run(args.max_bytes)
+    return _report(cache_memory.table(result), result, args.json)
 
 
 def bench_soak(args: argparse.Namespace) -> int:

@@ -17,6 +17,13 @@ class Engine(Protocol):
     escape: ``ClientError`` subclasses for requests this tier can never serve (too long, bad
     option order), ``Overloaded`` when its queue is full, ``EngineError`` subclasses for its own
     failures. It must be safe to call concurrently from the event loop and must never block it.
+
+    Optional declaration: ``independent_questions = True`` says each question's result and
+    usage depend on the call's state, model, images and controls and on that question alone
+    (Laya reads one row per question), never on the other questions, and ``usage.row_tokens``
+    gives each question's input tokens. The decision cache then keys such a tier per question
+    (``answers_each_question``); any other tier is joint (Clef's head reads every question
+    together; an upstream is opaque) and keyed by the whole call.
     """
 
     name: str
@@ -51,3 +58,6 @@ class Waiting(Protocol):
     request would wait now before its batch starts, as admission predicts it (corrected)."""
 
     def expected_wait(self) -> float: ...
+def answers_each_question(engine: object) -> bool:
+    """Whether ``engine`` declares ``independent_questions = True`` (see ``Engine``)."""
+    return getattr(engine, "independent_questions", False) is True

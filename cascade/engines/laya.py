@@ -99,6 +99,8 @@ def run_rows(session: OnnxSession, pad_id: int, rows: list[Row]) -> list[RowOut]
 class LayaEngine:
     """Implements ``cascade.engines.base.Engine`` for one or more Laya checkpoints."""
 
+    independent_questions = True  # one row per question: see cascade.engines.base.Engine
+
     def __init__(
         self,
         name: str,

@@ -26,6 +26,7 @@ from litestar.handlers import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cascade import __version__, answers, metrics
+from cascade.cache.decision import cache_control, combined
 from cascade.contracts.openai import decision, error_body, is_unparsed
 from cascade.contracts.openai_schema import Decision, DecisionCreate
 from cascade.errors import (
@@ -279,7 +280,8 @@ async def systemone(request: Request) -> Response[bytes]:
         with metrics.HOP_DURATION.labels(hop="validate").time():
             call = await read_call(body, parts, pool, request_id=request_id(request.scope),
                                    limits=request.app.state.limits)
-        outcome = await unless_disconnected(request, gateway.systemone(call))
+        outcome = await unless_disconnected(request, gateway.systemone(
+            call, cache=cache_control(request.headers.get("cache-control", ""))))
         return _json(outcome.response, outcome.headers), outcome.label
 
     return await _guarded(request, "/v1/systemone", work)
@@ -299,7 +301,8 @@ async def systemone_batch(request: Request) -> Response[bytes]:
             calls = await read_batch_calls(body, pool, request_id=request_id(request.scope),
                                            limits=request.app.state.limits)
         async with request.app.state.admission.permit(len(calls) - 1):
-            outcomes = await unless_disconnected(request, gateway.batch(calls))
+            outcomes = await unless_disconnected(request, gateway.batch(
+                calls, cache=cache_control(request.headers.get("cache-control", ""))))
         results = [o.response for o in outcomes]
         total = TotalUsage(
             input_tokens=sum(r.usage.input_tokens for r in results), output_tokens=0
@@ -307,6 +310,8 @@ async def systemone_batch(request: Request) -> Response[bytes]:
         label = "degraded" if any(o.label == "degraded" for o in outcomes) else "ok"
         headers = answers.headers(Counter(t for o in outcomes for t in o.tiers.values()),
                                   demo=gateway.demo)
+        if gateway.cache is not None:
+            headers["x-cascade-cache"] = combined([o.headers["x-cascade-cache"] for o in outcomes])
         return _json(BatchResponse(results=results, total_usage=total), headers), label
 
     return await _guarded(request, "/v1/systemone/batch", work)
@@ -331,7 +336,8 @@ async def decisions(request: Request) -> Response[bytes]:
             decoded = await read_decision(body, pool, request_id=request_id(request.scope),
                                           limits=request.app.state.limits)
         outcome = await unless_disconnected(
-            request, gateway.decide(decoded.call, partial=True))
+            request, gateway.decide(decoded.call, partial=True, cache=cache_control(
+                request.headers.get("cache-control", ""))))
         return _json(decision(decoded.asked, outcome), outcome.headers), outcome.label
 
     return await _guarded(request, "/v1/decisions", work)

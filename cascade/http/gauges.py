@@ -33,5 +33,5 @@ def registry_of(gateway: Gateway) -> CollectorRegistry:
                           for n, b in gateway.breakers.items()},
         build=build,
     ))
-    registry.register(DriftGauges(lambda: gateway.drift.psi()))
+    registry.register(DriftGauges(lambda: {cell: v for cell, v in gateway.drift.psi().items()}))
     return registry

@@ -64,6 +64,7 @@ def usage(questions: Sequence[Prepared], rows: Sequence[Row], state_tokens: int)
         state_tokens_dropped=max(dropped.values(), default=0),
         truncated_questions=[qid for qid, d in dropped.items() if d > 0],
         dropped={qid: d for qid, d in dropped.items() if d > 0},
+        row_tokens={q.qid: len(r.ids) for q, r in zip(questions, rows, strict=True)},
         options={
             q.qid: OptionSpans(
                 total=len(r.markers), distinct=r.distinct, tokens_per_option=r.tokens_per_option

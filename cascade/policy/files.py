@@ -25,6 +25,7 @@ from cascade.policy.calibration import (
 from cascade.policy.model import (
     Bands,
     BreakerConfig,
+    Cache,
     Checkpoints,
     ClefTier,
     Drift,
@@ -216,6 +217,7 @@ def validate(policy: Policy) -> list[Finding]:
             found.append(_err(("decision_log", key), f"decision_log.{key} must be >= 1"))
     found += _control_findings(policy)
     found += _drift_findings(policy.drift)
+    found += _cache_findings(policy.cache)
     return sorted(found, key=lambda f: f.severity != "error")
 
 
@@ -227,6 +229,20 @@ def _drift_findings(drift: Drift) -> Iterator[Finding]:
         yield _err(("drift", "bins"), f"drift.bins = {drift.bins} must be in [2, 100]")
     if drift.min_count < 1:
         yield _err(("drift", "min_count"), "drift.min_count must be >= 1")
+
+
+def _cache_findings(cache: Cache) -> Iterator[Finding]:
+    if cache.max_bytes < 1:
+        yield _err(("cache", "max_bytes"), "cache.max_bytes must be >= 1")
+    for key in ("ttl_s", "timeout_s", "retry_s"):
+        if getattr(cache, key) <= 0:
+            yield _err(("cache", key), f"cache.{key} must be > 0")
+    if cache.backend == "redis" and not cache.url:
+        yield _err(("cache", "url"), 'cache.backend = "redis" needs cache.url (redis://host:port/db)')
+    elif cache.url is not None and not cache.url.startswith(("redis://", "rediss://", "unix://")):
+        yield _err(("cache", "url"), f"`{cache.url}` is not a redis://, rediss:// or unix:// URL")
+    if cache.backend == "memory" and cache.url is not None:
+        yield _warn(("cache", "url"), 'cache.url is used only with backend = "redis"')
 
 
 def _strong_needed(policy: Policy) -> Iterator[Finding]:

@@ -4,9 +4,9 @@ A policy is data only. It names its tiers (``[tiers.NAME]``, tagged by ``kind``)
 ``model`` names mean the cascade or one tier (``[models]``), the pre-routing rules (``[route]``),
 the escalation thresholds (``[thresholds]``), per-tier breakers (``[breaker.NAME]``), shadow
 sampling (``[shadow]``), degradation (``[degrade]``), a fitted calibration (``[calibration]``),
-the decision log (``[decision_log]``), live control of the gate (``[control]``) and drift
-monitoring (``[drift]``). The decisions live in ``cascade.policy.routing``; reading and checking
-files is ``cascade.policy.files``'s job.
+the decision log (``[decision_log]``), live control of the gate (``[control]``), drift
+monitoring (``[drift]``) and the decision cache (``[cache]``). The decisions live in
+``cascade.policy.routing``; reading and checking files is ``cascade.policy.files``'s job.
 
 Decoding is strict (``forbid_unknown_fields``): a typo fails at boot.
 """
@@ -327,6 +327,21 @@ class Drift(_Strict, frozen=True):
     reference_s: float = 3600.0
     bins: int = 10
     min_count: int = 300
+class Cache(_Strict, frozen=True):
+    """``[cache]``: the decision cache (``cascade.cache``). A ``[cache]`` table turns it on
+    (``enabled = false`` keeps the table and turns it off). Entries live ``ttl_s`` and the
+    in-memory store holds at most ``max_bytes`` (least recently used dropped first); the Redis
+    store (``backend = "redis"``, ``url``) is shared by replicas and bounded by Redis's own
+    ``maxmemory``. ``shared``: one namespace for every tenant instead of one per tenant."""
+
+    enabled: bool = True
+    backend: Literal["memory", "redis"] = "memory"
+    max_bytes: int = 64 << 20
+    ttl_s: float = 3600.0
+    shared: bool = False
+    url: str | None = None  # redis://host:6379/0 (backend = "redis" only)
+    timeout_s: float = 0.05  # each Redis operation, connecting included; then a counted miss
+    retry_s: float = 1.0  # after a Redis error, how long lookups skip Redis (misses, no wait)
 
 
 class Policy(_Strict, frozen=True, kw_only=True):
@@ -345,6 +360,7 @@ class Policy(_Strict, frozen=True, kw_only=True):
     # ``[cost]``: what each tier costs per 1000 input tokens, by tier name, for ``cascade
     # eval``'s cost model; a tier not listed gets its kind's default (cascade.eval.costs).
     cost: dict[str, float] = field(default_factory=dict)
+    cache: Cache = field(default_factory=lambda: Cache(enabled=False))  # off without [cache]
 
     @classmethod
     def single_tier(cls, tier_name: str, tier: Tier) -> Policy:

@@ -37,7 +37,7 @@ class Serving:
 def restart_reasons(old: Policy, new: Policy) -> list[str]:
     """Why ``new`` cannot replace ``old`` without a restart: a tier added, removed, or defined
     otherwise (an engine is built from every field of its tier but ``timeout_s``, which calls
-    read), or another ``[decision_log]`` (the log is opened at boot)."""
+    read), or another ``[decision_log]`` or ``[cache]`` (both are opened at boot)."""
     def built_from(tier: Tier) -> Tier:
         return msgspec.structs.replace(tier, timeout_s=0.0)
 
@@ -48,6 +48,8 @@ def restart_reasons(old: Policy, new: Policy) -> list[str]:
                 if n in old.tiers and built_from(tier) != built_from(old.tiers[n])]
     if new.decision_log != old.decision_log:
         changes.append("[decision_log] changes (the log is opened at boot)")
+    if new.cache != old.cache:
+        changes.append("[cache] changes (the cache and its store are built at boot)")
     return changes
 
 

@@ -1,0 +1,1 @@
+"""The decision cache: tier answers keyed by everything that determines them."""
