@@ -1,9 +1,9 @@
 """Settings → policy → engines → ``Gateway``. The only place that knows engine classes.
 
-Policy sources, first match wins: ``--policy FILE``; ``--upstream URL`` (a one-tier policy that
-forwards to any ``/v1/systemone`` server); ``--demo`` (the default policy on tiny random
-checkpoints of both tiers, labelled as a demo everywhere); ``--laya DIR`` and/or ``--clef DIR``
-(in-process tiers).
+Policy sources, first match wins: ``--demo`` (the default policy, or ``--policy FILE``, on
+tiny random checkpoints of both tiers, labelled as a demo everywhere); ``--policy FILE``;
+``--upstream URL`` (a one-tier policy that forwards to any ``/v1/systemone`` server); ``--laya
+DIR`` and/or ``--clef DIR`` (in-process tiers).
 """
 
 from __future__ import annotations
@@ -62,13 +62,13 @@ def policy_from_settings(settings: Settings) -> Policy:
 
 
 def _policy(settings: Settings) -> Policy:
+    if settings.demo:
+        return demo_policy(Path(settings.demo_dir), settings)
     if settings.policy:
         return load_policy(Path(settings.policy))
     if settings.upstream:
         tier = UpstreamTier(urls=[settings.upstream], model=settings.upstream_model)
         return Policy.single_tier("upstream", tier)
-    if settings.demo:
-        return demo_policy(Path(settings.demo_dir), settings)
     tiers: dict[str, Tier] = {}
     if settings.laya:
         unknown = set(settings.laya) - set(LAYA_NAMES)
@@ -94,24 +94,30 @@ def _policy(settings: Settings) -> Policy:
     return Policy(tiers=tiers, route=Route(cheap="laya", strong="clef"))
 
 
-def demo_policy(root: Path, settings: Settings) -> Policy:
-    """The default policy (``policies/default.toml``: its model table, pre-routing rules and
-    thresholds as they are) with its tiers' weights swapped for tiny random checkpoints under
-    ``root``, Clef on the CPU, and a quarter of cheap-final requests shadowed so the shadow
-    figures show up quickly. The Laya checkpoints are rewritten every time (milliseconds, and
-    deterministic), so a demo directory an older cascade wrote is never served; Clef's once."""
+def demo_policy(root: Path, settings: Settings, *, write: bool = True) -> Policy:
+    """The default policy (``policies/default.toml``, or ``--policy FILE``: its model table,
+    pre-routing rules, thresholds and live control as they are) with its tiers' weights swapped
+    for tiny random checkpoints under ``root``, Clef on the CPU, and a quarter of cheap-final
+    requests shadowed so the shadow figures show up quickly. The policy must name a Laya tier
+    ``laya`` and a Clef tier ``clef``, as the default one does. The Laya checkpoints are
+    rewritten every time (milliseconds, and deterministic), so a demo directory an older cascade
+    wrote is never served; Clef's once. ``write=False`` (a reload) writes nothing."""
     from cascade.clef.tiny import make_tiny as make_tiny_clef
     from cascade.laya.tiny import make_tiny as make_tiny_laya
 
-    policy = load_policy(DEFAULT_POLICY)
-    laya, clef = policy.tiers["laya"], policy.tiers["clef"]
-    assert isinstance(laya, LayaTier) and isinstance(clef, ClefTier), DEFAULT_POLICY
+    source = Path(settings.policy) if settings.policy else DEFAULT_POLICY
+    policy = load_policy(source)
+    laya, clef = policy.tiers.get("laya"), policy.tiers.get("clef")
+    if not (isinstance(laya, LayaTier) and isinstance(clef, ClefTier)):
+        raise NoTiers(f"--demo serves {source} on tiny checkpoints: it needs a Laya tier named "
+                      "`laya` and a Clef tier named `clef` ([tiers.laya], [tiers.clef])")
     laya_dirs = {name: root / f"laya-{name}" for name in laya.checkpoints.named()}
-    for seed, path in enumerate(laya_dirs.values()):
-        make_tiny_laya(path, seed=seed)
     clef_dir = root / "clef-flash"
-    if not (clef_dir / "joint_head.safetensors").exists():
-        make_tiny_clef(clef_dir)
+    if write:
+        for seed, path in enumerate(laya_dirs.values()):
+            make_tiny_laya(path, seed=seed)
+        if not (clef_dir / "joint_head.safetensors").exists():
+            make_tiny_clef(clef_dir)
     tiers: dict[str, Tier] = {
         "laya": msgspec.structs.replace(laya, checkpoints=Checkpoints.of(laya_dirs)),
         "clef": msgspec.structs.replace(clef, release=str(clef_dir), device="cpu"),
@@ -229,9 +235,12 @@ def reread_policy(settings: Settings, serving: Policy) -> Policy:
     ``ConfigRejected`` with ``FILE[:LINE]: error: ...`` lines. A policy not read from a file
     (``--demo``, ``--upstream``, ``--laya``/``--clef``) is ``serving``, the one serving now, with
     ``--calibration`` read again when given: its tiers' definitions never change (the demo's
-    checkpoints are not rewritten)."""
+    checkpoints are not rewritten; ``--demo --policy FILE`` reads FILE again on them)."""
     try:
-        policy = load_policy(Path(settings.policy)) if settings.policy else serving
+        if settings.demo and settings.policy:  # the file again, on the demo's checkpoints
+            policy = demo_policy(Path(settings.demo_dir), settings, write=False)
+        else:
+            policy = load_policy(Path(settings.policy)) if settings.policy else serving
         if settings.calibration:
             policy = with_calibration_file(policy, settings.calibration)
     except PolicyError as exc:

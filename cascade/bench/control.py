@@ -46,6 +46,7 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from cascade.bench.sample import SAMPLE
+from cascade.build import DEFAULT_POLICY
 from cascade.questions import n_options, option_band, option_names
 from cascade.schema import ChoiceQuestion, NoulQuestion, Question
 from cascade.settings import child_environment
@@ -223,6 +224,8 @@ class Options:
     key: str | None = None
     seed: int = 0
     timeout_s: float = 30.0
+    # The policy a demo of the bench's own serves: the default one with this [control] table.
+    control: str = ""
 
 
 # ---------------------------------------------------------------- the drive
@@ -374,10 +377,20 @@ async def drive(url: str, items: list[Item], opts: Options) -> Run:
 # ---------------------------------------------------------------- a demo of its own
 
 
+def control_table(max_strong_share: float, target_accuracy: float, window_s: float,
+                  refit_interval_s: float) -> str:
+    """The ``[control]`` table a demo of the bench's own serves: the budget and target the
+    bench judges, held by the gateway's pacer and refit."""
+    return (f"[control]\nmax_strong_share = {max_strong_share!r}\nwindow_s = {window_s!r}\n"
+            f"target_accuracy = {target_accuracy!r}\nrefit_interval_s = {refit_interval_s!r}\n")
+
+
 @contextlib.contextmanager
-def demo_server(admin_key: str | None, timeout_s: float = 600.0) -> Iterator[str]:
+def demo_server(admin_key: str | None, control: str = "",
+                timeout_s: float = 600.0) -> Iterator[str]:
     """``cascade serve --demo`` on a free loopback port with a decision log in a temporary
-    directory (and ``CASCADE_ADMIN_KEYS`` when ``admin_key``); yields its URL, stops it."""
+    directory (and ``CASCADE_ADMIN_KEYS`` when ``admin_key``), serving the default policy with
+    the ``control`` table appended (``--demo --policy``); yields its URL, stops it."""
     import socket
 
     with socket.socket() as sock:
@@ -385,9 +398,12 @@ def demo_server(admin_key: str | None, timeout_s: float = 600.0) -> Iterator[str
         port = sock.getsockname()[1]
     with tempfile.TemporaryDirectory(prefix="cascade-bench-control-") as work:
         env = child_environment({"CASCADE_ADMIN_KEYS": admin_key} if admin_key else {})
-        cmd = [sys.executable, "-m", "cascade", "serve", "--demo", "--host", "127.0.0.1",
-               "--port", str(port), "--decision-log", str(Path(work) / "decisions.sqlite"),
-               "--log-level", "warning"]
+        policy = Path(work) / "policy.toml"
+        policy.write_text(DEFAULT_POLICY.read_text(encoding="utf-8") + "\n" + control,
+                          encoding="utf-8")
+        cmd = [sys.executable, "-m", "cascade", "serve", "--demo", "--policy", str(policy),
+               "--host", "127.0.0.1", "--port", str(port),
+               "--decision-log", str(Path(work) / "decisions.sqlite"), "--log-level", "warning"]
         print(f"starting {' '.join(cmd[1:])}", file=sys.stderr)
         proc = subprocess.Popen(cmd, env=env, cwd=work)
         url = f"http://127.0.0.1:{port}"
@@ -423,5 +439,5 @@ def run(url: str | None, *, requests: Path | None, opts: Options,
         return items, asyncio.run(drive(url.rstrip("/"), items, opts))
     if opts.reloads and opts.admin_key is None:
         opts.admin_key = secrets.token_urlsafe(16)
-    with demo_server(opts.admin_key) as demo:
+    with demo_server(opts.admin_key, opts.control) as demo:
         return items, asyncio.run(drive(demo, items, opts))

@@ -153,7 +153,9 @@ def register(groups: dict[str, Any]) -> None:
 
 def control_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="base URL of a running gateway (default: start "
-                        "`cascade serve --demo` on 127.0.0.1 with a decision log)")
+                        "`cascade serve --demo` on 127.0.0.1 with a decision log, serving the "
+                        "default policy with a [control] table of --max-strong-share, "
+                        "--target-accuracy, --window and --refit-every)")
     parser.add_argument("--requests", type=Path, help="labelled JSONL (default: the bundled "
                         "sample, cascade/bench/requests-sample.jsonl)")
     parser.add_argument("--model", default="jev-latest",
@@ -181,6 +183,8 @@ def control_flags(parser: argparse.ArgumentParser) -> None:
                         help="the accuracy target of the kept cheap answers (0.9)")
     parser.add_argument("--window", type=float, default=300.0, metavar="SECONDS",
                         help="sliding window of the strong share, s (300)")
+    parser.add_argument("--refit-every", type=float, default=15.0, metavar="SECONDS",
+                        help="[control] refit_interval_s of a demo of its own (15)")
     parser.add_argument("--scrape-every", type=float, default=2.0, metavar="SECONDS",
                         help="how often /metrics is read for the thresholds (2)")
     parser.add_argument("--reloads", type=int, default=0, metavar="N",
@@ -211,8 +215,8 @@ def bench_control(args: argparse.Namespace) -> int:
         if not 0 <= value <= 1:
             raise UsageError(f"{flag} {value}: give a share in [0, 1]")
     for flag, value in (("--phase-duration", args.phase_duration), ("--window", args.window),
-                        ("--scrape-every", args.scrape_every), ("--concurrency",
-                                                                 args.concurrency)):
+                        ("--scrape-every", args.scrape_every), ("--concurrency", args.concurrency),
+                        ("--refit-every", args.refit_every)):
         if not value > 0:
             raise UsageError(f"{flag} {value}: must be > 0")
     if args.reloads < 0 or (args.reloads and args.url and not args.admin_key):
@@ -225,7 +229,8 @@ def bench_control(args: argparse.Namespace) -> int:
         feedback_share=args.feedback_share, synthetic=args.synthetic_labels,
         cheap_model=args.cheap_model, cheap_tier=args.cheap_tier,
         scrape_every_s=args.scrape_every, reloads=args.reloads, admin_key=args.admin_key,
-        key=args.key, seed=args.seed, timeout_s=args.timeout)
+        key=args.key, seed=args.seed, timeout_s=args.timeout, control=control.control_table(
+            args.max_strong_share, args.target_accuracy, args.window, args.refit_every))
     items, run = control.run(args.url, requests=args.requests, opts=opts, model=args.model)
     result = control_report.summarize(run, items, opts, max_share=args.max_strong_share,
                                       target=args.target_accuracy, window_s=args.window,

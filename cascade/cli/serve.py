@@ -73,7 +73,8 @@ def register(groups: dict[str, Any]) -> None:
     clef_flags(serve)
     serve.add_argument("--demo", action="store_true", default=None,
                        help="serve tiny random checkpoints of both tiers (a demo, not a model; "
-                       "CASCADE_DEMO=1)")
+                       "CASCADE_DEMO=1): the default policy, or --policy FILE's tables with its "
+                       "laya and clef tiers swapped for the tiny checkpoints")
     serve.add_argument("--calibration", metavar="FILE",
                        help="thresholds and temperatures from `cascade calibrate` (refused at "
                        "boot, and on reload, when fitted for other weights; CASCADE_CALIBRATION)")
