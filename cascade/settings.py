@@ -118,6 +118,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # the rest are counted and reported with the next line of that kind.
     log_repeat_burst: int = 5
     log_repeat_interval_s: float = 10.0
+    # Precision of the Laya tier --laya builds: "int8" serves the int8 export, only with a
+    # passing flip report for its weights (a policy file sets [tiers.laya] precision itself).
+    laya_precision: Literal["fp32", "int8"] = "fp32"
 
     def __repr__(self) -> str:
         fields = msgspec.structs.asdict(self)
