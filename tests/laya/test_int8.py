@@ -214,3 +214,24 @@ cheap = "laya"
     policy.write_text(policy.read_text().replace("max_flip_rate = 0.1", "max_flip_rate = 0.05"))
     with pytest.raises(FlipGateRefused, match=str(tmp_path / "reports" / "english.json")):
         build_gateway(Settings(policy=str(policy)))
+
+
+def test_policy_checks_the_precision_keys() -> None:
+    from cascade.policy.files import check_text
+
+    base = """
+[tiers.laya]
+kind = "laya"
+checkpoints = { english = "/en", multilingual = "/ml" }
+[route]
+cheap = "laya"
+"""
+    for extra, message in (
+        ('precision = "int4"', "precision"),
+        ("max_flip_rate = 1.5", "max_flip_rate must be in [0, 1]"),
+        ('flip_report = "r.json"', "flip_report names one report"),
+    ):
+        policy, found = check_text(base.replace('[route]', f"{extra}\n[route]"))
+        assert policy is None and any(message in f.message for f in found), (extra, found)
+    policy, _ = check_text(base.replace("[route]", 'precision = "int8"\n[route]'))
+    assert policy is not None and policy.tiers["laya"].precision == "int8"  # type: ignore[union-attr]
