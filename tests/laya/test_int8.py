@@ -235,3 +235,17 @@ cheap = "laya"
         assert policy is None and any(message in f.message for f in found), (extra, found)
     policy, _ = check_text(base.replace("[route]", 'precision = "int8"\n[route]'))
     assert policy is not None and policy.tiers["laya"].precision == "int8"  # type: ignore[union-attr]
+
+
+def test_the_engine_never_makes_an_int8_export_itself(tmp_path: Path) -> None:
+    import asyncio
+
+    from cascade.engines.laya import LayaEngine
+    from cascade.errors import EngineUnavailable
+
+    ckpt = make_tiny(tmp_path / "ckpt", seed=5)
+    engine = LayaEngine("laya", {"english": ckpt}, onnx_cache=tmp_path / "cache",
+                        precision="int8")
+    with pytest.raises(EngineUnavailable, match="--precision int8 --check"):
+        asyncio.run(engine.start())
+    assert not (tmp_path / "cache").exists()
