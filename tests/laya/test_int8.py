@@ -249,3 +249,39 @@ def test_the_engine_never_makes_an_int8_export_itself(tmp_path: Path) -> None:
     with pytest.raises(EngineUnavailable, match="--precision int8 --check"):
         asyncio.run(engine.start())
     assert not (tmp_path / "cache").exists()
+
+
+def test_requests_come_back_from_a_decision_log(tmp_path: Path) -> None:
+    import hashlib
+    import sqlite3
+
+    from cascade.eval.decision_log import INSERT, INSERT_STATE, SCHEMA
+    from cascade.eval.flips import items_from_log
+
+    question = REQUESTS[0]["questions"]["dept"]
+    state = {"body": "refund please"}
+    text = json.dumps(state)
+    key = hashlib.sha256(text.encode()).hexdigest()
+
+    def row(rid: str, qid: str, mode: str, strong: list[float] | None, shadow: int) -> tuple:
+        return (rid, 0.0, "jev-latest", "p", "{}", qid, "choice", "3-5", json.dumps(question),
+                key if mode == "text" else "h" * 64, mode,
+                json.dumps({"tier": "laya", "checkpoint": "english",
+                            "probabilities": [0.5, 0.3, 0.2]}),
+                json.dumps({"tier": "clef", "probabilities": strong}) if strong else None,
+                "laya", None, 0, shadow, 0.01)
+
+    db = tmp_path / "log.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(SCHEMA)
+        conn.execute(INSERT_STATE, (key, text))
+        conn.executemany(INSERT, [
+            row("a", "q1", "text", [0.1, 0.8, 0.1], 1),  # shadowed: gold is the strong answer
+            row("a", "q2", "text", None, 0),
+            row("b", "q1", "hash", None, 0),  # no state to rerun
+        ])
+    items, unusable = items_from_log(db)
+    assert unusable == 1 and len(items) == 1
+    (item,) = items
+    assert item.call.state == state and set(item.call.questions) == {"q1", "q2"}
+    assert item.gold == {"q1": "tech"}
