@@ -37,6 +37,7 @@ from cascade.policy.model import (
     Tier,
     UpstreamTier,
 )
+from cascade.policy.precision import check_precision
 from cascade.settings import Settings, env_secret
 
 log = logging.getLogger("cascade")
@@ -76,7 +77,8 @@ def _policy(settings: Settings) -> Policy:
             raise NoTiers(f"--laya names must be {', '.join(LAYA_NAMES)}; got {sorted(unknown)}")
         first = next(name for name in LAYA_NAMES if name in settings.laya)
         tiers["laya"] = LayaTier(
-            checkpoints=Checkpoints.of(settings.laya), default_checkpoint=first
+            checkpoints=Checkpoints.of(settings.laya), default_checkpoint=first,
+            precision=settings.laya_precision,
         )
     if settings.clef:
         tiers["clef"] = ClefTier(
@@ -160,6 +162,7 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
             name, checkpoints, demo=settings.demo, intra_op_threads=tier.intra_op_threads,
             max_batch_rows=tier.max_batch_size, max_wait_s=tier.max_wait_s,
             max_queue_rows=tier.max_queue, default_checkpoint=tier.default_checkpoint,
+            precision=tier.precision,
         )
     if isinstance(tier, ClefTier):
         from cascade.engines.clef import ClefEngine
@@ -196,6 +199,13 @@ def fingerprints(policy: Policy) -> dict[str, str]:
         elif isinstance(tier, ClefTier):
             found[name] = _clef_hash(*_stamped(resolve_clef(tier.release, tier.download)))
     return found
+
+
+def laya_hashes(policy: Policy) -> dict[str, dict[str, str]]:
+    """Content hashes of every Laya checkpoint, by tier and checkpoint name."""
+    return {name: {ck: _laya_hash(*_stamped(resolve_laya(ref)))
+                   for ck, ref in tier.checkpoints.named().items()}
+            for name, tier in policy.tiers.items() if isinstance(tier, LayaTier)}
 
 
 def _stamped(path: Path) -> tuple[str, tuple[tuple[str, int, int, int], ...]]:
@@ -272,11 +282,13 @@ def build_gateway(settings: Settings, *, policy: Policy | None = None,
                   decisions: DecisionSink | None = None) -> Gateway:
     """The gateway of ``settings`` (its ``policy``, when already read), logging to
     ``decisions``. Raises ``CalibrationMismatch`` (exits, naming both hashes) when the policy's
-    calibration was fitted for other weights."""
+    calibration was fitted for other weights, ``FlipGateRefused`` when an int8 Laya tier has no
+    passing flip report for its weights."""
     policy = policy or policy_from_settings(settings)
     if settings.demo:
         log.warning(DEMO_BANNER)
     check_checkpoints(policy, located(policy))
+    check_precision(policy, resolve_laya, laya_hashes(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
     cache = build_cache(policy.cache, tier_ids=tier_ids)
     if cache is not None:

@@ -123,6 +123,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # api_keys_file. A reload (SIGHUP, /admin/reload) reads both key files again.
     admin_keys: tuple[str, ...] = ()
     admin_keys_file: str | None = None
+    # Precision of the Laya tier --laya builds: "int8" serves the int8 export, only with a
+    # passing flip report for its weights (a policy file sets [tiers.laya] precision itself).
+    laya_precision: Literal["fp32", "int8"] = "fp32"
 
     def __repr__(self) -> str:
         fields = msgspec.structs.asdict(self)

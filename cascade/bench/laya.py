@@ -3,9 +3,13 @@
 Both run the same random checkpoint (ModernBERT-base or -large shape, English budgets 512/192)
 with the same thread count on the same inputs: a single request at ~128 and ~512 state tokens,
 then ``--clients`` concurrent clients over the request mix (laya behind one lock, as
-``laya-serve`` runs it). Prints rows/s, p50/p99, the speed-up, and the achieved GFLOP/s (useful
-FLOPs of the real tokens) against the fp32 GEMM peak measured in the same run. A benchmark, not
-a test: the figures depend on the machine and on what else runs on it.
+``laya-serve`` runs it). ``--precision fp32,int8`` runs cascade's engine once per precision in
+the same run (``cascade-int8``: the int8 export) and counts the answers int8 changes on the
+concurrent run's requests. Prints rows/s, p50/p99, the speed-up over laya, and each runtime's
+achieved GFLOP/s against the fp32 GEMM peak measured in the same run: FLOPs of the real tokens
+as that runtime computes them (laya: full attention everywhere and the whole head; cascade:
+banded local layers, the head's last layer at the read positions only). A benchmark, not a
+test: the figures depend on the machine and on what else runs on it.
 """
 
 from __future__ import annotations
@@ -65,12 +69,28 @@ TRIAGE = {
 
 
 def row_flops(cfg: LayaConfig, length: int) -> float:
-    """Multiply-adds x2 of one row of ``length`` real tokens (encoder + decision head)."""
+    """Multiply-adds x2 of one row of ``length`` real tokens as laya's torch runtime computes
+    it: full attention in every layer, every head layer at every position."""
     e, n = cfg.encoder, length
     d, f = e.hidden, e.intermediate
     layer = 2 * n * (4 * d * d + 3 * d * f) + 4 * n * n * d
     head = 2 * n * 12 * d * d + 4 * n * n * d
     return e.layers * layer + cfg.head_layers * head
+
+
+def cascade_row_flops(cfg: LayaConfig, length: int, reads: int) -> float:
+    """The same as cascade's graph computes it (``cascade.laya.graph``): a local layer scores
+    each chunk of ``C = window // 2`` queries against 3C keys (padded to whole chunks); the
+    head's last layer computes queries, output projection and FFN at the ``reads`` positions
+    only (CLS and the markers), its keys and values at every position."""
+    e, n = cfg.encoder, length
+    d, f, c = e.hidden, e.intermediate, max(1, e.window // 2)
+    gemms = 2 * n * (4 * d * d + 3 * d * f)
+    banded = 4 * (-(-n // c) * c) * 3 * c * d
+    encoder = sum(gemms + (4 * n * n * d if is_global else banded) for is_global in e.global_layers)
+    head = 2 * n * 12 * d * d + 4 * n * n * d
+    last = 2 * n * 2 * d * d + 2 * reads * (2 * d * d + 8 * d * d) + 4 * reads * n * d
+    return encoder + max(0, cfg.head_layers - 1) * head + (last if cfg.head_layers else 0)
 
 
 def gemm_peak(threads: int) -> float:
@@ -110,81 +130,112 @@ def summary(latencies: list[float], rows: int, wall: float) -> dict[str, float]:
 class Runner:
     """Both runtimes on one checkpoint, timing the same requests."""
 
-    def __init__(self, ckpt: Path, cache: Path, threads: int) -> None:
+    def __init__(self, ckpt: Path, cache: Path, threads: int, precisions: list[str]) -> None:
         import torch
         from laya import Agent
 
         from cascade.engines.laya import LayaEngine
         from cascade.laya.export import export
+        from cascade.laya.int8 import export_int8
 
         torch.set_num_threads(threads)
         export(ckpt, cache=cache)
+        if "int8" in precisions:
+            export_int8(ckpt, cache=cache)
         copy = shutil.copytree(ckpt, cache / "laya-copy")  # laya rewrites its tokenizer config
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.agent = Agent(str(copy), device="cpu")
         self.lock = threading.Lock()
-        self.engine = LayaEngine(
-            "laya", {"english": ckpt}, onnx_cache=cache, intra_op_threads=threads, max_wait_s=0.002
-        )
+        self.engines = {
+            runtime_name(p): LayaEngine(
+                "laya", {"english": ckpt}, onnx_cache=cache, intra_op_threads=threads,
+                max_wait_s=0.002, precision=p,  # type: ignore[arg-type]
+            )
+            for p in precisions
+        }
+        self.runtimes = ["laya", *self.engines]
 
     def laya(self, state: Any, questions: dict) -> dict:
         with self.lock:  # laya-serve runs one forward pass at a time
             return self.agent.system_one(state, questions)
 
-    async def ours(self, state: Any, questions: dict) -> Any:
+    async def run(self, runtime: str, state: Any, questions: dict) -> Any:
+        """One request on ``runtime``; cascade's runtimes return their ``EngineAnswer``."""
+        if runtime == "laya":
+            return await asyncio.to_thread(self.laya, state, questions)
         call = EngineCall(
             state=state, questions=msgspec.convert(questions, dict[str, Question]), model="english"
         )
-        return await self.engine.answer(call)
+        return await self.engines[runtime].answer(call)
+
+
+def runtime_name(precision: str) -> str:
+    return "cascade" if precision == "fp32" else f"cascade-{precision}"
 
 
 async def _single(r: Runner, state: str, repeat: int) -> dict[str, Any]:
-    r.laya(state, TRIAGE)
-    await r.ours(state, TRIAGE)
+    for name in r.runtimes:
+        await r.run(name, state, TRIAGE)
     out: dict[str, Any] = {}
-    for name in ("laya", "cascade"):
+    for name in r.runtimes:
         times = []
         for _ in range(repeat):
             started = time.perf_counter()
-            if name == "laya":
-                await asyncio.to_thread(r.laya, state, TRIAGE)
-            else:
-                await r.ours(state, TRIAGE)
+            await r.run(name, state, TRIAGE)
             times.append(time.perf_counter() - started)
         out[name] = summary(times, len(TRIAGE) * repeat, sum(times))
     return out
 
 
-async def _concurrent(r: Runner, requests: list[dict], clients: int) -> dict[str, Any]:
+async def _concurrent(r: Runner, requests: list[dict], clients: int
+                      ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """Figures per runtime, and each cascade runtime's answers in request order."""
     out: dict[str, Any] = {}
+    answers: dict[str, list[Any]] = {}
     rows = sum(len(q["questions"]) for q in requests)
-    for name in ("laya", "cascade"):
-        queue = list(requests)
+    for name in r.runtimes:
+        todo = list(range(len(requests)))
         latencies: list[float] = []
+        got: list[Any] = [None] * len(requests)
 
-        async def client(name: str = name, queue: list = queue, latencies: list = latencies):
-            while queue:
-                req = queue.pop()
+        async def client(name: str = name, todo: list = todo, latencies: list = latencies,
+                         got: list = got) -> None:
+            while todo:
+                i = todo.pop()
                 started = time.perf_counter()
-                if name == "laya":
-                    await asyncio.to_thread(r.laya, req["state"], req["questions"])
-                else:
-                    await r.ours(req["state"], req["questions"])
+                got[i] = await r.run(name, requests[i]["state"], requests[i]["questions"])
                 latencies.append(time.perf_counter() - started)
 
         started = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
         out[name] = summary(latencies, rows, time.perf_counter() - started)
-    return out
+        if name != "laya":
+            answers[name] = got
+    return out, answers
+
+
+def flips(base: list[Any], other: list[Any]) -> dict[str, float]:
+    """Questions whose argmax differs between two runtimes' answers, and the largest |Δp|."""
+    changed = total = 0
+    worst = 0.0
+    for a, b in zip(base, other, strict=True):
+        for qid, ra in a.results.items():
+            pa, pb = ra.probabilities, b.results[qid].probabilities
+            changed += pa.index(max(pa)) != pb.index(max(pb))
+            worst = max(worst, *(abs(x - y) for x, y in zip(pa, pb, strict=True)))
+            total += 1
+    return {"questions": total, "flips": changed, "max_dp": worst}
 
 
 async def _bench(args: argparse.Namespace, ckpt: Path, cache: Path) -> dict[str, Any]:
     threads = args.threads or default_threads()
     peak = gemm_peak(threads)  # before any model is loaded
-    r = Runner(ckpt, cache, threads)
-    await r.engine.start()
-    ckpt_info = r.engine.previewer.checkpoints["english"]
+    r = Runner(ckpt, cache, threads, args.precision)
+    for engine in r.engines.values():
+        await engine.start()
+    first = next(iter(r.engines.values()))
+    ckpt_info = first.previewer.checkpoints["english"]
     lines = [json.loads(x) for x in (args.sample or SAMPLE).read_text().splitlines() if x]
     requests = (lines * (1 + args.requests // len(lines)))[: args.requests]
     results: dict[str, Any] = {
@@ -195,22 +246,28 @@ async def _bench(args: argparse.Namespace, ckpt: Path, cache: Path) -> dict[str,
     }
     for tokens in (128, 512):
         results[f"single_{tokens}"] = await _single(r, state_of(ckpt_info.tok, tokens), args.repeat)
-    results["concurrent"] = await _concurrent(r, requests, args.clients)
-    flops = 0.0
+    results["concurrent"], answers = await _concurrent(r, requests, args.clients)
+    if "cascade" in answers:
+        results["flips"] = {name: flips(answers["cascade"], got)
+                            for name, got in answers.items() if name != "cascade"}
+    flops = {"laya": 0.0, "cascade": 0.0}
     for req in requests:
         call = EngineCall(
             state=req["state"],
             model="english",
             questions=msgspec.convert(req["questions"], dict[str, Question]),
         )
-        plan = r.engine.previewer.plan(call)
-        flops += sum(row_flops(ckpt_info.cfg, len(row.ids)) for row in plan.rows)
+        for row in first.previewer.plan(call).rows:
+            flops["laya"] += row_flops(ckpt_info.cfg, len(row.ids))
+            flops["cascade"] += cascade_row_flops(ckpt_info.cfg, len(row.ids), 1 + len(row.markers))
     rows = sum(len(q["questions"]) for q in requests)
-    for figures in results["concurrent"].values():
-        gflops = flops / (rows / figures["rows_per_s"]) / 1e9
+    for name, figures in results["concurrent"].items():
+        work = flops["laya" if name == "laya" else "cascade"]
+        gflops = work / (rows / figures["rows_per_s"]) / 1e9
         figures["gflops"] = gflops
         figures["gemm_peak_share"] = gflops / results["gemm_peak_gflops"]
-    await r.engine.aclose()
+    for engine in r.engines.values():
+        await engine.aclose()
     return results
 
 
@@ -220,19 +277,29 @@ def report(results: dict[str, Any]) -> None:
         f"{results['gemm_peak_gflops']:.1f} GFLOP/s; load average {results['load_average']:.1f} "
         "(other work on the machine skews every figure)"
     )
-    print(f"{'run':<14}{'runtime':<9}{'rows/s':>9}{'p50 ms':>10}{'p99 ms':>10}{'speed-up':>10}")
+    print(f"{'run':<14}{'runtime':<14}{'rows/s':>9}{'p50 ms':>10}{'p99 ms':>10}{'speed-up':>10}")
     for run in ("single_128", "single_512", "concurrent"):
         base = results[run]["laya"]["rows_per_s"]
         for name, f in results[run].items():
             print(
-                f"{run:<14}{name:<9}{f['rows_per_s']:>9.2f}{f['p50_ms']:>10.1f}"
+                f"{run:<14}{name:<14}{f['rows_per_s']:>9.2f}{f['p50_ms']:>10.1f}"
                 f"{f['p99_ms']:>10.1f}{f['rows_per_s'] / base:>9.2f}x"
             )
     for name, f in results["concurrent"].items():
         print(
             f"concurrent {name}: {f['gflops']:.1f} GFLOP/s = {100 * f['gemm_peak_share']:.0f} % "
-            "of GEMM peak"
+            "of the fp32 GEMM peak (FLOPs as this runtime computes them"
+            + ("; int8 dot products count as FLOPs)" if "int8" in name else ")")
         )
+    others = [n for n in results["concurrent"] if n.startswith("cascade-")]
+    if "cascade" in results["concurrent"] and others:
+        for run in ("single_128", "single_512", "concurrent"):
+            base = results[run]["cascade"]["rows_per_s"]
+            ratios = ", ".join(f"{n} {results[run][n]['rows_per_s'] / base:.2f}x" for n in others)
+            print(f"{run}: {ratios} the fp32 engine's rows/s")
+    for name, f in results.get("flips", {}).items():
+        print(f"{name}: {f['flips']} of {f['questions']} concurrent-run answers differ from "
+              f"fp32, max |Δp| {f['max_dp']:.4f} (random weights: small margins, see README)")
 
 
 def main(args: argparse.Namespace) -> int:

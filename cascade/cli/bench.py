@@ -127,6 +127,9 @@ def register(groups: dict[str, Any]) -> None:
                        help="single-request repetitions (default 5)")
     bench.add_argument("--sample", type=Path, help="requests JSONL (default: the bundled "
                        "sample, cascade/bench/requests-sample.jsonl)")
+    bench.add_argument("--precision", type=_precisions, default=["fp32"],
+                       help="cascade engine precisions, comma-separated: fp32 (default), int8, "
+                       "or fp32,int8 (both in one run, with the answers int8 changes)")
     bench.add_argument("--json", type=Path, help="also write the figures as JSON here")
     bench.set_defaults(func=bench_laya)
 
@@ -237,6 +240,13 @@ def bench_control(args: argparse.Namespace) -> int:
                                       plot=args.plot)
     control_report.write_plot(args.plot, result, run)
     return _report(control_report.table(result), result, args.json)
+def _precisions(text: str) -> list[str]:
+    """``fp32,int8`` -> ["fp32", "int8"] (each once, in the given order)."""
+    found = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    wrong = [p for p in found if p not in ("fp32", "int8")]
+    if wrong or not found:
+        raise argparse.ArgumentTypeError(f"precisions are fp32 and int8, got {text!r}")
+    return found
 
 
 def _run_gateway(args: argparse.Namespace) -> int:

@@ -68,6 +68,10 @@ def register(groups: dict[str, Any]) -> None:
         help="Laya checkpoint dir or hub id (repeat for english=, multilingual=, "
         "typed-decisions=; CASCADE_LAYA=english=DIR,multilingual=DIR)",
     )
+    serve.add_argument("--laya-precision", choices=["fp32", "int8"],
+                       help="precision of the --laya tier (default fp32); int8 needs a passing "
+                       "flip report from `cascade export laya DIR --precision int8 --check "
+                       "DATA.jsonl` (CASCADE_LAYA_PRECISION)")
     serve.add_argument("--clef", metavar="DIR",
                        help="Clef release dir or hub id, in process (CASCADE_CLEF)")
     clef_flags(serve)
@@ -196,7 +200,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "clef_overlong": args.clef_overlong, "clef_max_length": args.clef_max_length,
             "demo": args.demo, "calibration": args.calibration,
             "decision_log": args.decision_log, "admission_deadline_s": args.admission_deadline_s,
-            "log_format": args.log_format,
+            "log_format": args.log_format, "laya_precision": args.laya_precision,
         },
         args.log_level,
     )

@@ -1,7 +1,9 @@
 """``LayaEngine``: Laya checkpoints on onnxruntime behind the ``Engine`` protocol.
 
-Per configured checkpoint: one fp32 ONNX export (made on first start in a child process when not
-cached, so the serving process never imports torch), one ``OnnxSession`` and one
+Per configured checkpoint: one ONNX export (fp32: made on first start in a child process when not
+cached, so the serving process never imports torch; int8: made ahead of time by ``cascade export
+laya DIR --precision int8``, never at start, since the flip gate must have passed it), one
+``OnnxSession`` and one
 ``MicroBatcher`` whose single worker thread runs the session. ``answer`` validates and assembles
 rows off the event loop (``Previewer.plan``), submits them to the checkpoint's batcher, and
 decodes unrounded probabilities in the caller's option order.
@@ -17,7 +19,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from cascade.calls import CallPreview, EngineAnswer, EngineCall
 from cascade.engines.batcher import MicroBatcher
@@ -27,6 +29,7 @@ from cascade.laya import decode
 from cascade.laya.checkpoint import content_hash
 from cascade.laya.decode import RowOut
 from cascade.laya.export import MODEL_FILE, cache_root, cached_export
+from cascade.laya.int8 import cached_int8
 from cascade.laya.preview import Plan, Previewer
 from cascade.laya.rows import Row, collate
 
@@ -114,8 +117,10 @@ class LayaEngine:
         max_wait_s: float = 0.002,
         max_queue_rows: int = 1024,
         default_checkpoint: str | None = None,
+        precision: Literal["fp32", "int8"] = "fp32",
     ) -> None:
         self.name = name
+        self.precision = precision
         self.demo = demo
         self.previewer = Previewer(checkpoints, default=default_checkpoint)
         self._cache = onnx_cache or cache_root()
@@ -134,9 +139,7 @@ class LayaEngine:
         if self.demo:
             log.warning("laya: DEMO mode, tiny RANDOM checkpoints: answers mean nothing")
         for name, ckpt in self.previewer.checkpoints.items():
-            export = await asyncio.to_thread(cached_export, ckpt.path, self._cache)
-            if export is None:
-                export = await asyncio.to_thread(export_in_child, ckpt.path, self._cache)
+            export = await asyncio.to_thread(self._export, ckpt.path)
             session = await asyncio.to_thread(
                 OnnxSession, export / MODEL_FILE, intra_op_threads=self._threads
             )
@@ -155,7 +158,19 @@ class LayaEngine:
                 max_batch_s=MAX_BATCH_S,
                 **self._limits,
             )
-            log.info("laya: %s ready (%s, %d threads)", name, export, session.threads)
+            log.info("laya: %s ready (%s, %s, %d threads)", name, self.precision, export,
+                     session.threads)
+
+    def _export(self, ckpt: Path) -> Path:
+        """The export this engine serves for ``ckpt`` (the fp32 one is made when missing)."""
+        if self.precision == "int8":
+            found = cached_int8(ckpt, self._cache)
+            if found is None:
+                raise EngineUnavailable(f"no int8 export of {ckpt} in {self._cache}: run "
+                                        f"`cascade export laya {ckpt} --precision int8 --check "
+                                        "DATA.jsonl`")
+            return found
+        return cached_export(ckpt, self._cache) or export_in_child(ckpt, self._cache)
 
     def preview(self, call: EngineCall, *, checkpoint: str | None = None) -> CallPreview:
         return self.previewer.preview(call, checkpoint=checkpoint)
@@ -189,6 +204,7 @@ class LayaEngine:
         return {
             "engine": "laya-onnx",
             "demo": self.demo,
+            "precision": self.precision,
             "ready": self.ready(),
             "default_checkpoint": self.previewer.default,
             "checkpoints": {

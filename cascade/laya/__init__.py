@@ -7,7 +7,9 @@ assembly, collation), ``preview`` (checkpoint choice, ``script`` detection, pure
 ``decode`` (unrounded probabilities, act probability, usage; rounding, confidences and answer
 shapes are ``cascade.answers``, shared by every tier). ONNX: ``graph``/``graph_ops``/
 ``graph_head``/``graph_band`` (the model built from numpy weights), ``export`` (cache, self-check
-against ``torch_ref``), ``int8`` (opt-in). ``tiny`` writes random checkpoints. The engine
+against ``torch_ref``), ``int8`` (the int8 export: recipe, cache key), ``flip_report`` (what
+int8 changes on a user's requests; the gateway's flip gate reads it). ``tiny`` writes random
+checkpoints. The engine
 that serves them is ``cascade.engines.laya``; its benchmark is ``cascade.bench.laya``, its commands
 ``cascade.cli.export`` and ``cascade.cli.make_tiny``. This package imports only the base
 (``cascade.schema``, ``errors``, ``calls``, ``questions``).

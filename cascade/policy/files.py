@@ -319,6 +319,11 @@ def _tier_findings(name: str, tier: Tier) -> Iterator[Finding]:
         elif tier.default_checkpoint not in named:
             yield _err((*base, "default_checkpoint"),
                        f"default_checkpoint `{tier.default_checkpoint}` is not in checkpoints")
+        if not 0.0 <= tier.max_flip_rate <= 1.0:
+            yield _err((*base, "max_flip_rate"), "max_flip_rate must be in [0, 1]")
+        if tier.flip_report is not None and len(named) > 1:
+            yield _err((*base, "flip_report"), "flip_report names one report: with several "
+                       "checkpoints, leave it out (each report lies next to its int8 export)")
     elif isinstance(tier, ClefTier):
         if tier.max_length < 1:
             yield _err((*base, "max_length"), "max_length must be >= 1")
@@ -441,7 +446,9 @@ def _anchored(policy: Policy, base: Path) -> Policy:
     for name, tier in policy.tiers.items():
         if isinstance(tier, LayaTier):
             named = {ck: local(ref) for ck, ref in tier.checkpoints.named().items()}
-            tiers[name] = msgspec.structs.replace(tier, checkpoints=Checkpoints.of(named))
+            report = tier.flip_report and local_path(tier.flip_report)
+            tiers[name] = msgspec.structs.replace(tier, checkpoints=Checkpoints.of(named),
+                                                  flip_report=report)
         elif isinstance(tier, ClefTier):
             tiers[name] = msgspec.structs.replace(tier, release=local(tier.release))
         else:

@@ -88,6 +88,11 @@ class LayaTier(_Tier, frozen=True, kw_only=True, tag="laya"):
     max_batch_size: int = 32  # rows per ONNX run
     max_wait_s: float = 0.002  # how long a partial batch waits for more rows
     intra_op_threads: int | None = None  # ONNX Runtime threads per session; None: all cores
+    # "int8": serve the int8 export (cascade.laya.int8), and only with a flip report for these
+    # weights whose flip rate is at most max_flip_rate (cascade.policy.precision).
+    precision: Literal["fp32", "int8"] = "fp32"
+    max_flip_rate: float = 0.005  # share of questions whose answer int8 may change
+    flip_report: str | None = None  # the report (relative to the policy); None: next to the export
 
     def any_script(self) -> Checkpoint | None:
         """The configured checkpoint that reads every script (``ANY_SCRIPT``), or None."""
