@@ -57,6 +57,7 @@ from cascade.policy.routing import QuestionRoute
 from cascade.policy.shadow import compare
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
+from cascade.tenants import spend
 
 log = logging.getLogger("cascade")
 
@@ -134,14 +135,14 @@ class Gateway:
         return Budget(deadline=time.monotonic() + self.admission_deadline_s,
                       flow=next(self._flows))
 
-    async def batch(self, calls: list[EngineCall]) -> list[Outcome]:
+    async def batch(self, calls: list[EngineCall], **kw: Any) -> list[Outcome]:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
-        capacity fairly between this batch and other requests). The first failure cancels
-        the sibling states and is raised."""
+        capacity fairly between this batch and other requests), with ``decide``'s keywords
+        ``kw``. The first failure cancels the sibling states and is raised."""
         budget = self.budget()
         try:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self.systemone(c, budget=budget)) for c in calls]
+                tasks = [group.create_task(self.systemone(c, budget=budget, **kw)) for c in calls]
         except BaseExceptionGroup as failed:  # report a cascade error when there is one
             first: BaseException = failed.subgroup(CascadeError) or failed
             while isinstance(first, BaseExceptionGroup):
@@ -149,23 +150,24 @@ class Gateway:
             raise first from None
         return [task.result() for task in tasks]
 
-    async def systemone(self, call: EngineCall, *, budget: Budget | None = None) -> Outcome:
-        """System One's answer: every question, or the request fails."""
-        return await self.decide(call, budget=budget)
+    async def systemone(self, call: EngineCall, **kw: Any) -> Outcome:
+        """System One's answer: every question, or the request fails (``decide``'s ``kw``)."""
+        return await self.decide(call, **kw)
 
-    async def decide(self, call: EngineCall, *, budget: Budget | None = None,
-                     partial: bool = False) -> Outcome:
+    async def decide(self, call: EngineCall, *, budget: Budget | None = None, partial: bool = False,
+                     policy: Policy | None = None, tenant: str = "") -> Outcome:  # a tenant's
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
         the response) while the others are answered; the request fails only when all are."""
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
-        flow = decide(self.policy, call, previews=self._previewer is not None, shadow_key=key,
-                      partial=partial)
+        flow = decide(policy or self.policy, call, previews=self._previewer is not None,
+                      shadow_key=key, partial=partial)
         decision, merging = await self._drive(flow, timings, started)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision)
+        spend.record(tenant, policy or self.policy, decision)
         response = answers.response(call, decision, timings, profile=self.profile,
                                     demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)
@@ -240,10 +242,8 @@ class Gateway:
         outcome = "error"
         try:
             call = capped(call, config.timeout_s, tier, remote)
-            if remote:
-                async with asyncio.timeout(config.timeout_s):
-                    answer = await engine.answer(call)
-            else:  # in process: admission by expected wait; accepted work runs to the end
+            # in process (no timeout): admission by expected wait; accepted work runs to the end
+            async with asyncio.timeout(config.timeout_s if remote else None):
                 answer = await engine.answer(call)
             outcome = "ok"
         except asyncio.CancelledError:

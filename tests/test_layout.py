@@ -17,7 +17,8 @@ FORMATS = ("cascade.laya", "cascade.clef")
 # entry point above everything.
 LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
           "cascade.contracts", "cascade.request", "cascade.build", "cascade.gateway",
-          "cascade.answers", "cascade.control", "cascade.policy", "cascade.engines", FORMATS]
+          "cascade.answers", "cascade.control", "cascade.tenants", "cascade.policy",
+          "cascade.engines", FORMATS]
 
 
 def _module(path: Path) -> str:
