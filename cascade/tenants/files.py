@@ -29,7 +29,7 @@ from cascade.tenants.model import KeysFile, LimitsBackend, Tenant, TenantEntry
 from cascade.tenants.overlay import tenant_policy
 
 _TOKEN = re.compile(r"^[A-Za-z0-9._~+/=:-]+$")
-_HEADER = re.compile(r"^\s*\[\[\s*tenant\s*\]\]")
+TENANT_HEADER = re.compile(r"^\s*\[\[\s*tenant\s*\]\]")
 
 
 class KeysFileError(PolicyError):
@@ -82,7 +82,7 @@ def parse(text: str, filename: str) -> Parsed:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         found_line = re.search(r"\(at line (\d+)", str(exc))
-        line = found_line.group(1) if found_line else 1
+        line = found_line.group(1) if found_line else max(1, len(text.splitlines()))
         raise KeysFileError([f"{filename}:{line}: error: invalid TOML: {exc}"]) from None
     found = list(_findings(data))
     if not found:
@@ -100,7 +100,7 @@ def tenant_lines(text: str) -> dict[KeyPath, int]:
     (``key_lines`` alone would put every tenant's keys at the first table)."""
     out = key_lines(text)
     rows = text.splitlines()
-    starts = [n for n, row in enumerate(rows) if _HEADER.match(row)]
+    starts = [n for n, row in enumerate(rows) if TENANT_HEADER.match(row)]
     for i, start in enumerate(starts):
         end = starts[i + 1] if i + 1 < len(starts) else len(rows)
         for path, line in key_lines("\n".join(rows[start:end])).items():
@@ -164,7 +164,7 @@ def _checks(keys_file: KeysFile) -> Iterator[tuple[KeyPath, str]]:
     backend = keys_file.limits
     if backend.backend == "redis" and not (backend.url or "").startswith(
             ("redis://", "rediss://", "unix://")):
-        yield ("limits", "url"), "[limits] backend = \"redis\" needs url = \"redis://HOST:PORT/DB\""
+        yield ("limits", "backend"), "[limits] backend = \"redis\" needs url = \"redis://HOST:PORT/DB\""
 
 
 def load_tenants(settings: Settings, policy: Policy | None = None) -> Tenants:
