@@ -36,14 +36,16 @@ def with_key(text: str, filename: str, name: str, hashed: str) -> str:
         out = (text or NEW_FILE) + sep + block
     else:
         i = names.index(name)
-        line = tenant_lines(text).get(("tenant", str(i), "keys"))
-        if line is None or not entries[i].keys and "keys" not in rows[line - 1]:
-            rows.insert(starts[i] + 1, f"keys = [{json.dumps(hashed)}]\n")
+        lines = tenant_lines(text)
+        line = lines.get(("tenant", str(i), "keys"))
+        if line is None:  # after its name
+            at_name = lines.get(("tenant", str(i), "name"), starts[i] + 1)
+            rows.insert(at_name, f"keys = [{json.dumps(hashed)}]\n")
         else:
             row = rows[line - 1]
             at = row.index("[", row.index("=")) + 1
-            rest = row[at:].lstrip()
-            item = json.dumps(hashed) + ("" if rest.startswith(("]", "\n")) else ", ")
+            rest = row[at:].strip()
+            item = json.dumps(hashed) + ("," if not rest else "" if rest[0] == "]" else ", ")
             rows[line - 1] = row[:at] + item + row[at:]
         out = "".join(rows)
     found = parse(out, filename).entries

@@ -89,7 +89,8 @@ def test_keys_are_kept_as_digests_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "line", "words"), [
-    ('[[tenant]]\nname = "a"\nkeys = []\nrequests_per_mn = 5\n', 4, "unknown key `requests_per_mn`"),
+    ('[[tenant]]\nname = "a"\nkeys = []\nrequests_per_mn = 5\n', 4,
+     "unknown key `requests_per_mn`"),
     ('[[tenant]]\nname = "a"\n\n[[tenant]]\nname = "b"\nmax_inflight = "x"\n', 6,
      "`max_inflight`: Expected `int"),
     ('[[tenant]]\nname = "a"\n[[tenant]]\nname = "a"\n', 4, "tenant `a` is defined twice"),
