@@ -44,7 +44,6 @@ class Tenants:
                  backend: LimitsBackend | None = None) -> None:
         self._keys = keys
         self.backend = backend or LimitsBackend()
-        self.names = sorted({t.name for _, t in keys if t.name})
 
     @property
     def enabled(self) -> bool:

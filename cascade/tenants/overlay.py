@@ -26,7 +26,7 @@ from cascade.policy.files import (
     read_policy_text,
 )
 from cascade.policy.model import Policy
-from cascade.policy.toml_keys import key_lines, locate
+from cascade.policy.toml_keys import key_lines
 
 # The tables an overlay may set: one line each (the [control] budget joins here).
 OVERLAY_TABLES = (
@@ -50,7 +50,8 @@ def tenant_policy(path: Path, base: Policy, *, where: str) -> Policy:
     if "tiers" in data:
         policy = load_policy(path)
         if policy.tiers != base.tiers:
-            line = locate(key_lines(text), ("tiers",))
+            line = min((n for k, n in key_lines(text).items() if k[:1] == ("tiers",)),
+                       default=1)
             raise PolicyError([f"{path}:{line}: error: a tenant's policy must run the gateway's "
                                "tiers (the same [tiers] tables), or be an overlay without them"])
         return policy
