@@ -78,8 +78,8 @@ T = TypeVar("T")
 
 
 def require_auth(request: Request) -> None:
-    """The request's tenant, or ``Unauthorized`` (``cascade.http.tenancy``; auth is off
-    without keys)."""
+    """``Unauthorized`` without a valid key; the tenant goes in the request's scope
+    (``cascade.http.tenancy``; without keys auth is off)."""
     tenancy.tenant_of(request)
 
 

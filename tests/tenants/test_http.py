@@ -189,11 +189,11 @@ def test_a_redis_outage_fails_open_or_closed_never_500(tmp_path: Path, on_error:
 
 
 def test_a_tenant_over_its_limits_never_delays_another(tmp_path: Path) -> None:
-    """acme's one request in flight holds the engine for a second; its flood meanwhile is
+    """acme's one request in flight holds the engine for 2 s; its flood meanwhile is
     refused at once (429, max_inflight and requests_per_min), and beta is served at once."""
     async def handler(call: EngineCall) -> EngineAnswer:
         if call.state == "slow":
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(2.0)
         return deterministic_answer(call)
 
     tenants = TWO.replace('requests_per_min = 2\n', 'requests_per_min = 30\nmax_inflight = 1\n')
@@ -216,4 +216,4 @@ def test_a_tenant_over_its_limits_never_delays_another(tmp_path: Path) -> None:
             assert slow.result().status_code == 200
     assert {code for code, _ in flooded} == {429}
     assert all(code == 200 for code, _ in served)
-    assert max(s for _, s in served) < 0.5  # not behind acme's second in the engine
+    assert max(s for _, s in served) < 1.0  # not behind acme's 2 s in the engine
