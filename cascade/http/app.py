@@ -3,7 +3,8 @@
 ``create_app(settings, gateway=None, drain=None)`` builds the real tiers (``cascade.build``)
 only when no gateway is injected; tests inject one with fake engines. The lifespan starts the
 engines (``/ready`` turns true after warm-up) and closes them (``/ready`` false again during
-shutdown).
+shutdown). ``tenants``: the keys file's tenants when already read (``cascade serve`` reads it
+before any weights load), else read here (``cascade.tenants.files.load_tenants``).
 """
 
 from __future__ import annotations
