@@ -21,6 +21,7 @@ these classes to HTTP statuses is ``cascade.http.errors`` (the statuses below ar
     │   └── UpstreamClientError         the upstream's own 4xx, its status passed through
     ├── Overloaded                      503 overloaded_error, with Retry-After
     │   └── RateLimited                 429 overloaded_error (an upstream's rate limit)
+    │       └── TenantLimited           429 rate_limit_exceeded (a tenant over its limits)
     └── EngineError                     a tier failed; engines raise these, never HTTP codes
         ├── EngineUnavailable           503 + Retry-After (connect failure, down)
         │   └── BreakerOpen             503 + Retry-After (the tier's circuit breaker is open)
@@ -188,3 +189,7 @@ class ConfigRejected(ClientError):
 
 class RestartNeeded(ConfigRejected):
     """A valid reload that changes what an engine is built from: refused, a restart applies it."""
+class TenantLimited(RateLimited):
+    """A tenant over one of its own limits (``cascade.tenants.limits``): 429 + Retry-After."""
+
+    error_type = "rate_limit_exceeded"

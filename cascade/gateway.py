@@ -54,10 +54,11 @@ from cascade.policy.flow import (
     subcall,
 )
 from cascade.policy.model import Policy
-from cascade.policy.routing import QuestionRoute
+from cascade.policy.routing import Gate, QuestionRoute
 from cascade.policy.serving import Reconfigurable, Serving
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
+from cascade.tenants import spend
 from cascade.tiercall import call_tier
 
 log = logging.getLogger("cascade")
@@ -133,16 +134,15 @@ class Gateway(Reconfigurable):
         """A new request's budget: its admission deadline and a flow of its own."""
         return Budget(deadline=time.monotonic() + self.admission_deadline_s, flow=next(self._flows))
 
-    async def batch(self, calls: list[EngineCall], *, tenant: str = "",
-                    cache: CacheControl = "use") -> list[Outcome]:
+    async def batch(self, calls: list[EngineCall], **kw: Any) -> list[Outcome]:
         """Laya's batch: every state under one budget (one flow, so the tiers share their
-        capacity fairly between this batch and other requests). The first failure cancels
-        the sibling states and is raised."""
+        capacity fairly between this batch and other requests), with ``decide``'s keywords
+        ``kw``. The first failure cancels the sibling states and is raised."""
         budget, serving = self.budget(), self.serving  # one version for every state
         try:
             async with asyncio.TaskGroup() as tg:
-                jobs = [tg.create_task(self.decide(c, budget=budget, tenant=tenant, cache=cache,
-                                                   serving=serving)) for c in calls]
+                jobs = [tg.create_task(self.decide(c, budget=budget, serving=serving, **kw))
+                        for c in calls]
         except BaseExceptionGroup as failed:  # report a cascade error when there is one
             first: BaseException = failed.subgroup(CascadeError) or failed
             while isinstance(first, BaseExceptionGroup):
@@ -150,17 +150,18 @@ class Gateway(Reconfigurable):
             raise first from None
         return [job.result() for job in jobs]
 
-    async def systemone(self, call: EngineCall, *, tenant: str = "",
-                        cache: CacheControl = "use") -> Outcome:
-        """System One's answer: every question, or the request fails."""
-        return await self.decide(call, tenant=tenant, cache=cache)
+    async def systemone(self, call: EngineCall, **kw: Any) -> Outcome:
+        """System One's answer: every question, or the request fails (``decide``'s ``kw``)."""
+        return await self.decide(call, **kw)
 
     async def decide(self, call: EngineCall, *, budget: Budget | None = None,
-                     partial: bool = False, tenant: str = "", escalate: bool = True,
-                     cache: CacheControl = "use", serving: Serving | None = None) -> Outcome:
+                     partial: bool = False, tenant: str = "", policy: Policy | None = None,
+                     escalate: bool = True, cache: CacheControl = "use",
+                     serving: Serving | None = None) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
         the response) while the others are answered; the request fails only when all are.
-        ``escalate=False``: no cheap answer escalates on confidence (flagged ``budget``)."""
+        ``escalate=False``: no cheap answer escalates on confidence (flagged ``budget``).
+        ``tenant``: whose request (its cache namespace, spend, log rows); ``policy``: its own."""
         serving = serving or self.serving  # this request's version, read once, to its end
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
@@ -168,12 +169,17 @@ class Gateway(Reconfigurable):
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
         lookup = None if self.cache is None else self.cache.lookup(
             self, serving, tenant=tenant, control=cache)
-        flow = decide(serving.policy, call, previews=serving.previewer is not None,
-                      shadow_key=key, partial=partial, gate=self.control.gate(escalate=escalate))
+        # a tenant's own policy gates with its thresholds; the served one with the live gate
+        gate = self.control.gate(escalate=escalate) if policy is None else Gate.of(
+            policy, escalate=escalate)
+        policy = policy or serving.policy
+        flow = decide(policy, call, previews=serving.previewer is not None, shadow_key=key,
+                      partial=partial, gate=gate)
         decision, merging = await self._drive(flow, serving, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision)
         self.control.decided(call, decision)
+        spend.record(tenant, policy, decision)
         response = answers.response(call, decision, timings, profile=self.profile,
                                     demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)

@@ -280,6 +280,43 @@ for _op in ("get", "put"):
     CACHE_ERRORS.labels(op=_op)
 
 
+# ---------------------------------------------------------------- tenants (cascade.tenants)
+# ``tenant``: a name from the keys file ("" for unnamed keys and with auth off), so bounded.
+TENANT_REQUESTS = Counter(
+    "cascade_tenant_requests_total",
+    "Answered requests by tenant and each tier that ran for them (a batch counts its states).",
+    ["tenant", "tier"],
+)
+TENANT_QUESTIONS = Counter(
+    "cascade_tenant_questions_total",
+    "Answered questions by tenant and the tier whose answer was returned.",
+    ["tenant", "tier"],
+)
+TENANT_TOKENS = Counter(
+    "cascade_tenant_input_tokens_total",
+    "Input tokens each tier processed for a tenant.",
+    ["tenant", "tier"],
+)
+TENANT_COST = Counter(
+    "cascade_tenant_cost_total",
+    "What a tenant's requests cost on each tier, in the cost model of `cascade eval` ([cost]: "
+    "price per 1000 input tokens; relative units by default, Laya 1, Clef or upstream 20).",
+    ["tenant", "tier"],
+)
+TENANT_LIMITED = Counter(
+    "cascade_tenant_rate_limited_total",
+    "Requests refused with 429 because their tenant was over a limit, by tenant and limit.",
+    ["tenant", "limit"],
+)
+LIMITS_BACKEND_ERRORS = Counter(
+    "cascade_limits_backend_errors_total",
+    "Calls to the tenants' limits backend (Redis) that failed or timed out; answered as [limits] "
+    "on_error says (open: admitted, closed: 503).",
+    ["backend"],
+)
+LIMITS_BACKEND_ERRORS.labels(backend="redis")  # exported at 0, so rate() reads a series
+
+
 class GatewayGauges(Collector):
     """The gauges of one gateway, read at scrape time: ``cascade_tier_ready`` (an upstream going
     down, or a cooldown ending without any traffic, shows at once), ``cascade_breaker_state``

@@ -57,7 +57,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Confidence profile of responses: "laya" (default, Laya extras) or "jev" (exact Jev shape).
     profile: Literal["laya", "jev"] = "laya"
     # Bearer keys; empty means auth off (any Authorization header is then accepted). The file
-    # holds one key per line; lines starting with # are comments.
+    # holds [[tenant]] tables (cascade.tenants: hashed keys, limits, a policy), or one key per
+    # line (# comments); cascade.tenants.files reads both.
     api_keys: tuple[str, ...] = ()
     api_keys_file: str | None = None
     # With keys configured, /metrics and /docs need one too, unless made public here (for a
@@ -133,24 +134,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         fields["upstream_api_key"] = Secret(self.upstream_api_key or "")
         fields["admin_keys"] = tuple(Secret(k) for k in self.admin_keys)
         return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
-
-    def keys(self) -> frozenset[Secret]:
-        """All configured API keys (inline and from ``api_keys_file``, one per line)."""
-        keys = [k for k in self.api_keys if k]
-        if self.api_keys_file:
-            try:
-                text = Path(self.api_keys_file).read_text(encoding="utf-8")
-            except UnicodeDecodeError as exc:
-                raise SettingsError(
-                    f"CASCADE_API_KEYS_FILE={self.api_keys_file}: API keys file is not UTF-8 "
-                    f"text (byte {exc.start}: {exc.reason})") from None
-            except OSError as exc:
-                raise SettingsError(
-                    f"CASCADE_API_KEYS_FILE={self.api_keys_file}: {exc.strerror}; create it "
-                    "(one key per line) or unset the variable") from None
-            lines = (line.strip() for line in text.splitlines())
-            keys += [line for line in lines if line and not line.startswith("#")]
-        return frozenset(Secret(k) for k in keys)
 
     def admin_key_set(self) -> frozenset[Secret]:
         """All configured admin keys (inline and from ``admin_keys_file``, one per line)."""

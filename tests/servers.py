@@ -118,3 +118,38 @@ def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(text) for s in family.samples
     }
+
+
+@contextlib.contextmanager
+def run_redis(*, timeout_s: float = 20.0) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Debian's ``redis-server`` on a free loopback port, no persistence; yield its URL and
+    process (tests pause it with SIGSTOP). Always stopped (and resumed first) on exit."""
+    import signal
+
+    port = free_port()
+    cmd = [require_tool("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
+           "--save", "", "--appendonly", "no", "--loglevel", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0", proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

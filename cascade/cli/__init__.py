@@ -23,6 +23,7 @@ GROUPS = {
     "make-tiny": "write a tiny random checkpoint in a real release format (tests, demos)",
     "bench": "benchmarks: print a table and JSON",
     "engine": "run one engine standalone behind /v1/systemone",
+    "keys": "the tenants of an API keys file: add a key, list them",
 }
 
 COMMANDS = (
@@ -36,6 +37,7 @@ COMMANDS = (
     "cascade.cli.eval",
     "cascade.cli.calibrate",
     "cascade.cli.distill",
+    "cascade.cli.keys",
     "cascade.cli.usage",
     "cascade.cli.completion",
 )

@@ -1,5 +1,5 @@
-"""``cascade bench gateway|laya|clef|load|cache-memory|soak|control``: each prints a table and
-JSON.
+"""``cascade bench gateway|laya|clef|load|cache-memory|soak|control|tenants``: each prints a
+table and JSON.
 
 Imports nothing heavy at module level; each handler imports its benchmark from ``cascade.bench``.
 ``python -m cascade.cli.bench clef ...`` runs the Clef benchmark alone, for a GPU host that has
@@ -101,6 +101,22 @@ def register(groups: dict[str, Any]) -> None:
         "kept cheap answers against the target, and the live thresholds (scraped from "
         "/metrics, also drawn as a PNG); a table and JSON.",
     ))
+    tenants = groups["bench"].add_parser(
+        "tenants", help="one tenant's flood beside another's requests: p50/p99 alone vs during",
+        description="Drive a running gateway on loopback with two tenants' keys: the quiet "
+        "tenant's sequential requests alone, then beside the flood tenant's RATE requests/s "
+        "(open loop, whatever it is answered), then alone again. Prints p50/p99 and the "
+        "statuses of each phase, then JSON.",
+    )
+    tenants.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    tenants.add_argument("--quiet-key", required=True, help="the quiet tenant's API key")
+    tenants.add_argument("--flood-key", required=True, help="the flooding tenant's API key")
+    tenants.add_argument("--requests", type=int, default=300,
+                         help="quiet requests per phase (300)")
+    tenants.add_argument("--rate", type=float, default=40.0,
+                         help="flood requests per second (40)")
+    tenants.add_argument("--json", type=Path, help="also write the JSON here")
+    tenants.set_defaults(func=bench_tenants)
 
     bench = groups["bench"].add_parser(
         "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint",
@@ -317,6 +333,17 @@ def bench_soak(args: argparse.Namespace) -> int:
     result = soak.run(args.url, duration_s=args.duration, window_s=args.window,
                       honest_clients=args.honest, key=args.key, pid=args.pid)
     return _report(soak.table(result), result, args.json)
+
+
+def bench_tenants(args: argparse.Namespace) -> int:
+    from cascade.bench import tenants
+
+    reachable(args.url)
+    if args.requests < 1 or not args.rate > 0:
+        raise UsageError("--requests must be >= 1 and --rate > 0")
+    result = tenants.run(args.url, quiet_key=args.quiet_key, flood_key=args.flood_key,
+                         requests=args.requests, rate=args.rate)
+    return _report(tenants.table(result), result, args.json)
 
 
 def bench_laya(args: argparse.Namespace) -> int:

@@ -147,7 +147,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from cascade.eval.data import DataError, load_items
     from cascade.eval.evaluate import run_tiers, slots_of, write_outputs
     from cascade.eval.from_log import log_rows
-    from cascade.eval.sweep import costs
+    from cascade.policy.costs import costs
 
     prices = parse_costs(args.cost)
     check_source(args)

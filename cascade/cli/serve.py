@@ -103,7 +103,9 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
     are reported in a second."""
     settings = from_env(**settings_overrides)
     level = configure_logging(settings, log_level)
-    settings.keys()
+    from cascade.tenants.files import load_tenants
+
+    load_tenants(settings)  # the keys file, checked before anything loads
     settings.admin_key_set()
     for path in (settings.policy, settings.calibration):
         if path is not None and not Path(path).is_file():
@@ -115,13 +117,14 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         from cascade.http.server import serve
 
         policy = policy_from_settings(settings)
+        tenants = load_tenants(settings, policy)  # and each tenant's policy
         decisions = open_decision_log(settings, policy)
         drain = Drain()
         try:
             gateway = build_gateway(settings, policy=policy, decisions=decisions)
             if decisions is not None:  # rows name the policy a reload put in place
                 gateway.reconfigured.append(functools.partial(restamp, decisions))
-            serve(create_app(settings, gateway, drain), settings, level.lower(), drain,
+            serve(create_app(settings, gateway, drain, tenants), settings, level.lower(), drain,
                   sockets=[listener])
         finally:
             if decisions is not None:

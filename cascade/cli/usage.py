@@ -73,7 +73,7 @@ def usage_command(args: argparse.Namespace) -> int:
     from cascade.cli.summary import rounded
     from cascade.eval.decision_log import NotADecisionLog, read_rows
     from cascade.eval.spend import as_json, usage
-    from cascade.eval.sweep import DEFAULT_COST, costs
+    from cascade.policy.costs import DEFAULT_COST, costs
     from cascade.policy.files import load_policy
 
     overrides = parse_costs(args.cost)

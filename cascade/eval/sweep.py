@@ -8,9 +8,9 @@ cascade's decision. k = 0 is the cheap tier with pre-routing; k = all escalates 
 question. ``escalation_rate`` is then, as in the summary, the share of all questions the strong
 tier answers (pre-routed included).
 
-Cost model: each tier costs a price per 1000 input tokens (``[cost]`` in the policy or
-``--cost TIER=PRICE``; defaults by kind in ``DEFAULT_COST``, relative units: Laya 1, Clef or an
-upstream 20, about the ratio of their parameter counts, 0.42B and 9B). A question costs its
+Cost model (``cascade.policy.costs``, shared with the spend counters): each tier costs a price
+per 1000 input tokens (``[cost]`` in the policy or ``--cost TIER=PRICE``; defaults by kind,
+relative units: Laya 1, Clef or an upstream 20). A question costs its
 share of its item's tokens on each tier that ran it: the cheap tier's when the cheap tier ran
 (escalated questions too: Laya ran first), the strong tier's when it answered. Item tokens are
 split evenly over the item's questions (the strong tier reads the state once per call, so a
@@ -25,9 +25,7 @@ from typing import Any
 import msgspec
 
 from cascade.eval.decide import CascadeOut, ItemRow, reaches_gate
-from cascade.policy.model import ClefTier, LayaTier, Policy
 
-DEFAULT_COST = {"laya": 1.0, "clef": 20.0, "upstream": 20.0}
 CURVE_POINTS = 11  # escalation fractions 0.0, 0.1, ..., 1.0 of the gated questions
 
 
@@ -35,24 +33,6 @@ class Point(msgspec.Struct, kw_only=True):
     escalation_rate: float
     accuracy: float | None
     cost: float
-
-
-def costs(policy: Policy, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Price per 1000 input tokens of the cheap and strong slots: ``overrides`` (by tier name
-    or slot, ``cheap``/``strong``), then the policy's ``[cost]``, then ``DEFAULT_COST`` by the
-    tier's kind."""
-    overrides = overrides or {}
-    out = {}
-    for slot in ("cheap", "strong"):
-        name = getattr(policy.route, slot)
-        if name is None:
-            continue
-        tier = policy.tiers[name]
-        kind = ("laya" if isinstance(tier, LayaTier) else
-                "clef" if isinstance(tier, ClefTier) else "upstream")
-        default = policy.cost.get(name, DEFAULT_COST[kind])
-        out[slot] = overrides.get(name, overrides.get(slot, default))
-    return out
 
 
 def decided(rows: Iterable[ItemRow]) -> list[tuple[ItemRow, CascadeOut]]:

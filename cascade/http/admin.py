@@ -19,6 +19,7 @@ from litestar.handlers import BaseRouteHandler
 from cascade.errors import ConfigRejected, Forbidden, Unauthorized
 from cascade.http.errors import status_of
 from cascade.http.reload import Reloader
+from cascade.http.tenancy import bearer
 from cascade.schema import ConfigErrorBody, ConfigErrorDetail, encoder
 
 JSON = "application/json"
@@ -39,7 +40,7 @@ def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
                         "CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)")
     if _holds(connection, state.admin_keys):
         return
-    if _holds(connection, state.api_keys):
+    if state.tenants.enabled and state.tenants.find(bearer(connection)) is not None:
         raise Forbidden("a client API key cannot use the admin routes; send an admin key")
     raise Unauthorized("missing or invalid admin key (send Authorization: Bearer <admin key>)")
 

@@ -3,13 +3,13 @@
 ``create_app(settings, gateway=None, drain=None)`` builds the real tiers (``cascade.build``)
 only when no gateway is injected; tests inject one with fake engines. The lifespan starts the
 engines (``/ready`` turns true after warm-up) and closes them (``/ready`` false again during
-shutdown).
+shutdown). ``tenants``: the keys file's tenants when already read (``cascade serve`` reads it
+before any weights load), else read here (``cascade.tenants.files.load_tenants``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 import uuid
@@ -26,7 +26,7 @@ from litestar.handlers import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cascade import __version__, answers, metrics
-from cascade.cache.decision import cache_control, combined
+from cascade.cache.decision import combined
 from cascade.contracts.openai import decision, error_body, is_unparsed
 from cascade.contracts.openai_schema import Decision, DecisionCreate
 from cascade.errors import (
@@ -38,7 +38,7 @@ from cascade.errors import (
     ValidationFailed,
 )
 from cascade.gateway import Gateway
-from cascade.http import feedback, status
+from cascade.http import feedback, status, tenancy
 from cascade.http.admin import admin_router
 from cascade.http.drain import Drain
 from cascade.http.errors import decisions_status, retry_after_header, status_of
@@ -73,29 +73,18 @@ from cascade.schema import (
     encoder,
 )
 from cascade.settings import Settings
+from cascade.tenants.files import load_tenants
+from cascade.tenants.keys import Tenants
 
 log = logging.getLogger("cascade")
 JSON = "application/json"
 T = TypeVar("T")
 
 
-def _bearer(request: ASGIConnection) -> str | None:
-    value = request.headers.get("authorization", "")
-    scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-
-def authorized(request: ASGIConnection, keys: frozenset[str]) -> bool:
-    """Constant-time check against every key; with no keys configured, auth is off."""
-    if not keys:
-        return True
-    token = (_bearer(request) or "").encode()
-    return any(hmac.compare_digest(token, key.encode()) for key in keys)
-
-
 def require_auth(request: Request) -> None:
-    if not authorized(request, request.app.state.api_keys):
-        raise Unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
+    """``Unauthorized`` without a valid key; the tenant goes in the request's scope
+    (``cascade.http.tenancy``; without keys auth is off)."""
+    tenancy.tenant_of(request)
 
 
 def _error_headers(exc: CascadeError) -> dict[str, str]:
@@ -241,10 +230,11 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
     started = time.perf_counter()
     app_state = request.app.state
     try:
-        require_auth(request)
+        tenant = await tenancy.admit(request)  # auth, and the tenant's limits
         body, parts = await _decoded(request)
-        async with app_state.admission.permit():
-            response, outcome = await work(body, parts)
+        with app_state.tenant_admission.permit(tenant):
+            async with app_state.admission.permit():
+                response, outcome = await work(body, parts)
     except CascadeError as exc:
         status = status_of(exc)
         outcome = "client_error" if status < 500 else "error"
@@ -280,8 +270,9 @@ async def systemone(request: Request) -> Response[bytes]:
         with metrics.HOP_DURATION.labels(hop="validate").time():
             call = await read_call(body, parts, pool, request_id=request_id(request.scope),
                                    limits=request.app.state.limits)
-        outcome = await unless_disconnected(request, gateway.systemone(
-            call, cache=cache_control(request.headers.get("cache-control", ""))))
+        kw = await tenancy.gateway_kw(request, len(call.questions))
+        outcome = await unless_disconnected(request, gateway.systemone(call, **kw))
+        await tenancy.charge(request, [outcome])
         return _json(outcome.response, outcome.headers), outcome.label
 
     return await _guarded(request, "/v1/systemone", work)
@@ -300,9 +291,10 @@ async def systemone_batch(request: Request) -> Response[bytes]:
         with metrics.HOP_DURATION.labels(hop="validate").time():
             calls = await read_batch_calls(body, pool, request_id=request_id(request.scope),
                                            limits=request.app.state.limits)
+        kw = await tenancy.gateway_kw(request, sum(len(c.questions) for c in calls))
         async with request.app.state.admission.permit(len(calls) - 1):
-            outcomes = await unless_disconnected(request, gateway.batch(
-                calls, cache=cache_control(request.headers.get("cache-control", ""))))
+            outcomes = await unless_disconnected(request, gateway.batch(calls, **kw))
+        await tenancy.charge(request, outcomes)
         results = [o.response for o in outcomes]
         total = TotalUsage(
             input_tokens=sum(r.usage.input_tokens for r in results), output_tokens=0
@@ -335,9 +327,10 @@ async def decisions(request: Request) -> Response[bytes]:
         with metrics.HOP_DURATION.labels(hop="validate").time():
             decoded = await read_decision(body, pool, request_id=request_id(request.scope),
                                           limits=request.app.state.limits)
+        kw = await tenancy.gateway_kw(request, len(decoded.call.questions))
         outcome = await unless_disconnected(
-            request, gateway.decide(decoded.call, partial=True, cache=cache_control(
-                request.headers.get("cache-control", ""))))
+            request, gateway.decide(decoded.call, partial=True, **kw))
+        await tenancy.charge(request, [outcome])
         return _json(decision(decoded.asked, outcome), outcome.headers), outcome.label
 
     return await _guarded(request, "/v1/decisions", work)
@@ -353,7 +346,7 @@ async def models(request: Request) -> Response[bytes]:
 @get("/health", summary="Liveness; details with a valid key or when auth is off",
      operation_class=operation(None, Health, {}), security=KEY_OPTIONAL)
 async def health(request: Request) -> Response[bytes]:
-    if request.app.state.api_keys and not authorized(request, request.app.state.api_keys):
+    if request.app.state.tenants.enabled and not tenancy.authorized(request):
         return _json({"status": "ok"})
     return _json({"status": "ok", **status.health(request.app.state.gateway),
                   "config": request.app.state.reloader.config()})
@@ -383,12 +376,12 @@ async def prometheus_metrics(request: Request) -> Response[bytes]:
 def _docs_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """With API keys configured, the OpenAPI document and UI need one unless ``public_docs``."""
     app = connection.app
-    if not app.state.settings.public_docs and not authorized(connection, app.state.api_keys):
+    if not app.state.settings.public_docs and not tenancy.authorized(connection):
         raise Unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
 
 
 def create_app(settings: Settings, gateway: Gateway | None = None,
-               drain: Drain | None = None) -> Litestar:
+               drain: Drain | None = None, tenants: Tenants | None = None) -> Litestar:
     if gateway is None:
         from cascade.build import build_gateway
 
@@ -397,6 +390,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
+        app.state.tenant_admission = tenancy.admission_for(app.state.tenants.backend)
         await gateway.start()
         app.state.ready = True
         log.info("cascade %s ready: %s", __version__, status.describe(gateway))
@@ -406,12 +400,13 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
             app.state.ready = False
             await gateway.aclose()
             app.state.decode_pool.close()
+            await app.state.tenant_admission.store.aclose()
 
     app = Litestar(
         route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
                         prometheus_metrics, feedback.route(_guarded), admin_router()],
         lifespan=[lifespan],
-        before_send=[echo_request_id],
+        before_send=[echo_request_id, tenancy.rate_headers],
         exception_handlers={
             CascadeError: _handle_cascade_error,
             HTTPException: _handle_http_exception,
@@ -425,7 +420,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
     document(app)
     app.state.settings = settings
     app.state.gateway = gateway
-    app.state.api_keys = settings.keys()
+    app.state.tenants = tenants or load_tenants(settings, gateway.policy)
     app.state.admission = Admission(settings.max_inflight)
     app.state.limits = limits_of(settings)
     app.state.body_reads = BodyReads(settings.max_body_reads, settings.max_body_reads_per_client)

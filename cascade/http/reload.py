@@ -30,6 +30,8 @@ from cascade.policy.fingerprint import policy_hash
 from cascade.policy.model import Policy
 from cascade.schema import ConfigState, LastReload, ReloadReport
 from cascade.settings import Secret, Settings, SettingsError
+from cascade.tenants.files import KeysFileError, load_tenants
+from cascade.tenants.keys import Tenants
 
 log = logging.getLogger("cascade")
 Keys = frozenset[Secret]
@@ -47,7 +49,7 @@ def reloadable(state: State, settings: Settings, gateway: Gateway) -> None:
 
 
 class Reloader:
-    """Reloads ``state`` (the app's: ``api_keys``, ``admin_keys``) and ``gateway`` from the files
+    """Reloads ``state`` (the app's: ``tenants``, ``admin_keys``) and ``gateway`` from the files
     ``settings`` names. ``last``: the last reload's outcome, for ``/health``."""
 
     def __init__(self, state: State, settings: Settings, gateway: Gateway) -> None:
@@ -81,24 +83,29 @@ class Reloader:
                                 calibration_hash=serving.calibration_hash, read=self._files(),
                                 note=None if self.settings.policy else NO_POLICY_FILE)
 
-    def _read(self) -> tuple[Policy, Keys, Keys]:
-        """Every file, checked; nothing is applied here."""
+    def _read(self) -> tuple[Policy, Tenants, Keys]:
+        """Every file, checked; nothing is applied here. The tenants (the client keys, their
+        limits and policies) are read against the new policy."""
         policy = reread_policy(self.settings, self.gateway.policy)
         try:
-            keys = self.settings.keys()  # the client keys: the one place a reload reads them
+            tenants = load_tenants(self.settings, policy)  # the one place a reload reads keys
             admin = self.settings.admin_key_set()
+        except KeysFileError as exc:
+            raise ConfigRejected(exc.messages) from exc
         except SettingsError as exc:
             raise ConfigRejected([str(exc)]) from exc
-        return policy, keys, admin
+        return policy, tenants, admin
 
-    def _swap(self, policy: Policy, keys: Keys, admin: Keys) -> Literal["applied", "unchanged"]:
-        """All or nothing, with no await: ``reconfigure`` refuses before it changes anything."""
+    def _swap(self, policy: Policy, tenants: Tenants,
+              admin: Keys) -> Literal["applied", "unchanged"]:
+        """All or nothing, with no await: ``reconfigure`` refuses before it changes anything.
+        The tenants' limit counters (``tenant_admission``) carry over."""
         same_policy = policy_hash(policy) == self.gateway.serving.policy_hash
-        if same_policy and (keys, admin) == (self.state.api_keys, self.state.admin_keys):
+        if same_policy and (tenants, admin) == (self.state.tenants, self.state.admin_keys):
             return "unchanged"
         if not same_policy:
             self.gateway.reconfigure(policy)
-        self.state.api_keys, self.state.admin_keys = keys, admin
+        self.state.tenants, self.state.admin_keys = tenants, admin
         return "applied"
 
     def _count(self, outcome: Literal["applied", "unchanged", "rejected", "restart_needed"],

@@ -375,6 +375,11 @@ def check_text(text: str) -> tuple[Policy | None, list[Finding]]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         return None, [_err((), f"invalid TOML: {exc}")]
+    return check_data(data)
+
+
+def check_data(data: dict[str, Any]) -> tuple[Policy | None, list[Finding]]:
+    """``check_text`` of a decoded document (a tenant's overlay merged onto its base policy)."""
     found = list(_shape(data, Policy, ()))
     if found:
         return None, found

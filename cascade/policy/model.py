@@ -363,7 +363,7 @@ class Policy(_Strict, frozen=True, kw_only=True):
     control: Control | None = None  # ``[control]``; absent: the gate is the configured one
     drift: Drift = field(default_factory=Drift)
     # ``[cost]``: what each tier costs per 1000 input tokens, by tier name, for ``cascade
-    # eval``'s cost model; a tier not listed gets its kind's default (cascade.eval.costs).
+    # eval``'s cost model; a tier not listed gets its kind's default (cascade.policy.costs).
     cost: dict[str, float] = field(default_factory=dict)
     cache: Cache = field(default_factory=lambda: Cache(enabled=False))  # off without [cache]
 

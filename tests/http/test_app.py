@@ -22,6 +22,7 @@ from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.policy.model import Policy, UpstreamTier
 from cascade.settings import Settings
+from cascade.tenants.files import load_tenants
 
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team?",
@@ -367,4 +368,4 @@ def test_an_api_keys_file_that_is_not_utf8_is_named(tmp_path) -> None:
     path = tmp_path / "keys"
     path.write_bytes("k\xe9y\n".encode("latin-1"))
     with pytest.raises(ValueError, match=rf"{path}: API keys file is not UTF-8 text \(byte 1"):
-        Settings(api_keys_file=str(path)).keys()
+        load_tenants(Settings(api_keys_file=str(path)))

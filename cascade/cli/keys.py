@@ -1,0 +1,90 @@
+"""``cascade keys add NAME --file FILE`` and ``cascade keys list --file FILE``: the tenants of
+an API keys file (``CASCADE_API_KEYS_FILE``; README: Tenants). ``add`` prints a new key once on
+stdout and writes only its hash; ``list`` never shows a key."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def register(groups: dict[str, Any]) -> None:
+    keys = groups["keys"]
+    add = keys.add_parser(
+        "add", help="add a new key to tenant NAME (created if needed); print it once",
+        description="Create a random key for tenant NAME (the tenant is added when new), write "
+        "only its sha256 hash to FILE (created with mode 0600; the rest of the file is kept as "
+        "it is) and print the key on stdout, once: it is not stored anywhere.")
+    add.add_argument("name", metavar="NAME", help="tenant name (letters, digits, _ . -)")
+    add.add_argument("--file", required=True, type=Path, metavar="FILE",
+                     help="the keys file (CASCADE_API_KEYS_FILE)")
+    add.set_defaults(func=add_command)
+    show = keys.add_parser(
+        "list", help="tenants, key counts and hash prefixes, limits, expiry (never keys)",
+        description="List FILE's tenants: names, how many keys (and the first hex digits of "
+        "each hash), limits, policy and expiry. Keys themselves are never stored or shown.")
+    show.add_argument("--file", required=True, type=Path, metavar="FILE",
+                      help="the keys file (CASCADE_API_KEYS_FILE)")
+    show.set_defaults(func=list_command)
+
+
+def add_command(args: argparse.Namespace) -> int:
+    from cascade.tenants.editing import with_key
+    from cascade.tenants.files import read_text
+    from cascade.tenants.keys import hashed, new_key
+
+    path: Path = args.file
+    key = new_key()
+    text = read_text(str(path)) if path.exists() else ""
+    out = with_key(text, str(path), args.name, hashed(key))
+    _write(path, out)
+    print(key)
+    return 0
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace ``path`` at once (a reader sees the old file or the new one), keeping its mode;
+    a new file is 0600 (it lists who may call the gateway)."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def list_command(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from cascade.tenants.files import parse, read_text
+
+    path = str(args.file)
+    parsed = parse(read_text(path), path)
+    if not parsed.toml:
+        print(f"{path}: {len(parsed.plain)} unnamed keys (one key per line; no limits)")
+        return 0
+    rows = [("tenant", "keys", "limits", "policy", "expires")]
+    for entry in parsed.entries:
+        limits = msgspec.structs.asdict(entry.limits())
+        rows.append((
+            entry.name,
+            f"{len(entry.keys)} " + " ".join(k[7:15] + "…" for k in entry.keys),
+            " ".join(f"{k}={v}" for k, v in limits.items() if v is not None) or "-",
+            entry.policy or "-",
+            entry.expires.isoformat() if entry.expires else "-",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    backend = parsed.backend
+    if backend.backend != "local":
+        print(f"limits: {backend.backend} (on_error={backend.on_error}, "
+              f"timeout_s={backend.timeout_s})")
+    return 0

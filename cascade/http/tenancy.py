@@ -1,0 +1,104 @@
+"""Tenants at the front door: the bearer key's tenant (``cascade.tenants``), its limits around
+each request, the ``x-ratelimit-*`` headers, and the gateway's keywords for it.
+
+``admit`` (before the body is read) verifies the key, puts the tenant in the request's scope
+(``scope["cascade.tenant"]``) and checks the limits known then; ``gateway_kw`` (once the body
+is decoded) checks its questions and returns ``Gateway.decide``'s keywords (its tenant, its
+policy, whether it may escalate, the request's ``Cache-Control``); ``charge`` adds
+what the answer cost. ``rate_headers`` (a ``before_send`` hook) puts the levels seen on every
+response of the request, errors and 429s included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from litestar import Request
+from litestar.connection import ASGIConnection
+
+from cascade.cache.decision import cache_control
+from cascade.errors import Unauthorized
+from cascade.gateway import Outcome
+from cascade.tenants.admission import Grant, TenantAdmission
+from cascade.tenants.limits import LocalStore, Store
+from cascade.tenants.model import LimitsBackend, Tenant
+
+TENANT = "cascade.tenant"
+GRANT = "cascade.grant"
+
+
+def bearer(connection: ASGIConnection) -> str | None:
+    value = connection.headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def tenant_of(connection: ASGIConnection) -> Tenant:
+    """The request's tenant (``Unauthorized`` for a missing, wrong or expired key)."""
+    tenant: Tenant = connection.app.state.tenants.verify(bearer(connection))
+    connection.scope[TENANT] = tenant  # type: ignore[literal-required]
+    return tenant
+
+
+def authorized(connection: ASGIConnection) -> bool:
+    try:
+        tenant_of(connection)
+    except Unauthorized:
+        return False
+    return True
+
+
+def admission_for(backend: LimitsBackend) -> TenantAdmission:
+    """The limits' store ``[limits]`` names: this process, or Redis."""
+    store: Store = LocalStore()
+    if backend.backend == "redis":
+        from cascade.tenants.redis_store import RedisStore
+
+        assert backend.url is not None  # checked when the keys file is read
+        store = RedisStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix)
+    return TenantAdmission(store, backend=backend.backend, on_error=backend.on_error)
+
+
+async def admit(request: Request) -> Tenant:
+    """Auth, then the limits checked before the body is read."""
+    tenant = tenant_of(request)
+    grant = request.scope[GRANT] = Grant()  # type: ignore[literal-required]
+    if tenant.limits.any():
+        await request.app.state.tenant_admission.before_body(tenant, grant)
+    return tenant
+
+
+async def gateway_kw(request: Request, questions: int) -> dict[str, Any]:
+    """The questions limit, then ``Gateway.decide``'s keywords for the request's tenant."""
+    tenant: Tenant = request.scope[TENANT]  # type: ignore[literal-required]
+    grant: Grant = request.scope[GRANT]  # type: ignore[literal-required]
+    if tenant.limits.any():
+        await request.app.state.tenant_admission.after_decode(tenant, questions, grant)
+    kw: dict[str, Any] = {"policy": tenant.policy, "tenant": tenant.name,
+                          "cache": cache_control(request.headers.get("cache-control", ""))}
+    if not grant.escalate:
+        # Gateway.decide(escalate=False): no confidence escalation, the cheap answers flagged
+        # `budget`: the tenant is over its strong_questions_per_min.
+        kw["escalate"] = False
+    return kw
+
+
+async def charge(request: Request, outcomes: Iterable[Outcome]) -> None:
+    """Charge the input tokens and strong-tier questions of the answered ``outcomes``."""
+    tenant: Tenant = request.scope[TENANT]  # type: ignore[literal-required]
+    if not tenant.limits.any():
+        return
+    policy = tenant.policy or request.app.state.gateway.policy
+    outcomes = list(outcomes)
+    tokens = sum(o.response.usage.input_tokens for o in outcomes)
+    strong = sum(t == policy.route.strong for o in outcomes for t in o.tiers.values())
+    await request.app.state.tenant_admission.charge(tenant, tokens=tokens, strong=strong)
+
+
+async def rate_headers(message: Any, scope: Any) -> None:
+    """``before_send``: the request's ``x-ratelimit-*`` headers on its response."""
+    grant = scope.get(GRANT)
+    if message["type"] == "http.response.start" and grant is not None and grant.headers:
+        extra = [(k.encode(), v.encode()) for k, v in grant.headers.items()]
+        message["headers"] = [*(message.get("headers") or []), *extra]

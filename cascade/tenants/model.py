@@ -1,0 +1,78 @@
+"""The keys file's Structs (``CASCADE_API_KEYS_FILE``): ``[[tenant]]`` tables and ``[limits]``.
+
+Decoding is strict (unknown keys are refused); ``cascade.tenants.files`` checks the values and
+locates every finding. A key is stored as ``sha256:<64 hex digits>``, never in the clear.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from cascade.policy.model import Policy
+
+PerMinute = Annotated[int, msgspec.Meta(ge=1)]
+# Bounded Prometheus label values: a name is short and plain.
+Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Immutable, keyword-only, unknown keys rejected."""
+
+
+class Limits(_Strict, frozen=True, kw_only=True):
+    """A tenant's limits; None is no limit. Per minute, as OpenAI's RPM/TPM are."""
+
+    requests_per_min: PerMinute | None = None
+    questions_per_min: PerMinute | None = None
+    input_tokens_per_min: PerMinute | None = None
+    max_inflight: PerMinute | None = None
+    strong_questions_per_min: PerMinute | None = None
+
+    def any(self) -> bool:
+        return any(v is not None for v in msgspec.structs.astuple(self))
+
+
+class TenantEntry(Limits, frozen=True, kw_only=True):
+    """One ``[[tenant]]`` table."""
+
+    name: Name
+    keys: list[str] = msgspec.field(default_factory=list)  # "sha256:<hex>" hashes
+    policy: str | None = None  # a policy file or an overlay, relative to the keys file
+    expires: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+
+    def limits(self) -> Limits:
+        fields = msgspec.structs.fields(Limits)
+        return Limits(**{f.name: getattr(self, f.name) for f in fields})
+
+
+class LimitsBackend(_Strict, frozen=True):
+    """``[limits]``: where the counters live. ``local``: per replica; ``redis``: shared by every
+    replica using ``url``. ``on_error``: when Redis fails or is slower than ``timeout_s``,
+    admit (``open``) or refuse with 503 + Retry-After (``closed``)."""
+
+    backend: Literal["local", "redis"] = "local"
+    url: str | None = None
+    on_error: Literal["open", "closed"] = "open"
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=10)] = 0.1
+    prefix: str = "cascade:limits:"  # Redis key prefix
+
+
+class KeysFile(_Strict, frozen=True):
+    tenant: list[TenantEntry] = msgspec.field(default_factory=list)
+    limits: LimitsBackend = msgspec.field(default_factory=LimitsBackend)
+
+
+class Tenant(msgspec.Struct, frozen=True, kw_only=True):
+    """A tenant as the gateway serves it: its policy resolved (None: the gateway's own).
+    ``name`` is "" for an unnamed tenant (an inline key, or an old one-key-per-line file)."""
+
+    name: str
+    limits: Limits = msgspec.field(default_factory=Limits)
+    policy: Policy | None = None
+    expires: datetime | None = None
+
+
+ANONYMOUS = Tenant(name="")  # auth off: every request, no limits
