@@ -4,10 +4,13 @@ Replays a labelled JSONL (the ``cascade eval`` format: ``id``, ``state``, ``ques
 ``gold``; default the bundled sample) against a gateway, ``--url`` or a ``cascade serve --demo``
 it starts on loopback with a decision log (``/v1/feedback`` needs one). Two phases of
 ``--phase-duration`` each; what changes between them is the traffic mix: the share of *hard*
-items (the longer half of the states, and every item with a question of more than 10 options),
-``--mix 0.2,0.8`` by default. ``--concurrency`` clients send one request at a time; after each
-answer, with probability ``--feedback-share``, the client posts ``POST /v1/feedback
-{"request_id", "labels": {question id: label}}`` for every question, as a labeller would.
+items, ``--mix 0.2,0.8`` by default. With ``--synthetic-labels`` the hard items are the less
+confident half (their least confident cheap answer under the median: more work for the gate,
+the same share pre-routed strong); with gold labels, the longer half of the states and every
+item with a question of more than 10 options. ``--concurrency`` clients send one request at a
+time; after each answer, with probability ``--feedback-share``, the client posts ``POST
+/v1/feedback {"request_id", "labels": {question id: label}}`` for every question, as a labeller
+would.
 
 Labels. The items' gold labels, or with ``--synthetic-labels`` labels drawn so that the cheap
 tier's answer is right with probability ``f(c) = c``, ``c`` its ``answer_confidence`` (max p as
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import random
@@ -201,6 +205,7 @@ class Run:
     scrapes: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     reloads: list[tuple[float, int | str]] = field(default_factory=list)
     cheap: dict[tuple[str, str], Cheap] = field(default_factory=dict)  # the probe's answers
+    items: list[Item] = field(default_factory=list)  # as replayed (hard ones marked)
     started: float = 0.0
     # request ids are bench-TOKEN-pPHASE-N: a second run never labels the first one's requests
     token: str = field(default_factory=lambda: secrets.token_hex(4))
@@ -252,6 +257,17 @@ async def _probe(client: httpx.AsyncClient, items: list[Item], opts: Options, ru
             run.cheap[(item.id, qid)] = Cheap(answer_label(answer), answer_confidence(answer))
 
     await asyncio.gather(*(one(item) for item in items))
+
+
+def by_confidence(items: list[Item], run: Run) -> list[Item]:
+    """``items`` with the less confident half hard: those whose least confident cheap answer
+    (the probe's) is under the median. A mix of them asks more of the confidence gate, and so of
+    the budget, without changing the share of questions pre-routed strong."""
+    least = {i.id: min((c.confidence for (item, _), c in run.cheap.items() if item == i.id),
+                       default=1.0) for i in items}
+    ranked = sorted(least.values())
+    median = ranked[len(ranked) // 2]
+    return [dataclasses.replace(i, hard=least[i.id] < median) for i in items]
 
 
 def label_of(item: Item, qid: str, opts: Options, run: Run) -> Label | None:
@@ -363,6 +379,8 @@ async def drive(url: str, items: list[Item], opts: Options) -> Run:
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=opts.timeout_s) as client:
         if opts.synthetic:
             await _probe(client, items, opts, run)
+            items = by_confidence(items, run)
+        run.items = items
         pools = ([i for i in items if i.hard], [i for i in items if not i.hard])
         counter = iter(range(1, 1 << 62))
         run.started = time.monotonic()
@@ -436,8 +454,10 @@ def run(url: str | None, *, requests: Path | None, opts: Options,
     """Replay against ``url``, or against a demo of its own when None."""
     items = read_items(requests, model)
     if url is not None:
-        return items, asyncio.run(drive(url.rstrip("/"), items, opts))
+        done = asyncio.run(drive(url.rstrip("/"), items, opts))
+        return done.items, done
     if opts.reloads and opts.admin_key is None:
         opts.admin_key = secrets.token_urlsafe(16)
     with demo_server(opts.admin_key, opts.control) as demo:
-        return items, asyncio.run(drive(demo, items, opts))
+        done = asyncio.run(drive(demo, items, opts))
+    return done.items, done

@@ -95,7 +95,8 @@ def register(groups: dict[str, Any]) -> None:
         "thresholds",
         description="Replay a labelled JSONL (the `cascade eval` format; default the bundled "
         "sample) against a gateway (--url, or a `cascade serve --demo` of its own on loopback) "
-        "in two phases whose share of hard (long or many-option) items differs, posting "
+        "in two phases whose share of hard items differs (less confident ones with "
+        "--synthetic-labels, else long or many-option ones), posting "
         "/v1/feedback for a share of the answers. Prints per phase the realised strong share "
         "(overall and the max over sliding windows), budget violations, the accuracy of the "
         "kept cheap answers against the target, and the live thresholds (scraped from "

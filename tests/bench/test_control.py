@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from cascade.bench.control import Answered, Cheap, Item, _asked, read_items, synthetic_label
+from cascade.bench.control import (
+    Answered,
+    Cheap,
+    Item,
+    Run,
+    _asked,
+    by_confidence,
+    read_items,
+    synthetic_label,
+)
 from cascade.bench.control_report import oracle_threshold, windows
 from cascade.cli import main
 from cascade.schema import ChoiceQuestion
@@ -131,6 +140,15 @@ def test_read_items_marks_long_and_wide_items_hard(tmp_path: Path) -> None:
     assert {i.id for i in items if i.hard} == {f"hard-{k}" for k in range(20)}
     assert items[0].body["model"] == "jev-latest" and items[0].questions["q"].cell == "choice:3-5"
     assert len(read_items(None, "jev-latest")) > 200  # the bundled sample
+
+
+def test_with_synthetic_labels_the_less_confident_half_is_hard(tmp_path: Path) -> None:
+    items = read_items(_data(tmp_path / "d"), "jev-latest")
+    run = Run(url="", phase_s=1.0, cheap_tier="laya")
+    for n, item in enumerate(items):  # confidence rises with the item's place, whatever its kind
+        run.cheap[(item.id, "q")] = Cheap("a", 0.3 + n / 100)
+    hard = [i.id for i in by_confidence(items, run) if i.hard]
+    assert hard == [i.id for i in items[:20]]
 
 
 @pytest.mark.parametrize(("args", "message"), [
