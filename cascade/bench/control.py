@@ -4,9 +4,11 @@ Replays a labelled JSONL (the ``cascade eval`` format: ``id``, ``state``, ``ques
 ``gold``; default the bundled sample) against a gateway, ``--url`` or a ``cascade serve --demo``
 it starts on loopback with a decision log (``/v1/feedback`` needs one). Two phases of
 ``--phase-duration`` each; what changes between them is the traffic mix: the share of *hard*
-items, ``--mix 0.2,0.8`` by default. With ``--synthetic-labels`` the hard items are the less
-confident half (their least confident cheap answer under the median: more work for the gate,
-the same share pre-routed strong); with gold labels, the longer half of the states and every
+items, ``--mix 0.2,0.8`` by default. With ``--synthetic-labels`` the bench replays the items
+the confidence gate decides (not those with a question of more than 10 options or a state over
+1,000 characters, which pre-routing likely sends strong whatever the budget) and the hard ones
+are the less confident half (their least confident cheap answer under the median: more work for
+the gate); with gold labels, every item, the hard ones the longer half of the states and every
 item with a question of more than 10 options. ``--concurrency`` clients send one request at a
 time; after each answer, with probability ``--feedback-share``, the client posts ``POST
 /v1/feedback {"request_id", "labels": {question id: label}}`` for every question, as a labeller
@@ -57,6 +59,9 @@ from cascade.settings import child_environment
 
 Label = str | bool | int
 HARD_OPTIONS = 10  # an item with a question of more options than this is hard
+# A state longer than this many characters (of its JSON) likely fills more than the cheap tier's
+# rows, which pre-routing sends strong: with synthetic labels such items are not replayed.
+LONG_CHARS = 1000
 GAUGES = ("cascade_gate_threshold", "cascade_strong_share")
 
 
@@ -76,6 +81,7 @@ class Item:
     questions: dict[str, Asked]
     gold: dict[str, Label]
     hard: bool
+    forced: bool = False  # likely pre-routed strong: a wide question or a long state
 
 
 def _asked(question: Question) -> Asked:
@@ -117,7 +123,8 @@ def read_items(path: Path | None, model: str) -> list[Item]:
                 "questions": entry["questions"]}
         items.append(Item(id=str(entry.get("id", f"line-{i + 1}")), body=body,
                           questions={q: _asked(v) for q, v in questions.items()},
-                          gold=dict(entry.get("gold") or {}), hard=wide or length > median))
+                          gold=dict(entry.get("gold") or {}), hard=wide or length > median,
+                          forced=wide or length > LONG_CHARS))
     return items
 
 
@@ -229,6 +236,7 @@ class Options:
     key: str | None = None
     seed: int = 0
     timeout_s: float = 30.0
+    with_forced: bool = False  # synthetic labels: replay the items likely pre-routed strong too
     # The policy a demo of the bench's own serves: the default one with this [control] table.
     control: str = ""
 
@@ -259,10 +267,13 @@ async def _probe(client: httpx.AsyncClient, items: list[Item], opts: Options, ru
     await asyncio.gather(*(one(item) for item in items))
 
 
-def by_confidence(items: list[Item], run: Run) -> list[Item]:
-    """``items`` with the less confident half hard: those whose least confident cheap answer
-    (the probe's) is under the median. A mix of them asks more of the confidence gate, and so of
-    the budget, without changing the share of questions pre-routed strong."""
+def by_confidence(items: list[Item], run: Run, *, forced: bool = False) -> list[Item]:
+    """The items the confidence gate decides (not ``forced``), the less confident half hard:
+    those whose least confident cheap answer (the probe's) is under the median. A mix of them
+    asks more of the gate, and so of the budget, while nothing is pre-routed strong (a budget
+    under the share pre-routed strong could not be held by any gate). ``forced``: keep those
+    too."""
+    items = items if forced else [i for i in items if not i.forced] or items
     least = {i.id: min((c.confidence for (item, _), c in run.cheap.items() if item == i.id),
                        default=1.0) for i in items}
     ranked = sorted(least.values())
@@ -379,7 +390,7 @@ async def drive(url: str, items: list[Item], opts: Options) -> Run:
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=opts.timeout_s) as client:
         if opts.synthetic:
             await _probe(client, items, opts, run)
-            items = by_confidence(items, run)
+            items = by_confidence(items, run, forced=opts.with_forced)
         run.items = items
         pools = ([i for i in items if i.hard], [i for i in items if not i.hard])
         counter = iter(range(1, 1 << 62))

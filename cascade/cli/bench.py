@@ -190,6 +190,9 @@ def control_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--synthetic-labels", action="store_true",
                         help="labels that make the cheap answer right with probability f(c) = "
                         "c (c: its answer_confidence) instead of the items' gold")
+    parser.add_argument("--with-forced", action="store_true",
+                        help="with --synthetic-labels, replay the items likely pre-routed strong "
+                        "too (a question of over 10 options, a state over 1,000 characters)")
     parser.add_argument("--cheap-model", default="laya", metavar="NAME",
                         help="a cheap-only model name, asked once per item for the cheap answers "
                         "synthetic labels build on (default laya)")
@@ -247,7 +250,7 @@ def bench_control(args: argparse.Namespace) -> int:
     opts = control.Options(
         phase_s=args.phase_duration, concurrency=args.concurrency, mix=(mix[0], mix[1]),
         feedback_share=args.feedback_share, synthetic=args.synthetic_labels,
-        cheap_model=args.cheap_model, cheap_tier=args.cheap_tier,
+        cheap_model=args.cheap_model, cheap_tier=args.cheap_tier, with_forced=args.with_forced,
         scrape_every_s=args.scrape_every, reloads=args.reloads, admin_key=args.admin_key,
         key=args.key, seed=args.seed, timeout_s=args.timeout, control=control.control_table(
             args.max_strong_share, args.target_accuracy, args.window, args.refit_every))

@@ -49,7 +49,8 @@ def test_the_bench_against_a_fake_gateway(tmp_path: Path,
         code = main(["bench", "control", "--url", url, "--requests", str(_data(tmp_path / "d")),
                      "--phase-duration", "1.2", "--window", "0.6", "--scrape-every", "0.1",
                      "--concurrency", "2", "--mix", "0.2,0.8", "--feedback-share", "1",
-                     "--synthetic-labels", "--max-strong-share", "0.5", "--reloads", "2",
+                     "--synthetic-labels", "--with-forced", "--max-strong-share", "0.5",
+                     "--reloads", "2",
                      "--admin-key", "adm", "--plot", str(tmp_path / "t.png"),
                      "--json", str(tmp_path / "r.json")])
     assert code == 0
@@ -147,8 +148,10 @@ def test_with_synthetic_labels_the_less_confident_half_is_hard(tmp_path: Path) -
     run = Run(url="", phase_s=1.0, cheap_tier="laya")
     for n, item in enumerate(items):  # confidence rises with the item's place, whatever its kind
         run.cheap[(item.id, "q")] = Cheap("a", 0.3 + n / 100)
-    hard = [i.id for i in by_confidence(items, run) if i.hard]
-    assert hard == [i.id for i in items[:20]]
+    replayed = by_confidence(items, run)
+    assert [i.id for i in replayed] == [i.id for i in items if not i.forced]
+    gated = [i.id for i in items if not i.forced]
+    assert [i.id for i in replayed if i.hard] == gated[:len(gated) // 2]
 
 
 @pytest.mark.parametrize(("args", "message"), [
