@@ -236,7 +236,9 @@ async def test_a_burst_on_warm_up_figures_too_kind_is_held_to_its_deadline() -> 
     await asyncio.gather(*(client() for _ in range(128)))
     await b.aclose()
     assert len(waits) > 60  # the tier stayed busy: 2.5 s of 20 ms rows in fours
-    assert max(waits) < 1.2 * deadline_s, max(waits)
+    # Before the fix the longest wait was 1.5-1.6 deadlines; now about 1.0. The bound leaves
+    # room for a busy CI machine's scheduling (1.23 seen once) and still fails the old code.
+    assert max(waits) < 1.35 * deadline_s, max(waits)
 
 
 async def test_an_idle_batcher_accepts_any_request_and_learns_its_cost() -> None:
