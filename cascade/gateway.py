@@ -177,7 +177,7 @@ class Gateway(Reconfigurable):
                       partial=partial, gate=gate)
         decision, merging = await self._drive(flow, serving, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
-        self._count(call, decision)
+        self._count(call, decision, serving.policy)
         self.control.decided(call, decision)
         spend.record(tenant, policy, decision)
         response = answers.response(call, decision, timings, profile=self.profile,
@@ -226,9 +226,10 @@ class Gateway(Reconfigurable):
         except CascadeError as exc:
             return Failure(exc)
 
-    def _count(self, call: EngineCall, decision: Decision) -> None:
-        """The per-question metrics of a decided request, and the drift monitor's counts."""
-        self.drift.observe(self.policy, decision)
+    def _count(self, call: EngineCall, decision: Decision, served: Policy) -> None:
+        """The per-question metrics of a decided request, and the drift monitor's counts (under
+        ``served``, the version the request ran on: a tenant's own policy never resets it)."""
+        self.drift.observe(served, decision)
         for qid, route in decision.routes.items():
             qtype, why = call.questions[qid].type, decision.degraded.get(qid)
             if why is not None:

@@ -143,18 +143,24 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return frozenset(Secret(k) for k in keys)
 
 
+def key_file_text(path: str, variable: str, *, what: str = "keys file",
+                  create: str = "one key per line") -> str:
+    """The text of the keys file at ``path``; ``SettingsError`` naming ``variable`` (and how to
+    ``create`` it) when it cannot be read or is not UTF-8."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{variable}={path}: {what} is not UTF-8 text (byte {exc.start}: "
+                            f"{exc.reason})") from None
+    except OSError as exc:
+        raise SettingsError(f"{variable}={path}: {exc.strerror}; create it ({create}) or unset "
+                            "the variable") from None
+
+
 def key_file(path: str, variable: str) -> list[str]:
     """The keys in ``path``, one per line (``#`` starts a comment line); ``SettingsError``
     naming ``variable`` when it cannot be read."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SettingsError(f"{variable}={path}: keys file is not UTF-8 text (byte {exc.start}: "
-                            f"{exc.reason})") from None
-    except OSError as exc:
-        raise SettingsError(f"{variable}={path}: {exc.strerror}; create it (one key per line) "
-                            "or unset the variable") from None
-    lines = (line.strip() for line in text.splitlines())
+    lines = (line.strip() for line in key_file_text(path, variable).splitlines())
     return [line for line in lines if line and not line.startswith("#")]
 
 

@@ -27,8 +27,7 @@ JSON = "application/json"
 
 def _holds(connection: ASGIConnection, keys: frozenset[str]) -> bool:
     """Whether the request's bearer token is one of ``keys`` (constant time per key)."""
-    scheme, _, token = connection.headers.get("authorization", "").partition(" ")
-    sent = token.strip().encode() if scheme.lower() == "bearer" else b""
+    sent = (bearer(connection) or "").encode()
     return bool(sent) and any(hmac.compare_digest(sent, key.encode()) for key in keys)
 
 

@@ -23,7 +23,7 @@ import msgspec
 from cascade.policy.files import PolicyError
 from cascade.policy.model import Policy
 from cascade.policy.toml_keys import KeyPath, key_lines, locate
-from cascade.settings import Settings, SettingsError
+from cascade.settings import Settings, key_file_text
 from cascade.tenants.keys import HASHED, Tenants, digest, from_hashed
 from cascade.tenants.model import KeysFile, LimitsBackend, Tenant, TenantEntry
 from cascade.tenants.overlay import tenant_policy
@@ -47,17 +47,8 @@ class Parsed(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def read_text(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SettingsError(
-            f"CASCADE_API_KEYS_FILE={path}: API keys file is not UTF-8 "
-            f"text (byte {exc.start}: {exc.reason})") from None
-    except OSError as exc:
-        raise SettingsError(
-            f"CASCADE_API_KEYS_FILE={path}: {exc.strerror}; create it "
-            "(`cascade keys add NAME --file FILE`, or one key per line) or unset the "
-            "variable") from None
+    return key_file_text(path, "CASCADE_API_KEYS_FILE", what="API keys file",
+                         create="`cascade keys add NAME --file FILE`, or one key per line")
 
 
 def is_old_format(text: str) -> bool:
