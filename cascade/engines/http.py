@@ -1,4 +1,4 @@
-"""``HttpEngine``: a tier that is another ``/v1/systemone`` server, over one pooled httpx client.
+"""``HttpEngine``: a tier that is another ``/v1/systemone`` server, over one pooled client.
 
 Any server of the three dialects works: cascade itself, laya-serve, jevcompat's mock, Ollama, or a
 proxy answering in Cloudflare's ``{"result", "success"}`` envelope. Each URL is a base URL
@@ -66,6 +66,7 @@ import msgspec
 
 from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.engines.aiohttp_transport import AiohttpTransport
 from cascade.errors import (
     EngineFailed,
     EngineTimeout,
@@ -406,12 +407,12 @@ class HttpEngine:
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
         # Requests skip the client's per-call work (merging URLs, headers and cookies, auth and
-        # redirect handling): each is built here, whole, and handed to the transport. Proxies
-        # from the environment (HTTP_PROXY...) are the client's mounts: with one set, requests
-        # built the same way go through the client's ``send``.
+        # redirect handling): each is built here, whole, and handed to the transport, aiohttp's
+        # (``cascade.engines.aiohttp_transport``). Proxies from the environment (HTTP_PROXY...)
+        # are the client's mounts: with one set, requests go through the client's ``send``.
         requests = transport
         if requests is None and not urllib.request.getproxies():
-            requests = httpx.AsyncHTTPTransport(limits=limits)  # the client's default one
+            requests = AiohttpTransport(max_connections)
         self._client = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             timeout=httpx.Timeout(
