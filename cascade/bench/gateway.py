@@ -15,9 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import multiprocessing.process
 import os
+import socket
 import statistics
 import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any
 
 import httpx
@@ -36,7 +40,16 @@ BODY = {
 }
 
 
-def _serve_fake(port: int) -> None:
+def _listening() -> socket.socket:
+    """A socket listening on a port of the kernel's choosing on loopback: each server binds
+    its own, so no other process can take the port between choosing it and binding it."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
+    return sock
+
+
+def _serve_fake(ports: Connection) -> None:
     import uvicorn
 
     from cascade.engines.fake import FakeEngine
@@ -47,27 +60,37 @@ def _serve_fake(port: int) -> None:
 
     policy = Policy.single_tier("fake", UpstreamTier(urls=["http://127.0.0.1:9"]))
     gateway = Gateway(policy, {"fake": FakeEngine("fake")})
-    uvicorn.run(create_app(Settings(), gateway), host="127.0.0.1", port=port, log_level="error")
+    config = uvicorn.Config(create_app(Settings(), gateway), log_level="error")
+    sock = _listening()
+    ports.send(sock.getsockname()[1])
+    uvicorn.Server(config).run(sockets=[sock])
 
 
-def _serve_gateway(port: int, upstream: str) -> None:
+def _serve_gateway(ports: Connection, upstream: str) -> None:
     """The gateway as ``cascade serve`` runs it (its HTTP protocol and limits), no drain."""
     from cascade.http.app import create_app
     from cascade.http.drain import Drain
     from cascade.http.server import serve
     from cascade.settings import Settings
 
-    settings = Settings(upstream=upstream, host="127.0.0.1", port=port, drain_s=0)
+    settings = Settings(upstream=upstream, host="127.0.0.1", drain_s=0)
     drain = Drain()
-    serve(create_app(settings, drain=drain), settings, "error", drain)
+    app = create_app(settings, drain=drain)
+    sock = _listening()
+    ports.send(sock.getsockname()[1])
+    serve(app, settings, "error", drain, sockets=[sock])
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _started(ctx: Any, target: Callable[..., None], *args: Any
+             ) -> tuple[multiprocessing.process.BaseProcess, str]:
+    """``target(ports, *args)`` in a process of its own, and the URL it serves."""
+    here, there = ctx.Pipe()
+    proc = ctx.Process(target=target, args=(there, *args), daemon=True)
+    proc.start()
+    if not here.poll(120):
+        proc.terminate()
+        raise RuntimeError(f"{target.__name__} did not start")
+    return proc, f"http://127.0.0.1:{here.recv()}"
 
 
 async def _wait(url: str) -> None:
@@ -165,16 +188,12 @@ def _figures(paths: dict[str, dict[str, float]]) -> dict[str, float]:
 def run(requests: int = 500, concurrency: int = 8, repeat: int = 3) -> dict[str, Any]:
     """``repeat`` rounds side by side; the figures are each one's median over the rounds."""
     ctx = multiprocessing.get_context("spawn")
-    up_port, gw_port = _free_port(), _free_port()
-    upstream = f"http://127.0.0.1:{up_port}"
-    gateway = f"http://127.0.0.1:{gw_port}"
-    procs = [
-        ctx.Process(target=_serve_fake, args=(up_port,), daemon=True),
-        ctx.Process(target=_serve_gateway, args=(gw_port, upstream), daemon=True),
-    ]
-    for proc in procs:
-        proc.start()
+    procs = []
     try:
+        fake, upstream = _started(ctx, _serve_fake)
+        procs.append(fake)
+        cascade, gateway = _started(ctx, _serve_gateway, upstream)
+        procs.append(cascade)
         asyncio.run(_wait(upstream))
         asyncio.run(_wait(gateway))
         pids = {name: proc.pid for name, proc in zip(("direct", "cascade"), procs, strict=True)

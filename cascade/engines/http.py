@@ -21,10 +21,10 @@ the tier's key) may list ``revisions``: when either differs from what that URL r
 ``cascade_upstream_model_changes_total{tier}``; the cheap tier's drift monitor shows what it did
 to confidences. An upstream whose answers name different models by design (another cascade
 joins the tiers that answered) counts each change.
-Each request is built whole (the client's default headers, the bearer token, the request id)
-and handed to the transport: no cookie jar, so a cookie one upstream answer sets never rides on
-another caller's request, and none of the client's per-call merging. Proxies from the
-environment (``HTTP_PROXY``...) still apply: with one set, requests go through the client.
+Each request is built whole (content type, user agent, bearer token, request id) and POSTed
+through aiohttp (``cascade.engines.posting``): no cookie jar, so a cookie one upstream answer
+sets never rides on another caller's request. Proxies from the environment (``HTTP_PROXY``...)
+still apply: with one set, requests go through an httpx client and its proxies.
 
 Error translation (httpx and HTTP statuses to ``cascade.errors``, here and nowhere else):
 
@@ -64,9 +64,9 @@ from typing import Any
 import httpx
 import msgspec
 
-from cascade import metrics
+from cascade import __version__, metrics
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
-from cascade.engines.aiohttp_transport import AiohttpTransport
+from cascade.engines.posting import AiohttpPoster, Headers, HttpxPoster, Poster, Reply, Timeouts
 from cascade.errors import (
     EngineFailed,
     EngineTimeout,
@@ -296,12 +296,12 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
-def _unavailable(response: httpx.Response) -> bool:
+def _unavailable(response: Reply) -> bool:
     """A 503 that means down or draining, not back-pressure (``overloaded_error``)."""
     return error_info(response.content).error_type != "overloaded_error"
 
 
-def raise_for_status(response: httpx.Response, name: str) -> None:
+def raise_for_status(response: Reply, name: str) -> None:
     """Raise the ``cascade.errors`` exception for a non-200 ``response`` (see the module table)."""
     status = response.status_code
     if status == 200:
@@ -344,7 +344,6 @@ class _Upstream:
         url = url.rstrip("/")
         self.base = url.removesuffix(ENDPOINT)
         self.endpoint = self.base + ENDPOINT
-        self.url = httpx.URL(self.endpoint)
         self.health_url = self.base + health_path
         self.down_until = 0.0
         self.reported: dict[str, str] = {}  # "model" / "revisions" -> what it said last
@@ -403,31 +402,15 @@ class HttpEngine:
         self._turn = itertools.count()
         self._connect_timeout_s = connect_timeout_s
         self._health_interval_s = health_interval_s
-        limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
-        # Requests skip the client's per-call work (merging URLs, headers and cookies, auth and
-        # redirect handling): each is built here, whole, and handed to the transport, aiohttp's
-        # (``cascade.engines.aiohttp_transport``). Proxies from the environment (HTTP_PROXY...)
-        # are the client's mounts: with one set, requests go through the client's ``send``.
-        requests = transport
-        if requests is None and not urllib.request.getproxies():
-            requests = AiohttpTransport(max_connections)
-        self._client = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
-            timeout=httpx.Timeout(
-                read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s
-            ),
-            limits=limits,
-            transport=requests,
-        )
-        self._send = self._client.send if requests is None else requests.handle_async_request
-        self._headers = {**self._client.headers, "Content-Type": "application/json"}
-        self._extensions = {"timeout": self._client.timeout.as_dict()}
-        # Probes have connections of their own: a pool busy with requests must not make a
-        # healthy upstream look dead.
+        self._poster = _poster(transport, max_connections, Timeouts(
+            pool=connect_timeout_s, connect=connect_timeout_s, read=read_timeout_s))
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = [("Content-Type", "application/json"),
+                         ("User-Agent", f"cascade/{__version__}"), *auth.items()]
+        # Probes (and ``reported``) have connections of their own: a pool busy with requests
+        # must not make a healthy upstream look dead.
         self._probe_client = httpx.AsyncClient(
-            headers=self._client.headers, timeout=httpx.Timeout(connect_timeout_s),
+            headers=auth, timeout=httpx.Timeout(connect_timeout_s),
             limits=httpx.Limits(max_connections=len(urls), max_keepalive_connections=len(urls)),
             transport=transport,
         )
@@ -449,7 +432,7 @@ class HttpEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._probe_task
             self._probe_task = None
-        await self._client.aclose()
+        await self._poster.aclose()
         await self._probe_client.aclose()
 
     def ready(self) -> bool:
@@ -470,7 +453,7 @@ class HttpEngine:
         answers with a JSON object; ``{}`` when none does."""
         for upstream in self._upstreams:
             try:
-                response = await self._client.get(upstream.health_url)
+                response = await self._probe_client.get(upstream.health_url)
                 body = response.json() if response.status_code == 200 else None
             except (httpx.HTTPError, ValueError):
                 continue
@@ -530,7 +513,7 @@ class HttpEngine:
         content = request_body(call, self._model)
         headers = self._headers
         if call.request_id:
-            headers = {**headers, "x-request-id": call.request_id}
+            headers = [*headers, ("x-request-id", call.request_id)]
         response, upstream = await self._post(content, headers)
         if response.status_code == 503 and _unavailable(response):
             # Never sleep here: back this URL off for its Retry-After and try another one now.
@@ -542,8 +525,7 @@ class HttpEngine:
         self._saw(upstream, "model", answer.model)
         return answer
 
-    async def _post(self, content: bytes, headers: dict[str, str]
-                    ) -> tuple[httpx.Response, _Upstream]:
+    async def _post(self, content: bytes, headers: Headers) -> tuple[Reply, _Upstream]:
         """One POST to the next healthy URL, moving on to the others after connect failures."""
         now = time.monotonic()
         healthy = [u for u in self._upstreams if u.up(now)]
@@ -556,16 +538,25 @@ class HttpEngine:
         failures = []
         for upstream in healthy[first:] + healthy[:first]:
             try:
-                request = httpx.Request("POST", upstream.url, headers=headers, content=content,
-                                        extensions=self._extensions)
                 with _map_errors(self.name, upstream.endpoint):
-                    response = await self._send(request)
-                    try:
-                        await response.aread()
-                    finally:
-                        await response.aclose()
-                return response, upstream
+                    return await self._poster.post(upstream.endpoint, headers, content), upstream
             except _ConnectFailed as exc:
                 self._mark_down(upstream)
                 failures.append(str(exc))
         raise EngineUnavailable(f"{self.name}: could not connect: {'; '.join(failures)}")
+
+
+def _poster(transport: httpx.AsyncBaseTransport | None, max_connections: int,
+            timeouts: Timeouts) -> Poster:
+    """aiohttp's (``cascade.engines.posting``), unless a test gives a transport or the
+    environment sets proxies (``HTTP_PROXY``...: an httpx client's mounts go through them).
+    Either way each request is built whole: no cookie jar, so a cookie one upstream answer sets
+    never rides on another caller's request, and none of a client's per-call merging."""
+    if transport is not None:
+        return HttpxPoster(transport.handle_async_request, timeouts, transport.aclose)
+    if urllib.request.getproxies():
+        limits = httpx.Limits(max_connections=max_connections,
+                              max_keepalive_connections=max_connections)
+        client = httpx.AsyncClient(limits=limits)
+        return HttpxPoster(client.send, timeouts, client.aclose)
+    return AiohttpPoster(max_connections, timeouts)

@@ -15,6 +15,7 @@ import msgspec
 import pytest
 from jevcompat import mock as jev_mock
 
+from cascade import __version__
 from cascade.calls import EngineAnswer, EngineCall, Image
 from cascade.engines.base import Engine
 from cascade.engines.http import HttpEngine, error_info, retry_after
@@ -128,7 +129,7 @@ def test_an_upstream_cookie_is_not_sent_on_other_requests() -> None:
     assert "cookie" not in first.headers and "cookie" not in second.headers
     assert second.headers["x-request-id"] == "r2"
     assert second.headers["content-type"] == "application/json"
-    assert second.headers["user-agent"].startswith("python-httpx/")
+    assert second.headers["user-agent"] == f"cascade/{__version__}"
 
 
 
@@ -619,3 +620,42 @@ async def answer_real(url: str) -> EngineAnswer:
         return await eng.answer(CALL)
     finally:
         await eng.aclose()
+
+
+def test_proxies_from_the_environment_carry_the_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``HTTP_PROXY`` set, a request goes to the proxy in absolute form (httpx's proxies);
+    without, straight to the upstream (aiohttp's connections)."""
+    lines: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines.append(head.split(b"\r\n", 1)[0])
+        length = next(int(h.split(b":", 1)[1]) for h in head.split(b"\r\n")
+                      if h.lower().startswith(b"content-length:"))
+        await reader.readexactly(length)
+        body = json.dumps(REPLY).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+    async def scenario() -> tuple[EngineAnswer, EngineAnswer]:
+        server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            direct = await answer_real(url)
+            monkeypatch.setenv("HTTP_PROXY", url)
+            proxied = await answer_real("http://upstream.invalid")
+            return direct, proxied
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    direct, proxied = run(scenario())
+    assert direct.model == proxied.model == "upstream-1.0"
+    assert lines[0] == b"POST /v1/systemone HTTP/1.1"
+    assert lines[1] == b"POST http://upstream.invalid/v1/systemone HTTP/1.1"
