@@ -68,7 +68,7 @@ class AiohttpPoster:
     requests on one event loop."""
 
     def __init__(self, max_connections: int, timeouts: Timeouts) -> None:
-        self._slots = asyncio.Semaphore(max_connections)
+        self._slots = asyncio.Semaphore(max_connections)  # bound to a loop when first waited on
         self._limit = max_connections
         self._pool_s = timeouts.pool
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect,
@@ -100,9 +100,11 @@ class AiohttpPoster:
             raise as_httpx(exc) from exc
 
     async def aclose(self) -> None:
+        """Close the connections; a later ``post`` (on any loop) opens new ones."""
         if self._session is not None:
             await self._session.close()
             self._session = None
+        self._slots = asyncio.Semaphore(self._limit)
 
 
 def as_httpx(exc: aiohttp.ClientError) -> httpx.TransportError:
