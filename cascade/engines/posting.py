@@ -33,6 +33,7 @@ import httpx
 
 Headers = Sequence[tuple[str, str]]
 _KEEPALIVE_S = 5.0  # httpx's default keep-alive expiry
+_MAX_HEAD_LINE = 64 * 1024  # an answer's status line or header field (aiohttp's default: 8190)
 
 
 class Reply:
@@ -74,6 +75,9 @@ class AiohttpPoster:
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect,
                                               sock_read=timeouts.read)
         self._session: aiohttp.ClientSession | None = None
+        # The certificates httpx trusts (certifi's, or SSL_CERT_FILE/SSL_CERT_DIR), not only
+        # the system's: an https upstream verifies as it did through httpx.
+        self._tls = httpx.create_ssl_context()
 
     async def post(self, url: str, headers: Headers, content: bytes) -> Reply:
         try:
@@ -88,10 +92,11 @@ class AiohttpPoster:
 
     async def _post(self, url: str, headers: Headers, content: bytes) -> Reply:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=_KEEPALIVE_S)
+            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=_KEEPALIVE_S,
+                                             ssl=self._tls)
             self._session = aiohttp.ClientSession(
                 connector=connector, cookie_jar=aiohttp.DummyCookieJar(), timeout=self._timeout,
-                trust_env=False)
+                trust_env=False, max_line_size=_MAX_HEAD_LINE, max_field_size=_MAX_HEAD_LINE)
         try:
             async with self._session.post(url, headers=headers, data=content,
                                           allow_redirects=False) as response:

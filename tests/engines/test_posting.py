@@ -4,8 +4,12 @@ reaches the server, what comes back, and each failure as the httpx exception Htt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
+import ssl
+import subprocess
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -159,3 +163,57 @@ def test_a_full_pool_waits_its_pool_timeout_then_is_a_pool_timeout() -> None:
         return waited
 
     assert 0.15 < asyncio.run(scenario(_silent, client, max_connections=1, pool=0.2)) < 1.5
+
+
+def test_a_long_header_field_is_read() -> None:
+    """Answers with header fields longer than aiohttp's 8 KiB default are read (httpx read them)."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer(b"{}", b"x-long: " + b"a" * 20_000))
+        await writer.drain()
+
+    async def client(url: str, poster: AiohttpPoster) -> Reply:
+        return await poster.post(url, JSON, b"{}")
+
+    reply = asyncio.run(scenario(script, client))
+    assert reply.status_code == 200 and len(reply.headers["x-long"]) == 20_000
+
+
+def test_an_https_upstream_is_verified_against_the_certificates_httpx_trusts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SSL_CERT_FILE`` (honoured by httpx) makes a private CA's upstream trusted; without it,
+    the same upstream fails to connect (certificate verify failed), as through httpx."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await read_request(reader)
+            writer.write(answer(b'{"ok": true}'))
+            await writer.drain()
+
+    async def client(trusted: bool) -> bytes | None:
+        if trusted:
+            monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        else:
+            monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        server = await asyncio.start_server(script, "127.0.0.1", 0, ssl=tls)
+        url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/systemone"
+        poster = AiohttpPoster(4, Timeouts(pool=2.0, connect=2.0, read=2.0))
+        try:
+            return (await poster.post(url, JSON, b"{}")).content
+        except httpx.ConnectError:
+            return None
+        finally:
+            await poster.aclose()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(client(trusted=True)) == b'{"ok": true}'
+    assert asyncio.run(client(trusted=False)) is None
