@@ -25,6 +25,7 @@ from cascade.errors import (
     EngineUnavailable,
     Overloaded,
     PayloadTooLarge,
+    RateLimited,
     UpstreamClientError,
     ValidationFailed,
 )
@@ -659,3 +660,43 @@ def test_proxies_from_the_environment_carry_the_requests(monkeypatch: pytest.Mon
     assert direct.model == proxied.model == "upstream-1.0"
     assert lines[0] == b"POST /v1/systemone HTTP/1.1"
     assert lines[1] == b"POST http://upstream.invalid/v1/systemone HTTP/1.1"
+
+
+def test_a_real_upstreams_error_statuses_and_retry_after_are_read() -> None:
+    """Through aiohttp's connections (not MockTransport): a 429's ``Retry-After`` and a 422's
+    ``detail`` items reach the caller as they do from a mocked upstream."""
+    limit = {"detail": {"error_type": "rate_limit_error", "message": "slow down"}}
+    item = {"loc": ["body", "state"], "msg": "bad", "type": "value_error"}
+    answers = [(429, b"retry-after: 7", json.dumps(limit).encode()),
+               (422, b"x-a: 1", json.dumps({"detail": [item]}).encode())]
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for status, header, body in answers:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(h.split(b":", 1)[1]) for h in head.split(b"\r\n")
+                          if h.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 %d X\r\n%s\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n%s" % (status, header, len(body), body))
+            await writer.drain()
+
+    async def scenario() -> list[Exception]:
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        eng = HttpEngine("up", [f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"])
+        errors: list[Exception] = []
+        try:
+            for _ in answers:
+                try:
+                    await eng.answer(CALL)
+                except Exception as exc:  # each one is checked below
+                    errors.append(exc)
+        finally:
+            await eng.aclose()
+            server.close()
+            await server.wait_closed()
+        return errors
+
+    limited, invalid = run(scenario())
+    assert isinstance(limited, RateLimited) and limited.retry_after == 7
+    assert isinstance(invalid, ValidationFailed)
+    assert invalid.items == [item]
