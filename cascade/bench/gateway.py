@@ -87,10 +87,13 @@ def _started(ctx: Any, target: Callable[..., None], *args: Any
     here, there = ctx.Pipe()
     proc = ctx.Process(target=target, args=(there, *args), daemon=True)
     proc.start()
-    if not here.poll(120):
-        proc.terminate()
-        raise RuntimeError(f"{target.__name__} did not start")
-    return proc, f"http://127.0.0.1:{here.recv()}"
+    for _ in range(1200):  # 2 minutes
+        if here.poll(0.1):
+            return proc, f"http://127.0.0.1:{here.recv()}"
+        if not proc.is_alive():
+            break
+    proc.terminate()
+    raise RuntimeError(f"{target.__name__} did not start (exit code {proc.exitcode})")
 
 
 async def _wait(url: str) -> None:
