@@ -217,3 +217,27 @@ def test_an_https_upstream_is_verified_against_the_certificates_httpx_trusts(
 
     assert asyncio.run(client(trusted=True)) == b'{"ok": true}'
     assert asyncio.run(client(trusted=False)) is None
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    """A server closing idle keep-alive connections (uvicorn after 5 s): the next request
+    opens a new connection instead of failing on the closed one."""
+    connections = []
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        await read_request(reader)
+        writer.write(answer(b"{}"))
+        await writer.drain()
+        await asyncio.sleep(0.2)  # idle: closed before the next request
+        writer.close()
+
+    async def client(url: str, poster: AiohttpPoster) -> list[int]:
+        statuses = []
+        for _ in range(3):
+            statuses.append((await poster.post(url, JSON, b"{}")).status_code)
+            await asyncio.sleep(0.4)
+        return statuses
+
+    assert asyncio.run(scenario(script, client)) == [200, 200, 200]
+    assert len(connections) == 3
