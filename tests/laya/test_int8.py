@@ -78,6 +78,52 @@ def test_only_the_encoder_gemms_are_int8(ckpt: Path, checked: Path, cache: Path)
     assert scales and all(len(i.dims) == 1 and i.dims[0] > 1 for i in scales)  # per channel
 
 
+def test_every_int8_gemm_quantizes_a_row_scaled_input(checked: Path) -> None:
+    """Recipe 2: each int8 GEMM's input is the layer's activation divided by its per-row max
+    |x| (recipe 1 quantized the activation itself, one scale for the whole batch)."""
+    quant = onnx.load(str(checked / MODEL_FILE))
+    made = {out: node for node in quant.graph.node for out in node.output}
+    used = Counter(i for node in quant.graph.node for i in node.input)
+    quantized = [made[node.input[0]] for node in quant.graph.node
+                 if node.op_type == "DynamicQuantizeLinear"]
+    assert len(quantized) == 4 * 3  # one per encoder GEMM of the tiny encoder's 3 layers
+    assert all(node.op_type == "Div" for node in quantized) and int8.RECIPE["row_scaled"]
+    sources: Counter[str] = Counter()
+    for div in quantized:
+        floor = made[div.input[1]]  # max(ReduceMax(|x|), tiny) over the row
+        assert floor.op_type == "Max" and made[floor.input[0]].op_type == "ReduceMax"
+        assert made[made[floor.input[0]].input[0]].op_type == "Abs"
+        assert used[div.input[1]] == 2  # divides the input, multiplies the product back
+        source = made[div.input[0]]
+        sources[source.op_type] += 1
+        if source.op_type == "Mul":
+            assert "Gelu" in {made[i].op_type for i in source.input}
+    # Wqkv and Wi read a LayerNorm, Wo the attention's Reshape, mlp.Wo Mul(Gelu(inp), gate)
+    assert sources == {"LayerNormalization": 6, "Reshape": 3, "Mul": 3}
+
+
+def test_row_scaling_leaves_the_fp32_model_unchanged(ckpt: Path, checked: Path,
+                                                      cache: Path) -> None:
+    import numpy as np
+    import onnxruntime as ort
+
+    from cascade.laya.config import load_config
+    from cascade.laya.export import sample_feeds
+    from cascade.laya.row_scale import row_scale
+
+    fp32 = onnx.load(str(cached_export(ckpt, cache / "laya-onnx") / MODEL_FILE))
+    for i, node in enumerate(fp32.graph.node):
+        node.name = node.name or f"{node.op_type}_{i}"
+    scaled = onnx.ModelProto()
+    scaled.CopyFrom(fp32)
+    row_scale(scaled, {node.name for node in int8.encoder_gemms(scaled)})
+    assert len(scaled.graph.node) == len(fp32.graph.node) + 5 * 4 * 3
+    feeds = sample_feeds(load_config(ckpt), 3, 40, 4, seed=1)
+    got = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+           .run(["logits"], feeds)[0] for m in (fp32, scaled)]
+    assert np.abs(got[0] - got[1]).max() < 1e-4
+
+
 def test_int8_cache_key_follows_weights_precision_and_recipe(
     ckpt: Path, checked: Path, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
