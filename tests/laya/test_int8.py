@@ -331,3 +331,31 @@ def test_requests_come_back_from_a_decision_log(tmp_path: Path) -> None:
     (item,) = items
     assert item.call.state == state and set(item.call.questions) == {"q1", "q2"}
     assert item.gold == {"q1": "tech"}
+
+
+def test_the_bench_compares_both_recipes_on_the_same_rows(
+    ckpt: Path, checked: Path, cache: Path, tmp_path: Path
+) -> None:
+    from cascade.bench.int8_reference import per_tensor, same_rows_flips
+    from cascade.laya.preview import Previewer
+
+    fp32 = cached_export(ckpt, cache / "laya-onnx") / MODEL_FILE
+    reference = per_tensor(fp32, tmp_path / "per-tensor" / MODEL_FILE)
+    ops = Counter(n.op_type for n in onnx.load(str(reference)).graph.node)
+    weights = Counter(n.op_type for n in int8.encoder_gemms(onnx.load(str(fp32))))
+    assert ops["MatMulInteger"] > weights["MatMul"]  # the head's GEMMs too, unlike the recipe
+    scales = [i for i in onnx.load(str(reference)).graph.initializer
+              if i.name.endswith("_scale")]
+    assert scales and all(len(i.dims) == 0 for i in scales)  # one scale per tensor
+    previewer = Previewer({"english": ckpt})
+    rows = [row for r in REQUESTS for row in previewer.plan(EngineCall(
+        state=r["state"], questions=msgspec.convert(r["questions"], dict[str, Question]),
+        model="english")).rows]
+    info = previewer.checkpoints["english"]
+    got = same_rows_flips(fp32, {"fp32": fp32, "recipe": checked / MODEL_FILE,
+                                 "per-tensor": reference},
+                          rows, info.cfg, info.tok.pad_id, threads=1, batch=4)
+    assert got["fp32"] == {"questions": 12, "flips": 0, "mean_dp": 0.0, "max_dp": 0.0}
+    for name in ("recipe", "per-tensor"):
+        assert got[name]["questions"] == 12 and 0 <= got[name]["flips"] <= 12
+        assert 0 < got[name]["mean_dp"] <= got[name]["max_dp"] < 1
