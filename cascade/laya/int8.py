@@ -7,10 +7,10 @@ products run as int8 dot products (VNNI on x86). Before quantizing, each GEMM's 
 scaled to a max |value| of 1 per token row and the product scaled back
 (``cascade.laya.row_scale``, exact in fp32), so the per-tensor scale is not set by the batch's
 most extreme token: that scale was the largest source of int8 error measured, above all on
-``mlp.Wo``'s heavy-tailed input (GELU x gate; README, "Laya in int8"). Everything else stays fp32:
-the embeddings, every LayerNormalization, the rotary tables, the attention scores, softmax and
-the attention-weighted values (activation x activation products), the decision head, the
-scorer and the act head. The encoder's GEMMs and their kinds are found by graph knowledge
+``mlp.Wo``'s heavy-tailed input (GELU x gate; README, "Laya in int8"). Everything else stays
+fp32: the embeddings, every LayerNormalization, the rotary tables, the attention scores,
+softmax and the attention-weighted values (activation x activation products), the decision
+head, the scorer and the act head. The encoder's GEMMs are found by graph knowledge
 (``cascade.laya.graph`` builds the encoder before anything reads ``qtype``; the count, four
 GEMMs per layer, is checked), not by names.
 
