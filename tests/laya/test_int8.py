@@ -339,7 +339,9 @@ def test_the_bench_compares_both_recipes_on_the_same_rows(
     from cascade.bench.int8_reference import per_tensor, same_rows_flips
     from cascade.laya.preview import Previewer
 
-    fp32 = cached_export(ckpt, cache / "laya-onnx") / MODEL_FILE
+    export_dir = cached_export(ckpt, cache / "laya-onnx")
+    assert export_dir is not None
+    fp32 = export_dir / MODEL_FILE
     reference = per_tensor(fp32, tmp_path / "per-tensor" / MODEL_FILE)
     ops = Counter(n.op_type for n in onnx.load(str(reference)).graph.node)
     weights = Counter(n.op_type for n in int8.encoder_gemms(onnx.load(str(fp32))))
@@ -348,9 +350,9 @@ def test_the_bench_compares_both_recipes_on_the_same_rows(
               if i.name.endswith("_scale")]
     assert scales and all(len(i.dims) == 0 for i in scales)  # one scale per tensor
     previewer = Previewer({"english": ckpt})
-    rows = [row for r in REQUESTS for row in previewer.plan(EngineCall(
-        state=r["state"], questions=msgspec.convert(r["questions"], dict[str, Question]),
-        model="english")).rows]
+    calls = msgspec.convert([{"state": r["state"], "questions": r["questions"],
+                              "model": "english"} for r in REQUESTS], list[EngineCall])
+    rows = [row for call in calls for row in previewer.plan(call).rows]
     info = previewer.checkpoints["english"]
     got = same_rows_flips(fp32, {"fp32": fp32, "recipe": checked / MODEL_FILE,
                                  "per-tensor": reference},
