@@ -78,28 +78,29 @@ def test_only_the_encoder_gemms_are_int8(ckpt: Path, checked: Path, cache: Path)
     assert scales and all(len(i.dims) == 1 and i.dims[0] > 1 for i in scales)  # per channel
 
 
-def test_every_int8_gemm_quantizes_a_row_scaled_input(checked: Path) -> None:
-    """Recipe 2: each int8 GEMM's input is the layer's activation divided by its per-row max
-    |x| (recipe 1 quantized the activation itself, one scale for the whole batch)."""
+def test_only_the_mlp_wo_inputs_are_row_scaled(checked: Path) -> None:
+    """Recipe 2: the input each int8 GEMM quantizes is the layer's activation itself (as in
+    recipe 1), except ``mlp.Wo``'s (GELU(inp) x gate), first divided by its per-row max |x|."""
     quant = onnx.load(str(checked / MODEL_FILE))
     made = {out: node for node in quant.graph.node for out in node.output}
     used = Counter(i for node in quant.graph.node for i in node.input)
     quantized = [made[node.input[0]] for node in quant.graph.node
                  if node.op_type == "DynamicQuantizeLinear"]
     assert len(quantized) == 4 * 3  # one per encoder GEMM of the tiny encoder's 3 layers
-    assert all(node.op_type == "Div" for node in quantized) and int8.RECIPE["row_scaled"]
+    assert int8.RECIPE["row_scaled"] == ["mlp.Wo"]
     sources: Counter[str] = Counter()
-    for div in quantized:
-        floor = made[div.input[1]]  # max(ReduceMax(|x|), tiny) over the row
-        assert floor.op_type == "Max" and made[floor.input[0]].op_type == "ReduceMax"
-        assert made[made[floor.input[0]].input[0]].op_type == "Abs"
-        assert used[div.input[1]] == 2  # divides the input, multiplies the product back
-        source = made[div.input[0]]
-        sources[source.op_type] += 1
-        if source.op_type == "Mul":
-            assert "Gelu" in {made[i].op_type for i in source.input}
-    # Wqkv and Wi read a LayerNorm, Wo the attention's Reshape, mlp.Wo Mul(Gelu(inp), gate)
-    assert sources == {"LayerNormalization": 6, "Reshape": 3, "Mul": 3}
+    for node in quantized:
+        if node.op_type == "Div":
+            floor = made[node.input[1]]  # max(ReduceMax(|x|), tiny) over the row
+            assert floor.op_type == "Max" and made[floor.input[0]].op_type == "ReduceMax"
+            assert made[made[floor.input[0]].input[0]].op_type == "Abs"
+            assert used[node.input[1]] == 2  # divides the input, multiplies the product back
+            product = made[node.input[0]]  # mlp.Wo's input: Mul(Gelu(inp), gate)
+            assert product.op_type == "Mul"
+            assert "Gelu" in {made[i].op_type for i in product.input}
+        sources[node.op_type] += 1
+    # Wqkv and Wi read a LayerNorm, Wo the attention's Reshape, mlp.Wo the row scaling's Div
+    assert sources == {"LayerNormalization": 6, "Reshape": 3, "Div": 3}
 
 
 def test_row_scaling_leaves_the_fp32_model_unchanged(ckpt: Path, checked: Path,
