@@ -5,11 +5,14 @@ with the same thread count on the same inputs: a single request at ~128 and ~512
 then ``--clients`` concurrent clients over the request mix (laya behind one lock, as
 ``laya-serve`` runs it). ``--precision fp32,int8`` runs cascade's engine once per precision in
 the same run (``cascade-int8``: the int8 export) and counts the answers int8 changes on the
-concurrent run's requests. Prints rows/s, p50/p99, the speed-up over laya, and each runtime's
-achieved GFLOP/s against the fp32 GEMM peak measured in the same run: FLOPs of the real tokens
-as that runtime computes them (laya: full attention everywhere and the whole head; cascade:
-banded local layers, the head's last layer at the read positions only). A benchmark, not a
-test: the figures depend on the machine and on what else runs on it.
+concurrent run's requests; it also runs those requests' rows through fp32, the served int8
+export and the per-tensor reference in the same fixed batches
+(``cascade.bench.int8_reference``): both int8 recipes' flips on the same rows. Prints rows/s,
+p50/p99, the speed-up over laya, and each runtime's achieved GFLOP/s against the fp32 GEMM peak
+measured in the same run: FLOPs of the real tokens as that runtime computes them (laya: full
+attention everywhere and the whole head; cascade: banded local layers, the head's last layer at
+the read positions only). A benchmark, not a test: the figures depend on the machine and on
+what else runs on it.
 """
 
 from __future__ import annotations
@@ -228,6 +231,21 @@ def flips(base: list[Any], other: list[Any]) -> dict[str, float]:
     return {"questions": total, "flips": changed, "max_dp": worst}
 
 
+def _same_rows(ckpt: Path, cache: Path, rows: list[Any], info: Any, threads: int
+               ) -> dict[str, dict[str, float]]:
+    """Flips of the served int8 export and of the per-tensor reference on ``rows``."""
+    from cascade.bench.int8_reference import per_tensor, same_rows_flips
+    from cascade.laya.export import MODEL_FILE, cached_export
+    from cascade.laya.int8 import cached_int8
+
+    fp32, served = cached_export(ckpt, cache), cached_int8(ckpt, cache)
+    assert fp32 is not None and served is not None  # both made by Runner
+    reference = per_tensor(fp32 / MODEL_FILE, cache / "per-tensor" / MODEL_FILE)
+    return same_rows_flips(fp32 / MODEL_FILE, {"cascade-int8": served / MODEL_FILE,
+                                               "per-tensor": reference},
+                           rows, info.cfg, info.tok.pad_id, threads=threads)
+
+
 async def _bench(args: argparse.Namespace, ckpt: Path, cache: Path) -> dict[str, Any]:
     threads = args.threads or default_threads()
     peak = gemm_peak(threads)  # before any model is loaded
@@ -250,16 +268,20 @@ async def _bench(args: argparse.Namespace, ckpt: Path, cache: Path) -> dict[str,
     if "cascade" in answers:
         results["flips"] = {name: flips(answers["cascade"], got)
                             for name, got in answers.items() if name != "cascade"}
-    flops = {"laya": 0.0, "cascade": 0.0}
+    planned = []
     for req in requests:
         call = EngineCall(
             state=req["state"],
             model="english",
             questions=msgspec.convert(req["questions"], dict[str, Question]),
         )
-        for row in first.previewer.plan(call).rows:
-            flops["laya"] += row_flops(ckpt_info.cfg, len(row.ids))
-            flops["cascade"] += cascade_row_flops(ckpt_info.cfg, len(row.ids), 1 + len(row.markers))
+        planned += first.previewer.plan(call).rows
+    if "cascade" in answers and "cascade-int8" in answers:
+        results["same_rows"] = _same_rows(ckpt, cache, planned, ckpt_info, threads)
+    flops = {"laya": 0.0, "cascade": 0.0}
+    for row in planned:
+        flops["laya"] += row_flops(ckpt_info.cfg, len(row.ids))
+        flops["cascade"] += cascade_row_flops(ckpt_info.cfg, len(row.ids), 1 + len(row.markers))
     rows = sum(len(q["questions"]) for q in requests)
     for name, figures in results["concurrent"].items():
         work = flops["laya" if name == "laya" else "cascade"]
@@ -300,6 +322,9 @@ def report(results: dict[str, Any]) -> None:
     for name, f in results.get("flips", {}).items():
         print(f"{name}: {f['flips']} of {f['questions']} concurrent-run answers differ from "
               f"fp32, max |Δp| {f['max_dp']:.4f} (random weights: small margins, see README)")
+    for name, f in results.get("same_rows", {}).items():
+        print(f"same rows, fixed batches of 8: {name} changes {f['flips']} of {f['questions']} "
+              f"answers, mean |Δp| {f['mean_dp']:.4f}, max {f['max_dp']:.4f}")
 
 
 def main(args: argparse.Namespace) -> int:

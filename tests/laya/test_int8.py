@@ -78,6 +78,53 @@ def test_only_the_encoder_gemms_are_int8(ckpt: Path, checked: Path, cache: Path)
     assert scales and all(len(i.dims) == 1 and i.dims[0] > 1 for i in scales)  # per channel
 
 
+def test_only_the_mlp_wo_inputs_are_row_scaled(checked: Path) -> None:
+    """Recipe 2: the input each int8 GEMM quantizes is the layer's activation itself (as in
+    recipe 1), except ``mlp.Wo``'s (GELU(inp) x gate), first divided by its per-row max |x|."""
+    quant = onnx.load(str(checked / MODEL_FILE))
+    made = {out: node for node in quant.graph.node for out in node.output}
+    used = Counter(i for node in quant.graph.node for i in node.input)
+    quantized = [made[node.input[0]] for node in quant.graph.node
+                 if node.op_type == "DynamicQuantizeLinear"]
+    assert len(quantized) == 4 * 3  # one per encoder GEMM of the tiny encoder's 3 layers
+    assert int8.RECIPE["row_scaled"] == ["mlp.Wo"]
+    sources: Counter[str] = Counter()
+    for node in quantized:
+        if node.op_type == "Div":
+            floor = made[node.input[1]]  # max(ReduceMax(|x|), tiny) over the row
+            assert floor.op_type == "Max" and made[floor.input[0]].op_type == "ReduceMax"
+            assert made[made[floor.input[0]].input[0]].op_type == "Abs"
+            assert used[node.input[1]] == 2  # divides the input, multiplies the product back
+            product = made[node.input[0]]  # mlp.Wo's input: Mul(Gelu(inp), gate)
+            assert product.op_type == "Mul"
+            assert "Gelu" in {made[i].op_type for i in product.input}
+        sources[node.op_type] += 1
+    # Wqkv and Wi read a LayerNorm, Wo the attention's Reshape, mlp.Wo the row scaling's Div
+    assert sources == {"LayerNormalization": 6, "Reshape": 3, "Div": 3}
+
+
+def test_row_scaling_leaves_the_fp32_model_unchanged(ckpt: Path, checked: Path,
+                                                      cache: Path) -> None:
+    import numpy as np
+    import onnxruntime as ort
+
+    from cascade.laya.config import load_config
+    from cascade.laya.export import sample_feeds
+    from cascade.laya.row_scale import row_scale
+
+    fp32 = onnx.load(str(cached_export(ckpt, cache / "laya-onnx") / MODEL_FILE))
+    for i, node in enumerate(fp32.graph.node):
+        node.name = node.name or f"{node.op_type}_{i}"
+    scaled = onnx.ModelProto()
+    scaled.CopyFrom(fp32)
+    row_scale(scaled, {node.name for node in int8.encoder_gemms(scaled)})
+    assert len(scaled.graph.node) == len(fp32.graph.node) + 5 * 4 * 3
+    feeds = sample_feeds(load_config(ckpt), 3, 40, 4, seed=1)
+    got = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+           .run(["logits"], feeds)[0] for m in (fp32, scaled)]
+    assert np.abs(got[0] - got[1]).max() < 1e-4
+
+
 def test_int8_cache_key_follows_weights_precision_and_recipe(
     ckpt: Path, checked: Path, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -285,3 +332,33 @@ def test_requests_come_back_from_a_decision_log(tmp_path: Path) -> None:
     (item,) = items
     assert item.call.state == state and set(item.call.questions) == {"q1", "q2"}
     assert item.gold == {"q1": "tech"}
+
+
+def test_the_bench_compares_both_recipes_on_the_same_rows(
+    ckpt: Path, checked: Path, cache: Path, tmp_path: Path
+) -> None:
+    from cascade.bench.int8_reference import per_tensor, same_rows_flips
+    from cascade.laya.preview import Previewer
+
+    export_dir = cached_export(ckpt, cache / "laya-onnx")
+    assert export_dir is not None
+    fp32 = export_dir / MODEL_FILE
+    reference = per_tensor(fp32, tmp_path / "per-tensor" / MODEL_FILE)
+    ops = Counter(n.op_type for n in onnx.load(str(reference)).graph.node)
+    weights = Counter(n.op_type for n in int8.encoder_gemms(onnx.load(str(fp32))))
+    assert ops["MatMulInteger"] > weights["MatMul"]  # the head's GEMMs too, unlike the recipe
+    scales = [i for i in onnx.load(str(reference)).graph.initializer
+              if i.name.endswith("_scale")]
+    assert scales and all(len(i.dims) == 0 for i in scales)  # one scale per tensor
+    previewer = Previewer({"english": ckpt})
+    calls = msgspec.convert([{"state": r["state"], "questions": r["questions"],
+                              "model": "english"} for r in REQUESTS], list[EngineCall])
+    rows = [row for call in calls for row in previewer.plan(call).rows]
+    info = previewer.checkpoints["english"]
+    got = same_rows_flips(fp32, {"fp32": fp32, "recipe": checked / MODEL_FILE,
+                                 "per-tensor": reference},
+                          rows, info.cfg, info.tok.pad_id, threads=1, batch=4)
+    assert got["fp32"] == {"questions": 12, "flips": 0, "mean_dp": 0.0, "max_dp": 0.0}
+    for name in ("recipe", "per-tensor"):
+        assert got[name]["questions"] == 12 and 0 <= got[name]["flips"] <= 12
+        assert 0 < got[name]["mean_dp"] <= got[name]["max_dp"] < 1
