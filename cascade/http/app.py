@@ -197,9 +197,9 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     the body has been read: from then on the ASGI channel only reports the disconnect.
 
     ``work`` runs in the request's own task. Once it has run ``WATCH_AFTER_S``, a watcher task
-    waits for the disconnect and cancels it; the usual request, answered sooner, never makes a
-    task (one per request cost a tenth of the gateway's CPU, most of it in the garbage
-    collector). A cancellation that is not the watcher's (the server shutting down) stays one.
+    waits for the disconnect and cancels it; the usual request, answered sooner, makes no task
+    (a work task and a watcher for every request cost about an eighth of the app's CPU). A
+    cancellation that is not the watcher's (the server shutting down) stays one.
     """
     task = asyncio.current_task()
     assert task is not None  # called from a request handler
