@@ -4,9 +4,10 @@
 about a third of httpcore's CPU per request, and nothing is wrapped in httpx's request and
 response objects on the way (``cascade bench gateway``). ``HttpxPoster`` sends through an httpx
 transport or client instead: the one a test injects (``httpx.MockTransport``), or the client's
-proxies when the environment sets some (``HTTP_PROXY``...). Both keep one pool of keep-alive
-connections, at most ``max_connections`` requests at once, and raise the httpx exceptions
-``HttpEngine`` maps (nothing is retried here). aiohttp's errors become:
+proxies when the environment sets some (``HTTP_PROXY``...; that client has the same limits).
+``AiohttpPoster`` keeps one pool of keep-alive connections with at most ``max_connections``
+requests at once. Both raise the httpx exceptions ``HttpEngine`` maps (nothing is retried
+here); aiohttp's errors become:
 
 =====================================================  =============================
 waited longer than ``pool`` for one of the connections  ``httpx.PoolTimeout``
