@@ -66,7 +66,7 @@ import msgspec
 
 from cascade import __version__, metrics
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
-from cascade.engines.posting import AiohttpPoster, Headers, HttpxPoster, Poster, Reply, Timeouts
+from cascade.engines.posting import AiohttpPoster, Headers, HttpxPoster, Poster, Reply
 from cascade.errors import (
     EngineFailed,
     EngineTimeout,
@@ -402,8 +402,8 @@ class HttpEngine:
         self._turn = itertools.count()
         self._connect_timeout_s = connect_timeout_s
         self._health_interval_s = health_interval_s
-        self._poster = _poster(transport, max_connections, Timeouts(
-            pool=connect_timeout_s, connect=connect_timeout_s, read=read_timeout_s))
+        self._poster = _poster(transport, max_connections, httpx.Timeout(
+            read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s))
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._headers = [("Content-Type", "application/json"),
                          ("User-Agent", f"cascade/{__version__}"), *auth.items()]
@@ -547,16 +547,16 @@ class HttpEngine:
 
 
 def _poster(transport: httpx.AsyncBaseTransport | None, max_connections: int,
-            timeouts: Timeouts) -> Poster:
+            timeout: httpx.Timeout) -> Poster:
     """aiohttp's (``cascade.engines.posting``), unless a test gives a transport or the
     environment sets proxies (``HTTP_PROXY``...: an httpx client's mounts go through them).
     Either way each request is built whole: no cookie jar, so a cookie one upstream answer sets
     never rides on another caller's request, and none of a client's per-call merging."""
     if transport is not None:
-        return HttpxPoster(transport.handle_async_request, timeouts, transport.aclose)
+        return HttpxPoster(transport.handle_async_request, timeout, transport.aclose)
     if urllib.request.getproxies():
         limits = httpx.Limits(max_connections=max_connections,
                               max_keepalive_connections=max_connections)
         client = httpx.AsyncClient(limits=limits)
-        return HttpxPoster(client.send, timeouts, client.aclose)
-    return AiohttpPoster(max_connections, timeouts)
+        return HttpxPoster(client.send, timeout, client.aclose)
+    return AiohttpPoster(max_connections, timeout)

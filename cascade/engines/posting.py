@@ -54,27 +54,16 @@ class Poster(Protocol):
     async def aclose(self) -> None: ...
 
 
-class Timeouts:
-    """Seconds: to get one of the pool's connections, to connect, between bytes read."""
-
-    __slots__ = ("connect", "pool", "read")
-
-    def __init__(self, pool: float, connect: float, read: float) -> None:
-        self.pool = pool
-        self.connect = connect
-        self.read = read
-
-
 class AiohttpPoster:
     """One aiohttp session (made on first use, in the running loop). Safe for concurrent
     requests on one event loop."""
 
-    def __init__(self, max_connections: int, timeouts: Timeouts) -> None:
+    def __init__(self, max_connections: int, timeout: httpx.Timeout) -> None:
         self._slots = asyncio.Semaphore(max_connections)  # bound to a loop when first waited on
         self._limit = max_connections
-        self._pool_s = timeouts.pool
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect,
-                                              sock_read=timeouts.read)
+        self._pool_s = timeout.pool
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout.connect,
+                                              sock_read=timeout.read)
         self._session: aiohttp.ClientSession | None = None
         # The certificates httpx trusts (certifi's, or SSL_CERT_FILE/SSL_CERT_DIR), not only
         # the system's: an https upstream verifies as it did through httpx.
@@ -133,14 +122,13 @@ def as_httpx(exc: aiohttp.ClientError) -> httpx.TransportError:
 
 class HttpxPoster:
     """``send`` (an httpx transport's ``handle_async_request`` or a client's ``send``) behind
-    the ``Poster`` interface; ``timeouts`` go in each request's ``timeout`` extension."""
+    the ``Poster`` interface; ``timeout`` goes in each request's ``timeout`` extension."""
 
     def __init__(self, send: Callable[[httpx.Request], Awaitable[httpx.Response]],
-                 timeouts: Timeouts, close: Callable[[], Awaitable[None]]) -> None:
+                 timeout: httpx.Timeout, close: Callable[[], Awaitable[None]]) -> None:
         self._send = send
         self._close = close
-        self._extensions = {"timeout": {"connect": timeouts.connect, "read": timeouts.read,
-                                        "write": timeouts.read, "pool": timeouts.pool}}
+        self._extensions = {"timeout": timeout.as_dict()}
 
     async def post(self, url: str, headers: Headers, content: bytes) -> Reply:
         request = httpx.Request("POST", url, headers=headers, content=content,

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cascade.engines.posting import AiohttpPoster, Reply, Timeouts
+from cascade.engines.posting import AiohttpPoster, Reply
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 JSON = [("content-type", "application/json")]
@@ -39,7 +39,7 @@ async def scenario(script: Script, client: Callable[[str, AiohttpPoster], Awaita
                    max_connections: int = 4, pool: float = 2.0, read: float = 2.0) -> Any:
     server = await asyncio.start_server(script, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    poster = AiohttpPoster(max_connections, Timeouts(pool=pool, connect=2.0, read=read))
+    poster = AiohttpPoster(max_connections, httpx.Timeout(read, connect=2.0, pool=pool))
     try:
         return await client(f"http://127.0.0.1:{port}/v1/systemone", poster)
     finally:
@@ -139,7 +139,7 @@ def test_a_closed_port_is_a_connect_error() -> None:
         port = server.sockets[0].getsockname()[1]
         server.close()
         await server.wait_closed()
-        poster = AiohttpPoster(4, Timeouts(pool=2.0, connect=2.0, read=2.0))
+        poster = AiohttpPoster(4, httpx.Timeout(2.0))
         try:
             with pytest.raises(httpx.ConnectError):
                 await poster.post(f"http://127.0.0.1:{port}/v1/systemone", JSON, b"{}")
@@ -205,7 +205,7 @@ def test_an_https_upstream_is_verified_against_the_certificates_httpx_trusts(
             monkeypatch.delenv("SSL_CERT_FILE", raising=False)
         server = await asyncio.start_server(script, "127.0.0.1", 0, ssl=tls)
         url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/systemone"
-        poster = AiohttpPoster(4, Timeouts(pool=2.0, connect=2.0, read=2.0))
+        poster = AiohttpPoster(4, httpx.Timeout(2.0))
         try:
             return (await poster.post(url, JSON, b"{}")).content
         except httpx.ConnectError:
