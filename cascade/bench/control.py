@@ -274,8 +274,10 @@ def by_confidence(items: list[Item], run: Run, *, forced: bool = False) -> list[
     under the share pre-routed strong could not be held by any gate). ``forced``: keep those
     too."""
     items = items if forced else [i for i in items if not i.forced] or items
-    least = {i.id: min((c.confidence for (item, _), c in run.cheap.items() if item == i.id),
-                       default=1.0) for i in items}
+    lowest: dict[str, float] = {}
+    for (item_id, _), cheap in run.cheap.items():
+        lowest[item_id] = min(cheap.confidence, lowest.get(item_id, 1.0))
+    least = {i.id: lowest.get(i.id, 1.0) for i in items}
     ranked = sorted(least.values())
     median = ranked[len(ranked) // 2]
     return [dataclasses.replace(i, hard=least[i.id] < median) for i in items]
