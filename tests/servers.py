@@ -1,7 +1,9 @@
-"""Start real servers on loopback for tests: our app under uvicorn, any command, Prometheus."""
+"""Start real servers on loopback for tests: our app under uvicorn, any command, Prometheus; read
+a request on a scripted asyncio server."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import socket
@@ -15,6 +17,17 @@ from typing import Any
 
 import httpx
 import uvicorn
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """A request's head (up to its blank line) and its ``Content-Length`` body, from a
+    scripted server's stream."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head, await reader.readexactly(length)
 
 
 def free_port() -> int:

@@ -31,6 +31,7 @@ from cascade.errors import (
 )
 from cascade.http.errors import status_of
 from cascade.schema import ChoiceQuestion, Controls, NoulQuestion, Question, ScoreQuestion
+from tests.servers import read_request
 
 T = TypeVar("T")
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -629,11 +630,8 @@ def test_proxies_from_the_environment_carry_the_requests(monkeypatch: pytest.Mon
     lines: list[bytes] = []
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
+        head, _ = await read_request(reader)
         lines.append(head.split(b"\r\n", 1)[0])
-        length = next(int(h.split(b":", 1)[1]) for h in head.split(b"\r\n")
-                      if h.lower().startswith(b"content-length:"))
-        await reader.readexactly(length)
         body = json.dumps(REPLY).encode()
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                      b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
@@ -672,10 +670,7 @@ def test_a_real_upstreams_error_statuses_and_retry_after_are_read() -> None:
 
     async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         for status, header, body in answers:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(h.split(b":", 1)[1]) for h in head.split(b"\r\n")
-                          if h.lower().startswith(b"content-length:"))
-            await reader.readexactly(length)
+            await read_request(reader)
             writer.write(b"HTTP/1.1 %d X\r\n%s\r\ncontent-type: application/json\r\n"
                          b"content-length: %d\r\n\r\n%s" % (status, header, len(body), body))
             await writer.drain()

@@ -16,18 +16,10 @@ import httpx
 import pytest
 
 from cascade.engines.posting import AiohttpPoster, Reply
+from tests.servers import read_request
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 JSON = [("content-type", "application/json")]
-
-
-async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    return head, await reader.readexactly(length)
 
 
 def answer(body: bytes, *headers: bytes) -> bytes:
