@@ -1,19 +1,22 @@
-"""The int8 export of a Laya checkpoint: int8 weights for the encoder's GEMMs, the rest fp32.
+"""The int8 export of a Laya checkpoint: int8 weights for the GEMMs that span every token.
 
 The recipe (``RECIPE``) is onnxruntime's dynamic quantization: the weights of the four GEMMs of
-every encoder layer (``Wqkv``, ``Wo``, ``Wi``, ``mlp.Wo``) become symmetric int8 with one scale
-per output channel; their inputs are quantized to uint8 per tensor at run time, so those
-products run as int8 dot products (VNNI on x86). Before quantizing, the input of the GEMM
-kinds in ``RECIPE["row_scaled"]`` (``mlp.Wo``) is scaled to a max |value| of 1 per token row and
-the product scaled back (``cascade.laya.row_scale``, exact in fp32), so its per-tensor scale is
-not set by the batch's most extreme token: on ``mlp.Wo``'s heavy-tailed input (GELU x gate)
-that scale was the largest source of int8 error measured; scaling the other three kinds' inputs
-too flipped a little less but cost about a tenth of the speed-up (README, "Laya in int8").
+every encoder layer (``Wqkv``, ``Wo``, ``Wi``, ``mlp.Wo``) and of the decision head's GEMMs that
+run over the whole row (all four of each head layer before the last, the last one's key/value
+projection) become symmetric int8 with one scale per output channel; their inputs are quantized
+to uint8 per tensor at run time, so those products run as int8 dot products (VNNI on x86). The
+head's GEMMs at the read positions (the last head layer's queries, output projection and FFN,
+the scorer, the act head: a few rows per question) stay fp32: they cost little and sit next to
+the answer. Before quantizing, the input of the GEMM kinds in ``RECIPE["row_scaled"]``
+(``mlp.Wo``, the head FFN's ``linear2``) is scaled to a max |value| of 1 per token row and the
+product scaled back (``cascade.laya.row_scale``, exact in fp32), so its per-tensor scale is not
+set by the batch's most extreme token: on ``mlp.Wo``'s heavy-tailed input (GELU x gate) that
+scale was the largest source of int8 error measured; scaling the other kinds' inputs too
+flipped a little less but cost about a tenth of the speed-up (README, "Laya in int8").
 Everything else stays fp32: the embeddings, every LayerNormalization, the rotary tables, the
-attention scores, softmax and the attention-weighted values (activation x activation products),
-the decision head, the scorer and the act head. The encoder's GEMMs are found by graph knowledge
-(``cascade.laya.graph`` builds the encoder before anything reads ``qtype``, four GEMMs per layer
-in the order of ``GEMM_KINDS``; the count is checked), not by names.
+attention scores, softmax and the attention-weighted values (activation x activation products).
+The GEMMs are found by graph knowledge (``gemm_kinds``: the order ``cascade.laya.graph`` builds
+every weight GEMM in, the count checked against the graph), not by names.
 
 An int8 export lives beside the fp32 one in the cache, under a key of the checkpoint's content
 hash, the precision and the recipe (``int8_key``): ``<cache>/<hash[:16]>-int8-<recipe id>/``
@@ -36,19 +39,28 @@ from cascade.laya.checkpoint import content_hash
 from cascade.laya.export import META_FILE, MODEL_FILE, cache_root, export
 from cascade.laya.row_scale import row_scale
 
-# The encoder's weight GEMMs of one layer, in the order cascade.laya.graph builds them.
+# The weight GEMMs of one encoder layer, of each head layer before the last, and of the last
+# head layer (whose queries and FFN run at the read positions only), then the scorer's and the
+# act head's: the order cascade.laya.graph builds them in.
 GEMM_KINDS = ("Wqkv", "Wo", "Wi", "mlp.Wo")
+HEAD_KINDS = ("head.in_proj", "head.out_proj", "head.linear1", "head.linear2")
+LAST_HEAD_KINDS = ("head.last.q", "head.last.kv", "head.last.out_proj", "head.last.linear1",
+                   "head.last.linear2")
+OUTPUT_KINDS = ("scorer.1", "scorer.3", "act_head.0", "act_head.2")
 # Bump "version" when the recipe's meaning changes without its fields changing (another
 # onnxruntime quantizer behaviour, another node selection): the cache key follows both.
 RECIPE: dict[str, Any] = {
-    "version": 2,
+    "version": 3,
     "method": "dynamic",
     "weights": "QInt8",
     "per_channel": True,
     "reduce_range": False,
-    "row_scaled": ["mlp.Wo"],
-    "quantized": "encoder GEMMs (Wqkv, Wo, Wi, mlp.Wo); mlp.Wo's input scaled to max |x| 1 per "
-                 "token row (the product scaled back) before its per-tensor uint8 quantization",
+    "gemms": [*GEMM_KINDS, *HEAD_KINDS, "head.last.kv"],
+    "row_scaled": ["mlp.Wo", "head.linear2"],
+    "quantized": "the GEMMs over every token: the encoder's (Wqkv, Wo, Wi, mlp.Wo) and the "
+                 "head's (each layer's before the last, the last one's key/value projection); "
+                 "mlp.Wo's and the head FFN's linear2 input scaled to max |x| 1 per token row "
+                 "(the product scaled back) before its per-tensor uint8 quantization",
 }
 REPORT_FILE = "flip-report.json"
 
@@ -78,18 +90,24 @@ def cached_int8(ckpt: Path, cache: Path | None = None, digest: str | None = None
     return target if (target / META_FILE).exists() else None
 
 
-def encoder_gemms(model: Any) -> list[Any]:
-    """The encoder's weight GEMMs: ``MatMul`` nodes with an initializer as their weight,
-    before the first node that reads ``qtype`` (where the decision head starts); layer by
-    layer, each layer's in the order of ``GEMM_KINDS``."""
+def gemm_kinds(model: Any, layers: int, head_layers: int) -> list[tuple[Any, str]]:
+    """Every weight GEMM of ``model`` (a ``MatMul`` with an initializer as its weight, in graph
+    order) with its kind, for a checkpoint of ``layers`` encoder and ``head_layers`` head
+    layers; a graph with another count of them is refused."""
     weights = {init.name for init in model.graph.initializer}
-    found = []
-    for node in model.graph.node:
-        if "qtype" in node.input:
-            break
-        if node.op_type == "MatMul" and node.input[1] in weights:
-            found.append(node)
-    return found
+    found = [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    head = [*HEAD_KINDS * (head_layers - 1), *LAST_HEAD_KINDS] if head_layers else []
+    kinds = [*GEMM_KINDS * layers, *head, *OUTPUT_KINDS]
+    if len(found) != len(kinds):
+        raise RuntimeError(f"found {len(found)} weight GEMMs, expected {len(kinds)} for "
+                           f"{layers} encoder and {head_layers} head layers")
+    return list(zip(found, kinds, strict=True))
+
+
+def int8_gemms(model: Any, layers: int, head_layers: int) -> list[tuple[Any, str]]:
+    """The weight GEMMs the recipe quantizes, with their kinds (``gemm_kinds``)."""
+    return [(n, kind) for n, kind in gemm_kinds(model, layers, head_layers)
+            if kind in RECIPE["gemms"]]
 
 
 def export_int8(
@@ -120,16 +138,16 @@ def export_int8(
     model = onnx.load(str(fp32 / MODEL_FILE))
     for i, node in enumerate(model.graph.node):  # the quantizer selects nodes by name
         node.name = node.name or f"{node.op_type}_{i}"
-    gemms = [node.name for node in encoder_gemms(model)]
-    layers = load_config(ckpt).encoder.layers
-    if len(gemms) != len(GEMM_KINDS) * layers:
-        raise RuntimeError(f"{fp32}: found {len(gemms)} encoder GEMMs, expected "
-                           f"{len(GEMM_KINDS) * layers}")
-    scaled = {name for i, name in enumerate(gemms)
-              if GEMM_KINDS[i % len(GEMM_KINDS)] in RECIPE["row_scaled"]}
+    cfg = load_config(ckpt)
+    try:
+        chosen = int8_gemms(model, cfg.encoder.layers, cfg.head_layers)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{fp32}: {exc}") from exc
+    gemms = [node.name for node, _ in chosen]
+    scaled = {node.name for node, kind in chosen if kind in RECIPE["row_scaled"]}
     row_scale(model, scaled)
-    progress(f"laya int8: quantizing {len(gemms)} encoder GEMMs (per-channel int8 weights; "
-             f"{len(scaled)} mlp.Wo inputs row-scaled)")
+    progress(f"laya int8: quantizing {len(gemms)} GEMMs (per-channel int8 weights; "
+             f"{len(scaled)} inputs row-scaled)")
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".int8-", dir=target.parent))
     work.chmod(0o755)

@@ -65,42 +65,59 @@ def checked(ckpt: Path, cache: Path, tmp_path_factory: pytest.TempPathFactory) -
     return found
 
 
-def test_only_the_encoder_gemms_are_int8(ckpt: Path, checked: Path, cache: Path) -> None:
+def _kinds(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:
+    return int8.gemm_kinds(model, layers=3, head_layers=2)  # the tiny checkpoint's
+
+
+def test_only_the_gemms_over_every_token_are_int8(ckpt: Path, checked: Path,
+                                                  cache: Path) -> None:
     fp32 = onnx.load(str(cached_export(ckpt, cache / "laya-onnx") / MODEL_FILE))
     quant = onnx.load(str(checked / MODEL_FILE))
     before, after = (Counter(n.op_type for n in m.graph.node) for m in (fp32, quant))
-    layers = 3  # the tiny encoder
-    assert after["MatMulInteger"] == 4 * layers == len(int8.encoder_gemms(fp32))
-    assert after["MatMul"] == before["MatMul"] - 4 * layers  # attention, head, scorer: fp32
+    kinds = [kind for _, kind in _kinds(fp32)]
+    assert len(kinds) == before["MatMul"] - 2 * 3 - 2 * 2  # attention's two per layer: fp32
+    chosen = [kind for _, kind in int8.int8_gemms(fp32, 3, 2)]
+    # the encoder's four per layer, the first head layer's four, the last one's key/value
+    assert chosen == [*int8.GEMM_KINDS * 3, *int8.HEAD_KINDS, "head.last.kv"]
+    assert after["MatMulInteger"] == len(chosen) == 4 * 3 + 5
+    assert after["MatMul"] == before["MatMul"] - len(chosen)  # read positions, scorer: fp32
     for op in ("LayerNormalization", "Softmax", "Cos", "Sin", "Gelu", "Relu"):
         assert after[op] == before[op]
     scales = [i for i in quant.graph.initializer if i.name.endswith("_scale")]
     assert scales and all(len(i.dims) == 1 and i.dims[0] > 1 for i in scales)  # per channel
 
 
-def test_only_the_mlp_wo_inputs_are_row_scaled(checked: Path) -> None:
-    """Recipe 2: the input each int8 GEMM quantizes is the layer's activation itself (as in
-    recipe 1), except ``mlp.Wo``'s (GELU(inp) x gate), first divided by its per-row max |x|."""
+def test_a_graph_with_other_gemms_is_refused(ckpt: Path, checked: Path, cache: Path) -> None:
+    fp32 = onnx.load(str(cached_export(ckpt, cache / "laya-onnx") / MODEL_FILE))
+    with pytest.raises(RuntimeError, match="found 25 weight GEMMs, expected 29"):
+        int8.gemm_kinds(fp32, layers=4, head_layers=2)
+
+
+def test_only_the_ffn_output_inputs_are_row_scaled(checked: Path) -> None:
+    """The input each int8 GEMM quantizes is the layer's activation itself, except the FFNs'
+    second GEMM's (``mlp.Wo``: GELU(inp) x gate; the head's ``linear2``: ReLU(...)), first
+    divided by its per-row max |x|."""
     quant = onnx.load(str(checked / MODEL_FILE))
     made = {out: node for node in quant.graph.node for out in node.output}
     used = Counter(i for node in quant.graph.node for i in node.input)
     quantized = [made[node.input[0]] for node in quant.graph.node
                  if node.op_type == "DynamicQuantizeLinear"]
-    assert len(quantized) == 4 * 3  # one per encoder GEMM of the tiny encoder's 3 layers
-    assert int8.RECIPE["row_scaled"] == ["mlp.Wo"]
+    assert len(quantized) == 4 * 3 + 5  # one per int8 GEMM
+    assert int8.RECIPE["row_scaled"] == ["mlp.Wo", "head.linear2"]
     sources: Counter[str] = Counter()
+    scaled: Counter[str] = Counter()
     for node in quantized:
         if node.op_type == "Div":
             floor = made[node.input[1]]  # max(ReduceMax(|x|), tiny) over the row
             assert floor.op_type == "Max" and made[floor.input[0]].op_type == "ReduceMax"
             assert made[made[floor.input[0]].input[0]].op_type == "Abs"
             assert used[node.input[1]] == 2  # divides the input, multiplies the product back
-            product = made[node.input[0]]  # mlp.Wo's input: Mul(Gelu(inp), gate)
-            assert product.op_type == "Mul"
-            assert "Gelu" in {made[i].op_type for i in product.input}
+            scaled[made[node.input[0]].op_type] += 1  # the FFN's activation
         sources[node.op_type] += 1
-    # Wqkv and Wi read a LayerNorm, Wo the attention's Reshape, mlp.Wo the row scaling's Div
-    assert sources == {"LayerNormalization": 6, "Reshape": 3, "Div": 3}
+    assert scaled == {"Mul": 3, "Relu": 1}  # mlp.Wo's Mul(Gelu(inp), gate); linear2's Relu
+    # Wqkv, Wi, the head's in_proj, linear1 and key/value read a LayerNorm, Wo and out_proj
+    # the attention's Reshape, mlp.Wo and linear2 the row scaling's Div
+    assert sources == {"LayerNormalization": 9, "Reshape": 4, "Div": 4}
 
 
 def test_row_scaling_leaves_the_fp32_model_unchanged(ckpt: Path, checked: Path,
@@ -117,8 +134,9 @@ def test_row_scaling_leaves_the_fp32_model_unchanged(ckpt: Path, checked: Path,
         node.name = node.name or f"{node.op_type}_{i}"
     scaled = onnx.ModelProto()
     scaled.CopyFrom(fp32)
-    row_scale(scaled, {node.name for node in int8.encoder_gemms(scaled)})
-    assert len(scaled.graph.node) == len(fp32.graph.node) + 5 * 4 * 3
+    names = {node.name for node, _ in _kinds(scaled)}  # every weight GEMM, scaled
+    row_scale(scaled, names)
+    assert len(scaled.graph.node) == len(fp32.graph.node) + 5 * len(names)
     feeds = sample_feeds(load_config(ckpt), 3, 40, 4, seed=1)
     got = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
            .run(["logits"], feeds)[0] for m in (fp32, scaled)]
@@ -345,8 +363,8 @@ def test_the_bench_compares_both_recipes_on_the_same_rows(
     fp32 = export_dir / MODEL_FILE
     reference = per_tensor(fp32, tmp_path / "per-tensor" / MODEL_FILE)
     ops = Counter(n.op_type for n in onnx.load(str(reference)).graph.node)
-    weights = Counter(n.op_type for n in int8.encoder_gemms(onnx.load(str(fp32))))
-    assert ops["MatMulInteger"] > weights["MatMul"]  # the head's GEMMs too, unlike the recipe
+    chosen = int8.int8_gemms(onnx.load(str(fp32)), 3, 2)
+    assert ops["MatMulInteger"] > len(chosen)  # every GEMM, the read positions' too
     scales = [i for i in onnx.load(str(reference)).graph.initializer
               if i.name.endswith("_scale")]
     assert scales and all(len(i.dims) == 0 for i in scales)  # one scale per tensor
