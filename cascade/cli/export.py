@@ -33,7 +33,8 @@ def register(groups: dict[str, Any]) -> None:
         "reads the cache)",
     )
     export.add_argument("--precision", choices=["fp32", "int8"], default="fp32",
-                        help="fp32 (default) or int8 (per-channel int8 encoder GEMMs)")
+                        help="fp32 (default) or int8 (per-channel int8 weights on the GEMMs "
+                             "over every token: the encoder's and the head's)")
     source = export.add_mutually_exclusive_group()
     source.add_argument("--check", type=Path, metavar="DATA.jsonl",
                         help="int8: run both precisions on these requests (the `cascade eval` "

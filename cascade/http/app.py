@@ -413,7 +413,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         await gateway.start()
         # What start-up loaded (modules, tokenizers, engine tables) lives as long as the
         # process: frozen, the cyclic collector stops walking it on every collection a request
-        # triggers (about a tenth of the upstream hop's CPU, README "Benchmarks").
+        # triggers (about a tenth of the app's CPU per request, README "Benchmarks").
         gc.collect()
         gc.freeze()
         app.state.ready = True
