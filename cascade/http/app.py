@@ -411,9 +411,10 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
         app.state.tenant_admission = tenancy.admission_for(app.state.tenants.backend)
         await gateway.start()
-        # What start-up loaded (modules, tokenizers, engine tables) lives as long as the
-        # process: frozen, the cyclic collector stops walking it on every collection a request
-        # triggers (about a tenth of the app's CPU per request, README "Benchmarks").
+        # What start-up loaded (modules, tokenizers, engine tables) lives as long as the app:
+        # frozen, the cyclic collector stops walking it on every collection a request triggers
+        # (about a tenth of the app's CPU per request, README "Benchmarks"). Unfrozen when the
+        # app stops, so a process that outlives it (tests, an embedder) can collect it again.
         gc.collect()
         gc.freeze()
         app.state.ready = True
@@ -422,6 +423,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
             yield
         finally:
             app.state.ready = False
+            gc.unfreeze()
             await gateway.aclose()
             app.state.decode_pool.close()
             await app.state.tenant_admission.store.aclose()

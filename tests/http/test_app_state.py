@@ -1,9 +1,11 @@
 """An app holds everything it was built with: its gateway's gauges (not the last gateway's of
-the process), the drain flag the server begins, the model cards' release date from the policy."""
+the process), the drain flag the server begins, the model cards' release date from the policy;
+what its start-up loaded is frozen out of the garbage collector while it serves, and only then."""
 
 from __future__ import annotations
 
 import datetime
+import gc
 
 import msgspec
 from litestar.testing import TestClient
@@ -62,3 +64,10 @@ def test_a_one_tier_gateway_does_not_describe_a_cascade() -> None:
     with TestClient(create_app(Settings(), one)) as client:
         cards = client.get("/v1/models").json()["models"]
     assert cards and all(c["description"] == "one tier (upstream), no escalation" for c in cards)
+
+
+def test_start_up_is_frozen_out_of_the_collector_while_the_app_serves() -> None:
+    with TestClient(create_app(Settings(), gateway("fake"))) as client:
+        assert client.get("/ready").status_code == 200
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0  # stopped: a process that goes on can collect it again
