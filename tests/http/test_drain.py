@@ -51,9 +51,10 @@ async def _load(url: str, proc: subprocess.Popen[bytes]) -> tuple[list, list, fl
         async with httpx.AsyncClient(base_url=url, timeout=5) as http:
             while time.monotonic() < stop:
                 try:
-                    ready.append((time.monotonic(), (await http.get("/ready")).status_code))
+                    status = (await http.get("/ready")).status_code
                 except httpx.ConnectError:
                     return
+                ready.append((time.monotonic(), status))  # when the answer came
                 await asyncio.sleep(0.05)
 
     async def terminate() -> float:
