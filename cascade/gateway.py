@@ -54,6 +54,7 @@ from cascade.policy.flow import (
     subcall,
 )
 from cascade.policy.model import Policy
+from cascade.policy.quota import StrongQuota
 from cascade.policy.routing import Gate, QuestionRoute
 from cascade.policy.serving import Reconfigurable, Serving
 from cascade.schema import SystemOneResponse
@@ -157,11 +158,13 @@ class Gateway(Reconfigurable):
     async def decide(self, call: EngineCall, *, budget: Budget | None = None,
                      partial: bool = False, tenant: str = "", policy: Policy | None = None,
                      escalate: bool = True, cache: CacheControl = "use",
-                     serving: Serving | None = None) -> Outcome:
+                     serving: Serving | None = None, quota: StrongQuota | None = None) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
         the response) while the others are answered; the request fails only when all are.
         ``escalate=False``: no cheap answer escalates on confidence (flagged ``budget``).
-        ``tenant``: whose request (its cache namespace, spend, log rows); ``policy``: its own."""
+        ``quota``: the tenant's strong answers left (``cascade.policy.quota``; a batch's states
+        share one). ``tenant``: whose request (its cache namespace, spend, log rows);
+        ``policy``: its own."""
         serving = serving or self.serving  # this request's version, read once, to its end
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
@@ -174,7 +177,7 @@ class Gateway(Reconfigurable):
             policy, escalate=escalate)
         policy = policy or serving.policy
         flow = decide(policy, call, previews=serving.previewer is not None, shadow_key=key,
-                      partial=partial, gate=gate)
+                      partial=partial, gate=gate, quota=quota)
         decision, merging = await self._drive(flow, serving, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision, serving.policy)

@@ -15,8 +15,8 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import msgspec
@@ -54,6 +54,7 @@ from cascade.http.openapi import (
     document,
     operation,
 )
+from cascade.http.permits import Admission
 from cascade.http.reading import BodyReads, ClientGone, closes_connection
 from cascade.http.reload import reloadable
 from cascade.http.workers import DecodePool
@@ -172,25 +173,15 @@ async def echo_request_id(message: Any, scope: Any) -> None:
         message["headers"] = [*(message.get("headers") or []), *extra]
 
 
-class Admission:
-    """A non-blocking in-flight limit: a full gateway answers 503 + Retry-After at once.
-    A request takes its permit once its body has been read and decoded (bodies have a budget of
-    their own, ``BodyReads``), so a slow sender never holds one. A batch takes one permit per
-    state beyond the one its request holds."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.inflight = 0
-
-    @asynccontextmanager
-    async def permit(self, count: int = 1) -> AsyncIterator[None]:
-        if self.inflight + count > self.limit:
-            raise Overloaded(f"gateway busy ({self.limit} requests in flight)", retry_after=1)
-        self.inflight += count
-        try:
-            yield
-        finally:
-            self.inflight -= count
+@contextmanager
+def _permits(request: Request, count: int) -> Iterator[None]:
+    """``count`` more states in flight for the request's tenant: against its ``max_inflight``
+    (429), then the gateway's permits, shared fairly between tenants (503)."""
+    state = request.app.state
+    tenant = tenancy.tenant_in(request)
+    with state.tenant_admission.permit(tenant, count), \
+            state.admission.permit(count, tenant=tenant.name):
+        yield
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
@@ -247,13 +238,11 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
     """Checks auth, reads and decodes the body, then runs ``work(body, parts)`` under admission,
     recording the request's outcome metrics."""
     started = time.perf_counter()
-    app_state = request.app.state
     try:
-        tenant = await tenancy.admit(request)  # auth, and the tenant's limits
+        await tenancy.admit(request)  # auth, and the tenant's limits
         body, parts = await _decoded(request)
-        with app_state.tenant_admission.permit(tenant):
-            async with app_state.admission.permit():
-                response, outcome = await work(body, parts)
+        with _permits(request, 1), tenancy.reservation(request):
+            response, outcome = await work(body, parts)
     except CascadeError as exc:
         status = status_of(exc)
         outcome = "client_error" if status < 500 else "error"
@@ -311,7 +300,7 @@ async def systemone_batch(request: Request) -> Response[bytes]:
             calls = await read_batch_calls(body, pool, request_id=request_id(request.scope),
                                            limits=request.app.state.limits)
         kw = await tenancy.gateway_kw(request, sum(len(c.questions) for c in calls))
-        async with request.app.state.admission.permit(len(calls) - 1):
+        with _permits(request, len(calls) - 1):
             outcomes = await unless_disconnected(request, gateway.batch(calls, **kw))
         await tenancy.charge(request, outcomes)
         results = [o.response for o in outcomes]

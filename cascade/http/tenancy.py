@@ -4,14 +4,16 @@ each request, the ``x-ratelimit-*`` headers, and the gateway's keywords for it.
 ``admit`` (before the body is read) verifies the key, puts the tenant in the request's scope
 (``scope["cascade.tenant"]``) and checks the limits known then; ``gateway_kw`` (once the body
 is decoded) checks its questions and returns ``Gateway.decide``'s keywords (its tenant, its
-policy, whether it may escalate, the request's ``Cache-Control``); ``charge`` adds
-what the answer cost. ``rate_headers`` (a ``before_send`` hook) puts the levels seen on every
-response of the request, errors and 429s included.
+policy, its strong answers left, the request's ``Cache-Control``); ``charge`` adds
+what the answer cost, and ``reservation``'s end releases the strong answers reserved.
+``rate_headers`` (a ``before_send`` hook) puts the levels seen on every response of the
+request, errors and 429s included.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from litestar import Request
@@ -60,6 +62,22 @@ def admission_for(backend: LimitsBackend) -> TenantAdmission:
     return TenantAdmission(store, backend=backend.backend, on_error=backend.on_error)
 
 
+def tenant_in(request: Request) -> Tenant:
+    """The tenant ``admit`` found for the request."""
+    tenant: Tenant = request.scope[TENANT]  # type: ignore[literal-required]
+    return tenant
+
+
+@contextmanager
+def reservation(request: Request) -> Iterator[None]:
+    """Around the request's work: its reserved strong answers are released at the end."""
+    try:
+        yield
+    finally:
+        grant: Grant = request.scope[GRANT]  # type: ignore[literal-required]
+        request.app.state.tenant_admission.release(tenant_in(request), grant)
+
+
 async def admit(request: Request) -> Tenant:
     """Auth, then the limits checked before the body is read."""
     tenant = tenant_of(request)
@@ -77,10 +95,8 @@ async def gateway_kw(request: Request, questions: int) -> dict[str, Any]:
         await request.app.state.tenant_admission.after_decode(tenant, questions, grant)
     kw: dict[str, Any] = {"policy": tenant.policy, "tenant": tenant.name,
                           "cache": cache_control(request.headers.get("cache-control", ""))}
-    if not grant.escalate:
-        # Gateway.decide(escalate=False): no confidence escalation, the cheap answers flagged
-        # `budget`: the tenant is over its strong_questions_per_min.
-        kw["escalate"] = False
+    if grant.quota is not None:  # the flow keeps the strong tier within it
+        kw["quota"] = grant.quota
     return kw
 
 

@@ -49,10 +49,12 @@ from cascade.errors import (
     EngineTimeout,
     EngineUnavailable,
     Overloaded,
+    TenantLimited,
     ValidationFailed,
 )
 from cascade.policy.calibration import returned_results
 from cascade.policy.model import LayaTier, Policy
+from cascade.policy.quota import StrongQuota
 from cascade.policy.routing import (
     STRONG_ONLY,
     Gate,
@@ -147,12 +149,14 @@ class Fallback(msgspec.Struct, frozen=True):
 
 
 def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str = "",
-           partial: bool = False, gate: Gate | None = None) -> Flow[Decision]:
+           partial: bool = False, gate: Gate | None = None,
+           quota: StrongQuota | None = None) -> Flow[Decision]:
     """The decision for ``call``. ``previews``: whether the cheap tier answers ``Preview``
     (without, pre-routing sees no token counts). ``shadow_key`` picks the shadow sample.
     ``partial``: refuse the questions nothing can answer now instead of the whole request.
     ``gate``: the confidence gate to apply (None: the policy's thresholds); the cheap answers it
-    keeps against its thresholds are routed cheap with the reason ``budget``."""
+    keeps against its thresholds are routed cheap with the reason ``budget``. ``quota``: the
+    tenant's strong answers left (None: no cap), see ``within_quota``."""
     strong = policy.route.strong
     preview = (yield from preview_steps(policy, call)) if previews else None
     pre = pre_route(policy, call, preview)
@@ -165,9 +169,17 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
                    if gated.get(q) == "budget"})
     degraded: dict[str, str] = {}
     refused: dict[str, CascadeError] = {}
+    over_quota = False
+    if quota is not None and strong is not None:
+        routes, over_quota = within_quota(policy, pre, escalated, routes, quota)
+        escalated = {q: r for q, r in escalated.items() if routes[q].tier == strong}
     strong_call = split(call, routes).get(strong or "")
     if strong_call is not None and strong is not None:
-        reply = yield from _tier(strong, strong_call)
+        if over_quota:
+            assert quota is not None
+            reply: EngineAnswer | Failure = Failure(quota.refusal())  # as if the tier refused
+        else:
+            reply = yield from _tier(strong, strong_call)
         if isinstance(reply, Failure):
             routes, degraded = yield from _degrade(policy, call, pre, routes, reply.error,
                                                    answers, usages, previews, partial, refused)
@@ -187,6 +199,31 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
         answers=answers, usage=merged_usage(usages, tiers), model="+".join(dict.fromkeys(
             a.model for a in answers.values())), shadow=shadow, refused=refused,
     )
+
+
+def within_quota(policy: Policy, pre: PreRoute, escalated: Mapping[str, Reason],
+                 routes: dict[str, QuestionRoute], quota: StrongQuota
+                 ) -> tuple[dict[str, QuestionRoute], bool]:
+    """``routes`` cut to the strong answers ``quota`` grants: first the questions with no cheap
+    answer (pre-routed strong, or handed over by a failed cheap tier), then escalations in
+    question order; an escalation left out stays cheap, flagged ``budget``. When the questions
+    with no cheap answer do not all fit, none of the request goes strong and the second value
+    is True: they are handled as a strong tier refusing with the quota's 429 (a stand-in where
+    the policy allows one, flagged ``strong_quota``; else the 429)."""
+    strong, cheap = policy.route.strong, policy.route.cheap
+    wanted = [q for q, r in routes.items() if r.tier == strong]
+    must = [q for q in wanted
+            if pre.questions[q].tier == strong or escalated.get(q) == "cheap_failed"]
+    granted = quota.take(len(wanted))
+    over = granted < len(must)
+    if over:
+        quota.give(granted)
+        granted = len(must)
+    optional = [q for q in wanted if q not in must]
+    keep = {*must, *optional[:granted - len(must)]}
+    trimmed = {q: QuestionRoute(cheap, "budget") for q in wanted
+               if q not in keep and cheap is not None}
+    return {**routes, **trimmed}, over
 
 
 def run(flow: Flow[T], reply: Callable[[Ask], Reply]) -> T:
@@ -317,7 +354,7 @@ def _cannot_stand_in(policy: Policy, error: CascadeError, refused: CascadeError
     503 returned, anything else raised."""
     if not isinstance(refused, ClientError):
         raise refused
-    if isinstance(error, ClientError):
+    if isinstance(error, ClientError | TenantLimited):
         raise error
     # e.g. too many options for Laya's head: the request is fine, the strong tier is not. A 4xx
     # would never be retried; it must succeed once the strong tier is back.
@@ -330,6 +367,8 @@ def _cannot_stand_in(policy: Policy, error: CascadeError, refused: CascadeError
 
 def failure_reason(error: CascadeError) -> str:
     """Why an answer is degraded, from the strong tier's failure (a bounded metric label)."""
+    if isinstance(error, TenantLimited):
+        return "strong_quota"
     if isinstance(error, ClientError):
         return "strong_refused"
     if isinstance(error, Overloaded):

@@ -4,9 +4,11 @@ Two checks per request, each one call to the store and none of them blocking: be
 is read, ``requests_per_min`` (charged) and ``input_tokens_per_min`` (refused once the tenant is
 over: tokens are known only after the answer, ``charge`` adds them then); once the body is
 decoded, ``questions_per_min`` (charged: a batch's states × questions) and a look at
-``strong_questions_per_min`` (over it the tenant is answered by the cheap tier, not refused).
-``max_inflight`` is counted in this process. Over a limit: ``TenantLimited`` (429 +
-Retry-After). Every level checked goes into the response's ``x-ratelimit-*`` headers.
+``strong_questions_per_min``, from which the request reserves its ``StrongQuota``
+(``cascade.policy.quota``: the flow keeps the strong tier within it; the strong answers are
+charged after the answer). ``max_inflight`` counts states in flight in this process (a batch of
+64 is 64). Over a limit: ``TenantLimited`` (429 + Retry-After). Every level checked goes into
+the response's ``x-ratelimit-*`` headers.
 
 A store that fails or is slow (``BackendFailed``) is counted in
 ``cascade_limits_backend_errors_total`` and answered as ``[limits] on_error`` says: ``open``
@@ -24,7 +26,8 @@ from typing import Literal
 
 from cascade import metrics
 from cascade.errors import Overloaded, TenantLimited
-from cascade.tenants.limits import BackendFailed, Check, Level, Store, Verdict
+from cascade.policy.quota import StrongQuota
+from cascade.tenants.limits import WINDOW_S, BackendFailed, Check, Level, Store, Verdict
 from cascade.tenants.model import Tenant
 
 log = logging.getLogger("cascade")
@@ -57,12 +60,13 @@ def _refuses(check: Check, found: Level) -> bool:
 
 
 class Grant:
-    """What one request was granted: its headers so far, and whether the strong tier may
-    answer it."""
+    """What one request was granted: its headers so far, and its strong answers (None: no
+    quota, or its store failed open)."""
 
     def __init__(self) -> None:
         self.headers: dict[str, str] = {}
-        self.escalate = True
+        self.quota: StrongQuota | None = None
+        self.reserved = 0  # of its tenant's strong answers left, held until ``release``
 
 
 class TenantAdmission:
@@ -72,6 +76,7 @@ class TenantAdmission:
         self.backend = backend
         self.on_error = on_error
         self.inflight: Counter[str] = Counter()
+        self.strong_reserved: Counter[str] = Counter()  # by requests in flight here
 
     async def before_body(self, tenant: Tenant, grant: Grant) -> None:
         limits = tenant.limits
@@ -95,8 +100,26 @@ class TenantAdmission:
                 f"{tenant.name}:strong", limits.strong_questions_per_min, mode="look")
         verdict = await self._admit(tenant, checks, grant)
         if verdict is not None and "strong_questions_per_min" in checks:
-            grant.escalate = verdict.levels[list(checks).index(
-                "strong_questions_per_min")].remaining > 0
+            found = verdict.levels[list(checks).index("strong_questions_per_min")]
+            self._reserve(tenant, found, questions, grant)
+
+    def _reserve(self, tenant: Tenant, found: Level, questions: int, grant: Grant) -> None:
+        """The request's strong answers: its questions, at most what the tenant has left less
+        what its other requests in flight here reserved."""
+        per_min = found.limit
+        left = max(0, found.remaining - self.strong_reserved[tenant.name])
+        grant.reserved = min(questions, left)
+        self.strong_reserved[tenant.name] += grant.reserved
+        one_back = found.reset_s - WINDOW_S * (per_min - 1) / per_min
+        grant.quota = StrongQuota(tenant.name, per_min, grant.reserved, max(1.0, one_back))
+
+    def release(self, tenant: Tenant, grant: Grant) -> None:
+        """The request is done: its reserved strong answers are charged or no longer wanted."""
+        if grant.reserved:
+            self.strong_reserved[tenant.name] -= grant.reserved
+            if not self.strong_reserved[tenant.name]:
+                del self.strong_reserved[tenant.name]
+            grant.reserved = 0
 
     async def _admit(self, tenant: Tenant, checks: dict[str, Check],
                      grant: Grant) -> Verdict | None:
@@ -139,12 +162,15 @@ class TenantAdmission:
 
     @contextmanager
     def permit(self, tenant: Tenant, count: int = 1) -> Iterator[None]:
-        """``max_inflight``: a tenant's requests (a batch: its states) in flight here."""
+        """``max_inflight``: a tenant's states in flight here (a request takes one, a batch
+        one more per further state)."""
         limit = tenant.limits.max_inflight
         if limit is not None and self.inflight[tenant.name] + count > limit:
             metrics.TENANT_LIMITED.labels(tenant=tenant.name, limit="max_inflight").inc()
-            raise TenantLimited(f"tenant `{tenant.name}` has {limit} requests in flight "
-                                "(its max_inflight)", retry_after=1.0)
+            held = self.inflight[tenant.name]
+            raise TenantLimited(f"tenant `{tenant.name}` would have {held + count} states in "
+                                f"flight, over its max_inflight ({limit}; a batch counts its "
+                                "states)", retry_after=1.0)
         self.inflight[tenant.name] += count
         try:
             yield

@@ -120,20 +120,43 @@ def test_input_tokens_are_charged_after_and_refuse_the_next_request() -> None:
     assert grant.headers["x-ratelimit-remaining-tokens"] == "1"
 
 
-def test_over_the_strong_quota_the_request_is_not_refused_but_kept_off_the_strong_tier() -> None:
+def test_a_request_reserves_its_strong_answers_from_what_the_tenant_has_left() -> None:
+    """ACME has 3 strong answers a minute: requests in flight reserve them (a concurrent
+    request sees what the others reserved), the answer charges what was used, and a request
+    over the quota gets none, with the time one more comes back."""
     clock = Clock()
     admission = TenantAdmission(LocalStore(clock))
-    grant = Grant()
-    run(admission.after_decode(ACME, 1, grant))
-    assert grant.escalate
-    run(admission.charge(ACME, tokens=0, strong=3))
+    acme = Tenant(name="acme", limits=Limits(strong_questions_per_min=3))
+    first, second = Grant(), Grant()
+    run(admission.after_decode(acme, 2, first))
+    run(admission.after_decode(acme, 2, second))
+    assert first.quota is not None and second.quota is not None
+    assert (first.quota.left, second.quota.left) == (2, 1)
+    run(admission.charge(acme, tokens=0, strong=3))
+    admission.release(acme, first)
+    admission.release(acme, second)
+    assert not admission.strong_reserved
     over = Grant()
-    run(admission.after_decode(ACME, 1, over))
-    assert not over.escalate
+    run(admission.after_decode(acme, 1, over))
+    assert over.quota is not None and over.quota.left == 0
+    assert over.quota.retry_after_s == pytest.approx(20.0)  # one strong question every 20 s
+    with pytest.raises(TenantLimited, match="strong_questions_per_min"):
+        raise over.quota.refusal()
     clock.now += 20  # one strong question back
     back = Grant()
-    run(admission.after_decode(ACME, 1, back))
-    assert back.escalate
+    run(admission.after_decode(acme, 5, back))
+    assert back.quota is not None and back.quota.left == 1
+
+
+def test_max_inflight_counts_the_states_of_a_batch() -> None:
+    admission = TenantAdmission(LocalStore(Clock()))
+    four = Tenant(name="four", limits=Limits(max_inflight=4))
+    with admission.permit(four), pytest.raises(TenantLimited, match="65 states in flight"):
+        with admission.permit(four, 64):
+            pass
+    with admission.permit(four), admission.permit(four, 3):
+        assert admission.inflight["four"] == 4
+    assert not admission.inflight
 
 
 def test_max_inflight_is_per_tenant_and_never_waits() -> None:
@@ -174,7 +197,7 @@ def test_a_failed_backend_is_counted_and_fails_open_or_closed() -> None:
     run(opened.before_body(ACME, grant))
     run(opened.after_decode(ACME, 1, grant))
     run(opened.charge(ACME, tokens=5, strong=1))
-    assert grant.escalate and grant.headers == {}
+    assert grant.quota is None and grant.headers == {}  # no cap on the strong tier
     closed = TenantAdmission(Failing(), backend="redis", on_error="closed")
     with pytest.raises(Overloaded, match="limits backend") as refused:
         run(closed.before_body(ACME, Grant()))
