@@ -106,11 +106,11 @@ class TenantAdmission:
     def _reserve(self, tenant: Tenant, found: Level, questions: int, grant: Grant) -> None:
         """The request's strong answers: its questions, at most what the tenant has left less
         what its other requests in flight here reserved."""
-        per_min = found.limit
-        left = max(0, found.remaining - self.strong_reserved[tenant.name])
-        grant.reserved = min(questions, left)
+        per_min, others = found.limit, self.strong_reserved[tenant.name]
+        grant.reserved = min(questions, max(0, found.remaining - others))
         self.strong_reserved[tenant.name] += grant.reserved
-        one_back = found.reset_s - WINDOW_S * (per_min - 1) / per_min
+        # when one more is back, if the reserved answers are all used
+        one_back = found.reset_s + (others - per_min + 1) * WINDOW_S / per_min
         grant.quota = StrongQuota(tenant.name, per_min, grant.reserved, max(1.0, one_back))
 
     def release(self, tenant: Tenant, grant: Grant) -> None:
