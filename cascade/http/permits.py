@@ -2,11 +2,12 @@
 
 Sans-IO on an injected clock: ``take`` answers at once, never queues. A request holds one permit
 per state (a batch: one per state), taken once its body is decoded. A full gateway answers 503
-+ Retry-After, and its tenant is marked *waiting* for ``WAITING_S`` when it holds less than its
-fair share. While another tenant waits, a tenant that already holds permits may take more only
-up to its fair share, ``limit // active`` (active: the tenants holding permits, plus those
-waiting with none), so what it holds beyond that drains as its requests finish and the waiting
-tenant's retry finds room. Alone, a tenant may use every permit. Each step is O(1).
++ Retry-After, and its tenant is marked *waiting* when it holds less than its fair share, until
+``WAITING_S`` after its last request (refused or served). While another tenant waits, a tenant
+that already holds permits may take more only up to its fair share, ``limit // active``
+(active: the tenants holding permits, plus those waiting with none), so what it holds beyond
+that drains as its requests finish and the waiting tenant's retry finds room. Alone, a tenant
+may use every permit. Each step is O(1).
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ class Admission:
             if held < self.share():
                 self._wait(tenant)
             raise Overloaded(f"gateway busy ({self.limit} requests in flight)", retry_after=1)
-        if not held and tenant in self.waiting:
-            self._idle_waiting -= 1
+        if tenant in self.waiting:  # still waiting while it keeps sending
+            self._idle_waiting -= not held
+            self.waiting[tenant] = self.clock()
+            self.waiting.move_to_end(tenant)
         self.held[tenant] = held + count
         self.inflight += count
 

@@ -41,8 +41,14 @@ def test_while_another_waits_a_tenant_over_its_share_gets_no_more() -> None:
     permits.take("a", 1)
     with pytest.raises(Overloaded, match="fair share"):
         permits.take("a", 1)  # 5 > 4 while b's refusal is recent
-    clock.now += WAITING_S
-    permits.take("a", 1)  # b no longer waits: a may use what is free
+    clock.now += WAITING_S - 1
+    permits.take("b", 1)  # b keeps sending: it still counts as waiting
+    permits.give("b", 1)
+    clock.now += WAITING_S - 1
+    with pytest.raises(Overloaded, match="fair share"):
+        permits.take("a", 1)
+    clock.now += 1
+    permits.take("a", 1)  # b sent nothing for WAITING_S: a may use what is free
     assert permits.inflight == 7 and permits.held == {"a": 5, "b": 2}
 
 
