@@ -19,8 +19,9 @@ from typing import Any
 from litestar import Request
 from litestar.connection import ASGIConnection
 
+from cascade import metrics
 from cascade.cache.decision import cache_control
-from cascade.errors import Unauthorized
+from cascade.errors import TenantLimited, Unauthorized
 from cascade.gateway import Outcome
 from cascade.tenants.admission import Grant, TenantAdmission
 from cascade.tenants.limits import LocalStore, Store
@@ -70,12 +71,19 @@ def tenant_in(request: Request) -> Tenant:
 
 @contextmanager
 def reservation(request: Request) -> Iterator[None]:
-    """Around the request's work: its reserved strong answers are released at the end."""
+    """Around the request's work: its reserved strong answers are released at the end, and a
+    429 from its quota is counted."""
+    grant: Grant = request.scope[GRANT]  # type: ignore[literal-required]
+    tenant = tenant_in(request)
     try:
         yield
+    except TenantLimited as exc:
+        if grant.quota is not None and exc is grant.quota.refused:
+            metrics.TENANT_LIMITED.labels(tenant=tenant.name,
+                                          limit="strong_questions_per_min").inc()
+        raise
     finally:
-        grant: Grant = request.scope[GRANT]  # type: ignore[literal-required]
-        request.app.state.tenant_admission.release(tenant_in(request), grant)
+        request.app.state.tenant_admission.release(tenant, grant)
 
 
 async def admit(request: Request) -> Tenant:

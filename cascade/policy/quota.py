@@ -19,6 +19,7 @@ class StrongQuota:
         self.tenant, self.per_min = tenant, per_min
         self.left = left  # strong answers this request may still have
         self.retry_after_s = retry_after_s  # until the tenant has one more
+        self.refused: TenantLimited | None = None  # the 429, once made
 
     def take(self, wanted: int) -> int:
         """Up to ``wanted`` strong answers: how many were granted."""
@@ -32,6 +33,7 @@ class StrongQuota:
 
     def refusal(self) -> TenantLimited:
         """429 for a question only the strong tier may answer, over the quota."""
-        return TenantLimited(
+        self.refused = TenantLimited(
             f"tenant `{self.tenant}` is over its strong_questions_per_min ({self.per_min}); "
             f"retry in {math.ceil(self.retry_after_s)} s", retry_after=self.retry_after_s)
+        return self.refused

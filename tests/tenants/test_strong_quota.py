@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
+from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.gateway import Gateway
@@ -58,6 +59,8 @@ def test_every_strong_answer_counts_against_the_quota(tmp_path: Path) -> None:
     keys.write_text(TENANTS)
     app = create_app(Settings(api_keys_file=str(keys)), gateway)
     clock = [0.0]
+    limited = metrics.TENANT_LIMITED.labels(tenant="acme", limit="strong_questions_per_min")
+    before = limited._value.get()
     with serve_app(app) as url, httpx.Client(base_url=url, timeout=30) as http, \
             concurrent.futures.ThreadPoolExecutor(12) as pool:
         app.state.tenant_admission = TenantAdmission(LocalStore(lambda: clock[0]))
@@ -85,3 +88,4 @@ def test_every_strong_answer_counts_against_the_quota(tmp_path: Path) -> None:
     assert other.status_code == 200 and other.headers["x-cascade-tiers"] == "clef=1"
     assert [r.status_code for r in again] == [200, 429]
     assert len(strong) == 5 + 1 + 1  # acme's 5, beta's 1, acme's one 12 s later
+    assert limited._value.get() == before + 7 + 1 + 1  # each 429 counted
