@@ -6,7 +6,8 @@ A reload reads the policy file (and the calibration file it names), ``--calibrat
 keys file and the admin keys file, off the event loop (hashing weights for the calibration's
 stamp may take a moment), one reload at a time. Any failure leaves everything as it was:
 ``ConfigRejected`` (422) with ``FILE[:LINE]: error: ...`` lines, or ``RestartNeeded`` (409) when
-a tier's definition changed (``Gateway.reconfigure``). Otherwise the gateway's ``Serving`` and
+a tier's definition changed (``Gateway.reconfigure``) or the keys file's ``[limits]`` did (the
+limits store is built at boot). Otherwise the gateway's ``Serving`` and
 the app's keys are swapped in one step on the event loop, so every request runs start to end on
 one version and none waits for a reload. Without a policy file (``--demo``, ``--upstream``,
 ``--laya``/``--clef``) the policy stays the one built at boot; the calibration and key files are
@@ -32,6 +33,7 @@ from cascade.schema import ConfigState, LastReload, ReloadReport
 from cascade.settings import Secret, Settings, SettingsError
 from cascade.tenants.files import KeysFileError, load_tenants
 from cascade.tenants.keys import Tenants
+from cascade.tenants.model import LimitsBackend
 
 log = logging.getLogger("cascade")
 Keys = frozenset[Secret]
@@ -46,6 +48,17 @@ def reloadable(state: State, settings: Settings, gateway: Gateway) -> None:
     state.reloader = Reloader(state, settings, gateway)
     state.gauges.register(metrics.ConfigInfo(
         lambda: (gateway.serving.policy_hash, gateway.serving.calibration_hash)))
+
+
+def limits_restart(old: LimitsBackend, new: LimitsBackend) -> list[str]:
+    """Why a keys file with ``new`` as its ``[limits]`` needs a restart (none when unchanged)."""
+    changed = [name for name in LimitsBackend.__struct_fields__
+               if getattr(old, name) != getattr(new, name)]
+    if not changed:
+        return []
+    return [f"restart needed: the API keys file's [limits] changes ({', '.join(changed)}; the "
+            "limits store is built at boot); a reload applies keys, tenants, their limits and "
+            "policies"]
 
 
 class Reloader:
@@ -100,6 +113,9 @@ class Reloader:
               admin: Keys) -> Literal["applied", "unchanged"]:
         """All or nothing, with no await: ``reconfigure`` refuses before it changes anything.
         The tenants' limit counters (``tenant_admission``) carry over."""
+        needed = limits_restart(self.state.tenants.backend, tenants.backend)
+        if needed:
+            raise RestartNeeded(needed)
         same_policy = policy_hash(policy) == self.gateway.serving.policy_hash
         if same_policy and (tenants, admin) == (self.state.tenants, self.state.admin_keys):
             return "unchanged"
