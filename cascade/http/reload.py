@@ -69,6 +69,7 @@ class Reloader:
         self.state, self.settings, self.gateway = state, settings, gateway
         self.last: LastReload | None = None
         self._lock = asyncio.Lock()
+        self._waiting: asyncio.Future[ReloadReport] | None = None
 
     def config(self) -> ConfigState:
         serving = self.gateway.serving
@@ -76,25 +77,37 @@ class Reloader:
                            calibration_hash=serving.calibration_hash, last_reload=self.last)
 
     async def reload(self) -> ReloadReport:
-        """Read, check and swap (see the module docstring); raises ``ConfigRejected``."""
+        """Read, check and swap (see the module docstring); raises ``ConfigRejected``. At most
+        one reload waits while another runs: a call made meanwhile joins the waiting one, which
+        reads the files after that call was made, and gets its answer. A burst of SIGHUPs or
+        requests runs one or two reloads, not one each."""
+        if self._waiting is None:
+            self._waiting = asyncio.ensure_future(self._next())
+        return await asyncio.shield(self._waiting)  # a caller that goes away leaves it running
+
+    async def _next(self) -> ReloadReport:
         async with self._lock:
-            try:
-                policy, keys, admin = await asyncio.to_thread(self._read)
-                outcome = self._swap(policy, keys, admin)
-            except ConfigRejected as exc:
-                refused: Literal["restart_needed", "rejected"] = (
-                    "restart_needed" if isinstance(exc, RestartNeeded) else "rejected")
-                self._count(refused, exc.lines)
-                log.error("reload %s; still serving policy %s:\n  %s", refused.replace("_", " "),
-                          self.gateway.serving.policy_hash[:12], "\n  ".join(exc.lines))
-                raise
-            self._count(outcome)
-            serving = self.gateway.serving
-            log.info("reload %s: serving policy %s, calibration %s", outcome,
-                     serving.policy_hash[:12], serving.calibration_hash[:12])
-            return ReloadReport(outcome=outcome, policy_hash=serving.policy_hash,
-                                calibration_hash=serving.calibration_hash, read=self._files(),
-                                note=None if self.settings.policy else NO_POLICY_FILE)
+            self._waiting = None  # this one runs: a call from now on waits for the next
+            return await self._run()
+
+    async def _run(self) -> ReloadReport:
+        try:
+            policy, keys, admin = await asyncio.to_thread(self._read)
+            outcome = self._swap(policy, keys, admin)
+        except ConfigRejected as exc:
+            refused: Literal["restart_needed", "rejected"] = (
+                "restart_needed" if isinstance(exc, RestartNeeded) else "rejected")
+            self._count(refused, exc.lines)
+            log.error("reload %s; still serving policy %s:\n  %s", refused.replace("_", " "),
+                      self.gateway.serving.policy_hash[:12], "\n  ".join(exc.lines))
+            raise
+        self._count(outcome)
+        serving = self.gateway.serving
+        log.info("reload %s: serving policy %s, calibration %s", outcome,
+                 serving.policy_hash[:12], serving.calibration_hash[:12])
+        return ReloadReport(outcome=outcome, policy_hash=serving.policy_hash,
+                            calibration_hash=serving.calibration_hash, read=self._files(),
+                            note=None if self.settings.policy else NO_POLICY_FILE)
 
     def _read(self) -> tuple[Policy, Tenants, Keys]:
         """Every file, checked; nothing is applied here. The tenants (the client keys, their
