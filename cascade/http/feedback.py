@@ -3,11 +3,11 @@
 ``{"request_id": ..., "labels": {question id: label}}``, labels in the shapes of ``cascade eval``
 data (a choice key, ``true``/``false`` for a noul, the level index for a score), authenticated
 and limited like ``/v1/systemone`` (a call counts against the tenant's ``requests_per_min``),
-at most as many labels as a request may ask questions (``MAX_LABELS``). The labels are stored
-beside the rows of the tenant's own request in the decision log (``DecisionLog.label``, looked
-up by tenant and request id, through the writer's queue: rows queued before the call are found,
-and the answer goes out once the labels are committed). All the call's labels are stored, or
-none:
+at most as many labels as a request may ask questions (``cascade.schema.MAX_ASKED``). The
+labels are stored beside the rows of the tenant's own request in the decision log
+(``DecisionLog.label``, looked up by tenant and request id, through the writer's queue: rows
+queued before the call are found, and the answer goes out once the labels are committed). All
+the call's labels are stored, or none:
 
 - 409 ``conflict_error``: the gateway runs without a decision log;
 - 404 ``not_found_error``: the live log file has no rows of that request id for this tenant
