@@ -197,6 +197,17 @@ def test_feedback_takes_as_many_labels_as_decisions_takes_questions(tmp_path: Pa
         assert too_many.status_code == 422
 
 
+def test_a_batch_state_of_a_longest_request_id_can_be_labelled(tmp_path: Path) -> None:
+    rid = "t" * 128  # the longest x-request-id kept; its states' rows are rid/0 ... rid/63
+    with _served(tmp_path, keys=_keys_file(tmp_path)) as served:
+        r = served.client.post("/v1/systemone/batch", json={"states": ["0.9"] * 64,
+                                                             "questions": URGENT},
+                               headers={**_auth("acme"), "x-request-id": rid})
+        assert r.status_code == 200, r.text
+        labelled = _label(served.client, "acme", f"{rid}/63", {"urgent": True})
+        assert labelled.status_code == 200, labelled.text
+
+
 @pytest.mark.parametrize("order", ["all right", "alternating"])
 @pytest.mark.parametrize("keys", ["tenants", "keyless"])
 def test_one_answered_question_relabelled_60_times_moves_no_threshold(
