@@ -82,7 +82,7 @@ class DecisionSink(Protocol):
                      answers: Mapping[str, EngineAnswer], degraded: Mapping[str, str],
                      checkpoint: str | None, latency_s: float, *, tenant: str = "") -> None: ...
 
-    def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None: ...
+    def shadowed(self, call: EngineCall, strong: EngineAnswer, *, tenant: str = "") -> None: ...
 
     def health(self) -> dict[str, Any]: ...
 
@@ -188,7 +188,7 @@ class Gateway(Reconfigurable):
                                         decision.degraded, decision.pre.cheap_checkpoint,
                                         time.perf_counter() - started, tenant=tenant)
         if decision.shadow is not None:
-            self._shadow(serving, decision.shadow)
+            self._shadow(serving, decision.shadow, tenant)
         tiers = decision.tiers
         return Outcome(response=response, headers=answers.headers(Counter(tiers.values()),
                        demo=self.demo) | (lookup.header if lookup else {}),
@@ -247,17 +247,18 @@ class Gateway(Reconfigurable):
                                self.breakers[tier], call, timings, clock=self.clock,
                                record=record)
 
-    def _shadow(self, serving: Serving, shadow: ShadowCall) -> None:
-        """Mirror a cheap-final request to the strong tier in the background, bounded."""
+    def _shadow(self, serving: Serving, shadow: ShadowCall, tenant: str) -> None:
+        """Mirror ``tenant``'s cheap-final request to the strong tier in the background,
+        bounded."""
         busy = len(self._shadow_tasks) >= serving.policy.shadow.max_concurrent
         if busy or self.breakers[shadow.tier].state(self.clock()) != "closed":
             metrics.SHADOW.labels(outcome="skipped_busy").inc()
             return
-        task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow))
+        task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow, tenant))
         self._shadow_tasks.add(task)
         task.add_done_callback(self._shadow_tasks.discard)
 
-    async def _run_shadow(self, serving: Serving, shadow: ShadowCall) -> None:
+    async def _run_shadow(self, serving: Serving, shadow: ShadowCall, tenant: str) -> None:
         try:
             strong = await self._call(serving, shadow.tier, shadow.call, {}, record=False)
         except (EngineError, Overloaded, ClientError):
@@ -265,5 +266,5 @@ class Gateway(Reconfigurable):
             return
         metrics.SHADOW.labels(outcome="sent").inc()
         if self.decisions is not None:
-            self.decisions.shadowed(shadow.call, strong)
+            self.decisions.shadowed(shadow.call, strong, tenant=tenant)
         self.control.shadowed(shadow, strong)  # agreement metrics; the teacher's labels

@@ -26,6 +26,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Request limits. Violations are answered with 413 (size) or 422 (shape)."""
 
     max_questions: int = 64  # Laya, Ollama, Cloudflare
+    max_decision_questions: int = 400  # OpenAI's /v1/decisions
     max_choice_options: int = 255  # Jev docs, Cloudflare
     max_score_levels: int = 32  # Laya (Jev documents 10)
     max_total_options: int = 2048
@@ -60,6 +61,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 LIMITS = Limits()
+# The most questions one request may ask, on any route: a feedback call takes as many labels.
+MAX_ASKED = max(LIMITS.max_questions, LIMITS.max_decision_questions)
+# A request id feedback names: a client's x-request-id (at most 128 characters, as
+# ``cascade.http.app.request_id`` takes it), and a batch's ``ID/63`` for its states.
+FEEDBACK_ID_CHARS = 128 + len(f"/{LIMITS.max_batch_states - 1}")
 Name = Annotated[str, Meta(max_length=LIMITS.max_name_chars)]
 
 
@@ -353,9 +359,8 @@ FeedbackLabel = str | bool | int
 class FeedbackRequest(Base, kw_only=True):
     """``POST /v1/feedback``: what the answers of an earlier request should have been."""
 
-    request_id: Annotated[str, Meta(min_length=1, max_length=128)]  # its x-request-id
-    labels: Annotated[dict[Name, FeedbackLabel],
-                      Meta(min_length=1, max_length=LIMITS.max_questions)]
+    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS)]  # x-request-id
+    labels: Annotated[dict[Name, FeedbackLabel], Meta(min_length=1, max_length=MAX_ASKED)]
 
 
 class FeedbackResponse(Base, kw_only=True):
@@ -370,9 +375,8 @@ class FeedbackResponse(Base, kw_only=True):
 class FeedbackEnvelope(Base, kw_only=True):
     """``FeedbackRequest`` with its labels still undecoded (a wrong one's ``loc`` names it)."""
 
-    request_id: Annotated[str, Meta(min_length=1, max_length=128)]
-    labels: Annotated[dict[Name, msgspec.Raw],
-                      Meta(min_length=1, max_length=LIMITS.max_questions)]
+    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS)]
+    labels: Annotated[dict[Name, msgspec.Raw], Meta(min_length=1, max_length=MAX_ASKED)]
 
 
 feedback_decoder = msgspec.json.Decoder(FeedbackEnvelope)

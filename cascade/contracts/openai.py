@@ -84,7 +84,7 @@ from cascade.schema import (
     ScoreAnswer,
 )
 
-MAX_QUESTIONS = 400
+MAX_QUESTIONS = LIMITS.max_decision_questions
 MIN_CHOICES = 2
 Loc = list[str | int]
 

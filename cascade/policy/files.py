@@ -279,7 +279,7 @@ def _control_findings(policy: Policy) -> Iterator[Finding]:
     for key in ("window_s", "refit_interval_s"):
         if getattr(control, key) <= 0:
             yield _err(("control", key), f"control.{key} must be > 0")
-    for key in ("min_threshold", "max_threshold"):
+    for key in ("min_threshold", "max_threshold", "max_tenant_share"):
         yield from _unit(("control", key), getattr(control, key))
     if control.min_threshold > control.max_threshold:
         yield _err(("control", "max_threshold"), "control.max_threshold must be >= "

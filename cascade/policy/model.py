@@ -296,8 +296,9 @@ class Control(_Strict, frozen=True):
     meet it at the one-sided 95 % Clopper-Pearson bound, on cells with ``min_labels`` labels
     (``pool``: else their band's, ``all``: else everyone's), within ``[min_threshold,
     max_threshold]``. ``teacher``: what labels count (feedback; or also the strong tier's
-    shadow answers). ``prefer``: which wins when the budget and the target conflict. ``frozen``:
-    hold every threshold where it is.
+    shadow answers). ``max_tenant_share``: the most of a cell's labels one tenant's may be (its
+    oldest beyond it are left out of the fit). ``prefer``: which wins when the budget and the
+    target conflict. ``frozen``: hold every threshold where it is.
     """
 
     max_strong_share: float | None = None
@@ -309,6 +310,7 @@ class Control(_Strict, frozen=True):
     min_labels: int = 30
     pool: Literal["none", "band", "all"] = "none"
     teacher: Literal["feedback", "feedback+shadow"] = "feedback"
+    max_tenant_share: float = 0.5
     min_threshold: float = 0.0
     max_threshold: float = 1.0
     frozen: bool = False
