@@ -9,8 +9,9 @@ the time it spent on each tier call, cached or not).
 A tier that answers each question alone is looked up per question: a call whose questions are
 partly cached sends the tier only the others. A joint tier's call is one entry. Misses already
 being computed by another request are awaited, not recomputed (``cascade.cache.flight``).
-``cache-control: no-cache`` on a request skips the lookups and stores the fresh answers;
-``no-store`` skips both. Nothing fails because of the cache: values it cannot read are misses.
+``cache-control: no-cache`` (or ``max-age=0``) on a request skips the lookups and stores the
+fresh answers; ``no-store`` skips both. Nothing fails because of the cache: values it cannot
+read are misses.
 """
 
 from __future__ import annotations
@@ -42,11 +43,18 @@ _VERSIONS = 4  # policy versions whose hashes are kept (a reload makes a new one
 
 
 def cache_control(header: str) -> CacheControl:
-    """A request's ``Cache-Control`` header as the cache reads it."""
-    directives = {part.strip().split("=")[0].lower() for part in header.split(",")}
+    """A request's ``Cache-Control`` header as the cache reads it; ``max-age=0`` is
+    ``no-cache`` (RFC 9111 5.2.1.1: no stored answer is fresh enough)."""
+    directives = {}
+    for part in header.split(","):
+        name, _, value = part.partition("=")
+        directives[name.strip().lower()] = value.strip().strip('"')
     if "no-store" in directives:
         return "no-store"
-    return "no-cache" if "no-cache" in directives else "use"
+    max_age = directives.get("max-age", "")
+    if "no-cache" in directives or (max_age.isdigit() and int(max_age) == 0):
+        return "no-cache"
+    return "use"
 
 
 def combined(outcomes: list[str]) -> str:

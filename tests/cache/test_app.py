@@ -74,8 +74,10 @@ def test_request_cache_control_and_the_batch_header() -> None:
         assert c.post("/v1/systemone", json=BODY).headers["x-cascade-cache"] == "miss"
         assert c.post("/v1/systemone", json=BODY, headers={"cache-control": "no-cache"}
                       ).headers["x-cascade-cache"] == "bypass"
+        assert c.post("/v1/systemone", json=BODY, headers={"cache-control": "max-age=0"}
+                      ).headers["x-cascade-cache"] == "bypass"
         batch = {"states": ["I was charged twice", "a new state"], "questions": QUESTIONS}
         mixed = c.post("/v1/systemone/batch", json=batch)
         assert mixed.status_code == 200 and mixed.headers["x-cascade-cache"] == "partial"
         assert c.post("/v1/systemone/batch", json=batch).headers["x-cascade-cache"] == "hit"
-    assert len(engine.asked) == 4
+    assert len(engine.asked) == 5
