@@ -35,6 +35,9 @@ class Limits(_Strict, frozen=True, kw_only=True):
         return any(v is not None for v in msgspec.structs.astuple(self))
 
 
+LIMIT_FIELDS = tuple(f.name for f in msgspec.structs.fields(Limits))  # read once, not per tenant
+
+
 class TenantEntry(Limits, frozen=True, kw_only=True):
     """One ``[[tenant]]`` table."""
 
@@ -44,8 +47,7 @@ class TenantEntry(Limits, frozen=True, kw_only=True):
     expires: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
     def limits(self) -> Limits:
-        fields = msgspec.structs.fields(Limits)
-        return Limits(**{f.name: getattr(self, f.name) for f in fields})
+        return Limits(**{name: getattr(self, name) for name in LIMIT_FIELDS})
 
 
 class LimitsBackend(_Strict, frozen=True):
