@@ -56,7 +56,8 @@ def admission_for(backend: LimitsBackend) -> TenantAdmission:
         from cascade.tenants.redis_store import RedisStore
 
         assert backend.url is not None  # checked when the keys file is read
-        store = RedisStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix)
+        store = RedisStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix,
+                           retry_s=backend.retry_s)
     return TenantAdmission(store, backend=backend.backend, on_error=backend.on_error)
 
 

@@ -52,13 +52,14 @@ class TenantEntry(Limits, frozen=True, kw_only=True):
 
 class LimitsBackend(_Strict, frozen=True):
     """``[limits]``: where the counters live. ``local``: per replica; ``redis``: shared by every
-    replica using ``url``. ``on_error``: when Redis fails or is slower than ``timeout_s``,
-    admit (``open``) or refuse with 503 + Retry-After (``closed``)."""
+    replica using ``url``. ``on_error``: when Redis fails or is slower than ``timeout_s``, and
+    for ``retry_s`` after that, admit (``open``) or refuse with 503 + Retry-After (``closed``)."""
 
     backend: Literal["local", "redis"] = "local"
     url: str | None = None
     on_error: Literal["open", "closed"] = "open"
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=10)] = 0.1
+    retry_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0  # after a failure: no calls
     prefix: str = "cascade:limits:"  # Redis key prefix
 
 

@@ -103,6 +103,7 @@ def test_keys_are_kept_as_digests_only(tmp_path: Path) -> None:
     ('[[tenant]]\nname = "a"\nexpires = 2027-01-01T00:00:00\n', 3, "`expires`"),
     ('[limits]\nbackend = "redis"\n', 2, "needs url"),
     ('[limits]\nbackend = "memcached"\n', 2, "`backend`"),
+    ('[limits]\nbackend = "local"\nretry_s = 0\n', 3, "`retry_s`: Expected `float` > 0.0"),
     ('[[tenant]]\nname = "a"\nkeys = [\n', 3, "invalid TOML"),
     ('[[tenant]]\nname = "a"\n[other]\nx = 1\n', 3, "unknown key `other`"),
 ])
