@@ -122,11 +122,15 @@ class TenantAdmission:
                 retry_after=verdict.retry_after_s)
         return verdict
 
-    def _failed(self, exc: BackendFailed, doing: str = "") -> None:
+    def _counted(self, exc: BackendFailed, doing: str) -> None:
+        """A failed call counted and logged; a store resting after one made no call."""
         if not isinstance(exc, BackendResting):
             metrics.LIMITS_BACKEND_ERRORS.labels(backend=self.backend).inc()
-            log.warning("limits backend failed%s (%s): %s", doing, self.on_error, exc)
-        if self.on_error == "closed" and not doing:
+            log.warning("limits backend failed %s (%s): %s", doing, self.on_error, exc)
+
+    def _failed(self, exc: BackendFailed) -> None:
+        self._counted(exc, "checking")
+        if self.on_error == "closed":
             raise Overloaded("the limits backend is unavailable", retry_after=1.0)
 
     async def charge(self, tenant: Tenant, *, tokens: int, strong: int,
@@ -143,7 +147,7 @@ class TenantAdmission:
         try:
             levels = await self.store.charge(list(checks.values()))
         except BackendFailed as exc:
-            self._failed(exc, " charging")  # the answer is computed: it goes out
+            self._counted(exc, "charging")  # the answer is computed: it goes out
             return
         for name, found in zip(checks, levels, strict=True):
             if grant is not None and name in HEADER:
