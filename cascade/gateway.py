@@ -71,6 +71,7 @@ class Outcome(msgspec.Struct, kw_only=True):
     tiers: dict[str, str]  # question id -> the tier whose answer was returned
     # question id -> why it is not answered (``decide(partial=True)`` only; not in ``response``)
     refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
+    cached_tokens: int = 0  # of the response's input tokens, answered from the decision cache
 
 
 class DecisionSink(Protocol):
@@ -193,7 +194,8 @@ class Gateway(Reconfigurable):
         return Outcome(response=response, headers=answers.headers(Counter(tiers.values()),
                        demo=self.demo) | (lookup.header if lookup else {}),
                        label="degraded" if decision.degraded or decision.refused else "ok",
-                       tiers=tiers, refused=decision.refused)
+                       tiers=tiers, refused=decision.refused,
+                       cached_tokens=decision.usage.cached_tokens)
 
     async def _drive(self, flow: Flow[Decision], serving: Serving, timings: dict[str, float],
                      started: float, lookup: Lookup | None = None) -> tuple[Decision, float]:

@@ -227,6 +227,7 @@ class Usage(Base, kw_only=True):
     truncated: bool | None = None
     truncated_questions: list[str] | None = None
     options: dict[str, OptionSpans] | None = None
+    cached_tokens: int | None = None  # of input_tokens, from the decision cache (when any)
 
 
 class SystemOneResponse(Base, kw_only=True):

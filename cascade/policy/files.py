@@ -237,6 +237,8 @@ def _cache_findings(cache: Cache) -> Iterator[Finding]:
     for key in ("ttl_s", "timeout_s", "retry_s"):
         if getattr(cache, key) <= 0:
             yield _err(("cache", key), f"cache.{key} must be > 0")
+    if not 0 <= cache.charge_cached <= 1:
+        yield _err(("cache", "charge_cached"), "cache.charge_cached must be in [0, 1]")
     if cache.backend == "redis" and not cache.url:
         yield _err(("cache", "url"), 'cache.backend = "redis" needs cache.url (redis://host:port/db)')
     elif cache.url is not None and not cache.url.startswith(("redis://", "rediss://", "unix://")):

@@ -339,7 +339,9 @@ class Cache(_Strict, frozen=True):
     (``enabled = false`` keeps the table and turns it off). Entries live ``ttl_s`` and the
     in-memory store holds at most ``max_bytes`` (least recently used dropped first); the Redis
     store (``backend = "redis"``, ``url``) is shared by replicas and bounded by Redis's own
-    ``maxmemory``. ``shared``: one namespace for every tenant instead of one per tenant."""
+    ``maxmemory``. ``shared``: one namespace for every tenant instead of one per tenant.
+    ``charge_cached``: what a tenant's ``input_tokens_per_min`` is charged for an input token
+    answered from the cache, as a share of a computed one."""
 
     enabled: bool = True
     backend: Literal["memory", "redis"] = "memory"
@@ -349,6 +351,7 @@ class Cache(_Strict, frozen=True):
     url: str | None = None  # redis://host:6379/0 (backend = "redis" only)
     timeout_s: float = 0.05  # each Redis operation, connecting included; then a counted miss
     retry_s: float = 1.0  # after a Redis error, how long lookups skip Redis (misses, no wait)
+    charge_cached: float = 0.0  # in [0, 1]: a cached input token counts this much of a token
 
 
 class Policy(_Strict, frozen=True, kw_only=True):
