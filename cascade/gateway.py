@@ -59,6 +59,7 @@ from cascade.policy.serving import Reconfigurable, Serving
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
 from cascade.tenants import spend
+from cascade.tenants.usage import UsageBook
 from cascade.tiercall import call_tier
 
 log = logging.getLogger("cascade")
@@ -108,6 +109,7 @@ class Gateway(Reconfigurable):
         self._shadow_tasks: set[asyncio.Task[None]] = set()
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
+        self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
         self.reconfigured.append(lambda serving: self.control.rebase(serving.policy))
 
     async def start(self) -> None:
@@ -180,7 +182,7 @@ class Gateway(Reconfigurable):
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision, serving.policy)
         self.control.decided(call, decision)
-        spend.record(tenant, policy, decision)
+        spend.record(tenant, policy, decision, self.usage)
         response = answers.response(call, decision, timings, profile=self.profile,
                                     demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)

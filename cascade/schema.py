@@ -261,7 +261,9 @@ class ModelList(Base, kw_only=True):
 
 
 class Health(Base, kw_only=True):
-    """``GET /health``: ``status`` always; the details only with a valid key (or auth off)."""
+    """``GET /health``: ``status`` always; ``loaded`` and ``revisions`` (what Laya's remote
+    client reads) with a client key; every detail with an admin key, or when no key of either
+    kind is configured."""
 
     status: Literal["ok"] = "ok"
     demo: bool | None = None
@@ -273,6 +275,41 @@ class Health(Base, kw_only=True):
     tiers: dict[str, dict[str, Any]] | None = None  # each engine's own health, and its breaker
     decision_log: dict[str, Any] | None = None  # the writer's counts and last failure, if on
     config: dict[str, Any] | None = None  # the hashes serving and the last reload (ConfigState)
+
+
+class TierUsage(Base, kw_only=True):
+    """One tier's share of a tenant's usage: ``requests`` it ran for (a batch counts its
+    states), ``questions`` whose returned answer was its, the ``input_tokens`` it read and their
+    ``cost`` (``[cost]``: price per 1000 input tokens, ``cascade eval``'s units)."""
+
+    requests: int
+    questions: int
+    input_tokens: int
+    cost: float
+
+
+class UsageFigures(Base, kw_only=True):
+    """A tenant's usage over one UTC day (``date``, YYYY-MM-DD) or, without ``date``, over every
+    retained day: ``requests`` decided, and the tiers' figures summed and by tier."""
+
+    date: str | None = None
+    requests: int
+    questions: int
+    input_tokens: int
+    cost: float
+    tiers: dict[str, TierUsage]
+
+
+class UsageReport(Base, kw_only=True):
+    """``GET /v1/usage``: the caller's own tenant's usage as this replica counted it since
+    ``since`` (its start, or the oldest retained day), oldest day first."""
+
+    tenant: str
+    scope: Literal["replica"]
+    retained_days: int
+    since: str  # ISO 8601, UTC
+    days: list[UsageFigures]
+    total: UsageFigures
 
 
 class Readiness(Base, kw_only=True):

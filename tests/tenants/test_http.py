@@ -47,7 +47,7 @@ def app(tmp_path: Path, tenants: str, handler=deterministic_answer):  # type: ig
     path.write_text(tenants)
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
     gateway = Gateway(policy, {"upstream": FakeEngine("upstream", handler)})
-    return create_app(Settings(api_keys_file=str(path)), gateway)
+    return create_app(Settings(api_keys_file=str(path), admin_keys=("admin-key",)), gateway)
 
 
 TWO = f"""
@@ -103,7 +103,7 @@ def test_over_its_limit_a_tenant_gets_429_with_openai_rate_limit_headers(tmp_pat
         assert other.status_code == 200 and "x-ratelimit-limit-requests" not in other.headers
         clock[0] = 30.0
         assert client.post("/v1/systemone", json=BODY, headers=auth("acme-key")).status_code == 200
-        text = client.get("/metrics", headers=auth("beta-key")).text
+        text = client.get("/metrics", headers=auth("admin-key")).text
     assert 'cascade_tenant_rate_limited_total{limit="requests_per_min",tenant="acme"}' in text
 
 
