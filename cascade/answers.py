@@ -160,6 +160,7 @@ def build_usage(usage: EngineUsage, profile: Profile) -> Usage:
         truncated=usage.state_tokens_dropped > 0,
         truncated_questions=list(usage.truncated_questions),
         options=dict(usage.options) or None,
+        cached_tokens=usage.cached_tokens or None,
     )
 
 

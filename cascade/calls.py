@@ -89,6 +89,8 @@ class EngineUsage(msgspec.Struct, kw_only=True):
     # Input tokens of each question's row, from tiers that answer questions independently
     # (``Engine.independent_questions``): what the decision cache splits a call's usage by.
     row_tokens: dict[str, int] = msgspec.field(default_factory=dict)
+    # Of ``input_tokens``, those answered from the decision cache instead of by the tier.
+    cached_tokens: int = 0
 
 
 class EngineAnswer(msgspec.Struct, kw_only=True):

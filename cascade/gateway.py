@@ -60,6 +60,7 @@ from cascade.policy.serving import Reconfigurable, Serving
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
 from cascade.tenants import spend
+from cascade.tenants.usage import UsageBook
 from cascade.tiercall import call_tier
 
 log = logging.getLogger("cascade")
@@ -72,6 +73,7 @@ class Outcome(msgspec.Struct, kw_only=True):
     tiers: dict[str, str]  # question id -> the tier whose answer was returned
     # question id -> why it is not answered (``decide(partial=True)`` only; not in ``response``)
     refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
+    cached_tokens: int = 0  # of the response's input tokens, answered from the decision cache
 
 
 class DecisionSink(Protocol):
@@ -83,7 +85,7 @@ class DecisionSink(Protocol):
                      answers: Mapping[str, EngineAnswer], degraded: Mapping[str, str],
                      checkpoint: str | None, latency_s: float, *, tenant: str = "") -> None: ...
 
-    def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None: ...
+    def shadowed(self, call: EngineCall, strong: EngineAnswer, *, tenant: str = "") -> None: ...
 
     def health(self) -> dict[str, Any]: ...
 
@@ -108,6 +110,7 @@ class Gateway(Reconfigurable):
         self._shadow_tasks: set[asyncio.Task[None]] = set()
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
+        self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
         self.reconfigured.append(lambda serving: self.control.rebase(serving.policy))
 
     async def start(self) -> None:
@@ -182,7 +185,7 @@ class Gateway(Reconfigurable):
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision, serving.policy)
         self.control.decided(call, decision)
-        spend.record(tenant, policy, decision)
+        spend.record(tenant, policy, decision, self.usage)
         response = answers.response(call, decision, timings, profile=self.profile,
                                     demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)
@@ -191,12 +194,13 @@ class Gateway(Reconfigurable):
                                         decision.degraded, decision.pre.cheap_checkpoint,
                                         time.perf_counter() - started, tenant=tenant)
         if decision.shadow is not None:
-            self._shadow(serving, decision.shadow)
+            self._shadow(serving, decision.shadow, tenant)
         tiers = decision.tiers
         return Outcome(response=response, headers=answers.headers(Counter(tiers.values()),
                        demo=self.demo) | (lookup.header if lookup else {}),
                        label="degraded" if decision.degraded or decision.refused else "ok",
-                       tiers=tiers, refused=decision.refused)
+                       tiers=tiers, refused=decision.refused,
+                       cached_tokens=decision.usage.cached_tokens)
 
     async def _drive(self, flow: Flow[Decision], serving: Serving, timings: dict[str, float],
                      started: float, lookup: Lookup | None = None) -> tuple[Decision, float]:
@@ -250,17 +254,18 @@ class Gateway(Reconfigurable):
                                self.breakers[tier], call, timings, clock=self.clock,
                                record=record)
 
-    def _shadow(self, serving: Serving, shadow: ShadowCall) -> None:
-        """Mirror a cheap-final request to the strong tier in the background, bounded."""
+    def _shadow(self, serving: Serving, shadow: ShadowCall, tenant: str) -> None:
+        """Mirror ``tenant``'s cheap-final request to the strong tier in the background,
+        bounded."""
         busy = len(self._shadow_tasks) >= serving.policy.shadow.max_concurrent
         if busy or self.breakers[shadow.tier].state(self.clock()) != "closed":
             metrics.SHADOW.labels(outcome="skipped_busy").inc()
             return
-        task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow))
+        task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow, tenant))
         self._shadow_tasks.add(task)
         task.add_done_callback(self._shadow_tasks.discard)
 
-    async def _run_shadow(self, serving: Serving, shadow: ShadowCall) -> None:
+    async def _run_shadow(self, serving: Serving, shadow: ShadowCall, tenant: str) -> None:
         try:
             strong = await self._call(serving, shadow.tier, shadow.call, {}, record=False)
         except (EngineError, Overloaded, ClientError):
@@ -268,5 +273,5 @@ class Gateway(Reconfigurable):
             return
         metrics.SHADOW.labels(outcome="sent").inc()
         if self.decisions is not None:
-            self.decisions.shadowed(shadow.call, strong)
+            self.decisions.shadowed(shadow.call, strong, tenant=tenant)
         self.control.shadowed(shadow, strong)  # agreement metrics; the teacher's labels

@@ -26,6 +26,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Request limits. Violations are answered with 413 (size) or 422 (shape)."""
 
     max_questions: int = 64  # Laya, Ollama, Cloudflare
+    max_decision_questions: int = 400  # OpenAI's /v1/decisions
     max_choice_options: int = 255  # Jev docs, Cloudflare
     max_score_levels: int = 32  # Laya (Jev documents 10)
     max_total_options: int = 2048
@@ -60,6 +61,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 LIMITS = Limits()
+# The most questions one request may ask, on any route: a feedback call takes as many labels.
+MAX_ASKED = max(LIMITS.max_questions, LIMITS.max_decision_questions)
+# A request id feedback names: a client's x-request-id (at most 128 characters, as
+# ``cascade.http.app.request_id`` takes it), and a batch's ``ID/63`` for its states.
+FEEDBACK_ID_CHARS = 128 + len(f"/{LIMITS.max_batch_states - 1}")
 Name = Annotated[str, Meta(max_length=LIMITS.max_name_chars)]
 
 
@@ -221,6 +227,7 @@ class Usage(Base, kw_only=True):
     truncated: bool | None = None
     truncated_questions: list[str] | None = None
     options: dict[str, OptionSpans] | None = None
+    cached_tokens: int | None = None  # of input_tokens, from the decision cache (when any)
 
 
 class SystemOneResponse(Base, kw_only=True):
@@ -254,7 +261,9 @@ class ModelList(Base, kw_only=True):
 
 
 class Health(Base, kw_only=True):
-    """``GET /health``: ``status`` always; the details only with a valid key (or auth off)."""
+    """``GET /health``: ``status`` always; ``loaded`` and ``revisions`` (what Laya's remote
+    client reads) with a client key; every detail with an admin key, or when no key of either
+    kind is configured."""
 
     status: Literal["ok"] = "ok"
     demo: bool | None = None
@@ -266,6 +275,41 @@ class Health(Base, kw_only=True):
     tiers: dict[str, dict[str, Any]] | None = None  # each engine's own health, and its breaker
     decision_log: dict[str, Any] | None = None  # the writer's counts and last failure, if on
     config: dict[str, Any] | None = None  # the hashes serving and the last reload (ConfigState)
+
+
+class TierUsage(Base, kw_only=True):
+    """One tier's share of a tenant's usage: ``requests`` it ran for (a batch counts its
+    states), ``questions`` whose returned answer was its, the ``input_tokens`` it read and their
+    ``cost`` (``[cost]``: price per 1000 input tokens, ``cascade eval``'s units)."""
+
+    requests: int
+    questions: int
+    input_tokens: int
+    cost: float
+
+
+class UsageFigures(Base, kw_only=True):
+    """A tenant's usage over one UTC day (``date``, YYYY-MM-DD) or, without ``date``, over every
+    retained day: ``requests`` decided, and the tiers' figures summed and by tier."""
+
+    date: str | None = None
+    requests: int
+    questions: int
+    input_tokens: int
+    cost: float
+    tiers: dict[str, TierUsage]
+
+
+class UsageReport(Base, kw_only=True):
+    """``GET /v1/usage``: the caller's own tenant's usage as this replica counted it since
+    ``since`` (its start, or the oldest retained day), oldest day first."""
+
+    tenant: str
+    scope: Literal["replica"]
+    retained_days: int
+    since: str  # ISO 8601, UTC
+    days: list[UsageFigures]
+    total: UsageFigures
 
 
 class Readiness(Base, kw_only=True):
@@ -353,9 +397,8 @@ FeedbackLabel = str | bool | int
 class FeedbackRequest(Base, kw_only=True):
     """``POST /v1/feedback``: what the answers of an earlier request should have been."""
 
-    request_id: Annotated[str, Meta(min_length=1, max_length=128)]  # its x-request-id
-    labels: Annotated[dict[Name, FeedbackLabel],
-                      Meta(min_length=1, max_length=LIMITS.max_questions)]
+    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS)]  # x-request-id
+    labels: Annotated[dict[Name, FeedbackLabel], Meta(min_length=1, max_length=MAX_ASKED)]
 
 
 class FeedbackResponse(Base, kw_only=True):
@@ -370,9 +413,8 @@ class FeedbackResponse(Base, kw_only=True):
 class FeedbackEnvelope(Base, kw_only=True):
     """``FeedbackRequest`` with its labels still undecoded (a wrong one's ``loc`` names it)."""
 
-    request_id: Annotated[str, Meta(min_length=1, max_length=128)]
-    labels: Annotated[dict[Name, msgspec.Raw],
-                      Meta(min_length=1, max_length=LIMITS.max_questions)]
+    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS)]
+    labels: Annotated[dict[Name, msgspec.Raw], Meta(min_length=1, max_length=MAX_ASKED)]
 
 
 feedback_decoder = msgspec.json.Decoder(FeedbackEnvelope)

@@ -61,8 +61,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # line (# comments); cascade.tenants.files reads both.
     api_keys: tuple[str, ...] = ()
     api_keys_file: str | None = None
-    # With keys configured, /metrics and /docs need one too, unless made public here (for a
-    # Prometheus without credentials, or a public API reference).
+    # With keys configured, /metrics needs an admin key and /docs a client key, unless made
+    # public here (for a Prometheus without credentials, or a public API reference).
     public_metrics: bool = False
     public_docs: bool = False
     # Admission: requests in flight before new ones get 503 + Retry-After.

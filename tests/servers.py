@@ -134,12 +134,14 @@ def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 
 
 @contextlib.contextmanager
-def run_redis(*, timeout_s: float = 20.0) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Debian's ``redis-server`` on a free loopback port, no persistence; yield its URL and
-    process (tests pause it with SIGSTOP). Always stopped (and resumed first) on exit."""
+def run_redis(*, timeout_s: float = 20.0,
+              port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Debian's ``redis-server`` on a free loopback port (or ``port``: a restart), no
+    persistence; yield its URL and process (tests pause it with SIGSTOP). Always stopped (and
+    resumed first) on exit."""
     import signal
 
-    port = free_port()
+    port = port or free_port()
     cmd = [require_tool("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
            "--save", "", "--appendonly", "no", "--loglevel", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -4,13 +4,15 @@ The gateway hands each tier call of a request to its ``Lookup`` with the functio
 calls the tier. The flow's decisions stay the flow's: the cache only answers tier calls, with
 the bytes the tier gave for the same key (``cascade.cache.keys``), so the response built from a
 cached answer is the response built from a fresh one (its ``timings_s`` measure this request:
-the time it spent on each tier call, cached or not).
+the time it spent on each tier call, cached or not; its usage says which tokens were cached).
 
 A tier that answers each question alone is looked up per question: a call whose questions are
 partly cached sends the tier only the others. A joint tier's call is one entry. Misses already
 being computed by another request are awaited, not recomputed (``cascade.cache.flight``).
-``cache-control: no-cache`` on a request skips the lookups and stores the fresh answers;
-``no-store`` skips both. Nothing fails because of the cache: values it cannot read are misses.
+``cache-control: no-cache`` (or ``max-age=0``) on a request skips the lookups and stores the
+fresh answers; ``no-store`` skips both. Nothing fails because of the cache: values it cannot
+read are misses. An answer says how many of its input tokens came from the cache
+(``EngineUsage.cached_tokens``): what the tenant is charged at ``[cache] charge_cached``.
 """
 
 from __future__ import annotations
@@ -42,11 +44,18 @@ _VERSIONS = 4  # policy versions whose hashes are kept (a reload makes a new one
 
 
 def cache_control(header: str) -> CacheControl:
-    """A request's ``Cache-Control`` header as the cache reads it."""
-    directives = {part.strip().split("=")[0].lower() for part in header.split(",")}
+    """A request's ``Cache-Control`` header as the cache reads it; ``max-age=0`` is
+    ``no-cache`` (RFC 9111 5.2.1.1: no stored answer is fresh enough)."""
+    directives = {}
+    for part in header.split(","):
+        name, _, value = part.partition("=")
+        directives[name.strip().lower()] = value.strip().strip('"')
     if "no-store" in directives:
         return "no-store"
-    return "no-cache" if "no-cache" in directives else "use"
+    max_age = directives.get("max-age", "")
+    if "no-cache" in directives or (max_age.isdigit() and int(max_age) == 0):
+        return "no-cache"
+    return "use"
 
 
 def combined(outcomes: list[str]) -> str:
@@ -158,8 +167,9 @@ class Lookup:
         missing = {ids: key for ids, key in keys.items() if key not in values}
         self._count(tier, 1 if each else len(call.questions), len(keys) - len(missing),
                     len(missing))
+        stored = set(values)  # found in the cache: its tokens are the answer's cached_tokens
         if not missing:
-            return await self._assembled(call, each, keys, values, compute)
+            return await self._assembled(call, each, keys, values, compute, stored)
         led, waiting = flights.claim(missing.values())
         if waiting:
             metrics.CACHE_COALESCED.labels(tier=tier).inc(len(waiting))
@@ -185,20 +195,23 @@ class Lookup:
                 values[key] = got
             elif not isinstance(got, Abandoned):
                 raise got  # the identical call in flight failed: so would this one
-        return await self._assembled(call, each, keys, values, compute)
+        return await self._assembled(call, each, keys, values, compute, stored)
 
     async def _assembled(self, call: EngineCall, each: bool, keys: Mapping[str, str],
-                         values: Mapping[str, bytes], compute: Compute) -> EngineAnswer:
-        """The answer from cached values; what is still missing (its leader went away) or
-        cannot be joined is computed now, whole."""
+                         values: Mapping[str, bytes], compute: Compute,
+                         stored: set[str]) -> EngineAnswer:
+        """The answer from cached values, its ``cached_tokens`` those of the ``stored`` ones;
+        what is still missing (its leader went away) or cannot be joined is computed now,
+        whole."""
         if all(key in values for key in keys.values()):
             if each:
                 found = {qid: parts.decode_part(values[key]) for qid, key in keys.items()}
                 complete = {qid: part for qid, part in found.items() if part is not None}
                 if len(complete) == len(found) and (joined := parts.join(call, complete)):
-                    return joined
+                    return _cached(joined, sum(part.row_tokens for qid, part in complete.items()
+                                               if keys[qid] in stored))
             elif (whole := parts.decode_answer(values[keys[_JOINT]])) is not None:
-                return whole
+                return _cached(whole, whole.usage.input_tokens if keys[_JOINT] in stored else 0)
         return await compute(call)
 
     def _count(self, tier: str, weight: int, hits: int, misses: int) -> None:
@@ -209,6 +222,12 @@ class Lookup:
         metrics.CACHE_MISSES.labels(tier=tier).inc(misses)
         if hits and misses:
             metrics.CACHE_PARTIAL.labels(tier=tier).inc()
+
+
+def _cached(answer: EngineAnswer, tokens: int) -> EngineAnswer:
+    """``answer`` with ``tokens`` of its input counted as answered from the cache."""
+    usage = msgspec.structs.replace(answer.usage, cached_tokens=tokens)
+    return msgspec.structs.replace(answer, usage=usage)
 
 
 def _subcall(call: EngineCall, each: bool, qids: list[str]) -> EngineCall:

@@ -212,9 +212,11 @@ def control_flags(parser: argparse.ArgumentParser) -> None:
                         help="how often /metrics is read for the thresholds (2)")
     parser.add_argument("--reloads", type=int, default=0, metavar="N",
                         help="POST /admin/reload N times, evenly over the run (0)")
-    parser.add_argument("--admin-key", help="admin key for --reloads (needed with --url; a "
-                        "demo of its own is started with a fresh one)")
-    parser.add_argument("--key", help="API key for /v1/systemone, /v1/feedback and /metrics")
+    parser.add_argument("--admin-key", help="admin key for --reloads and /metrics (needed "
+                        "with --url when the gateway has one; a demo of its own is started "
+                        "with a fresh one)")
+    parser.add_argument("--key", help="API key for /v1/systemone and /v1/feedback (and "
+                        "/metrics without --admin-key)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the mix and the labels (0)")
     parser.add_argument("--timeout", type=float, default=30.0, help="client timeout, s (30)")
     parser.add_argument("--plot", type=Path, default=Path("bench-control.png"), metavar="PNG",

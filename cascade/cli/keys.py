@@ -5,8 +5,6 @@ stdout and writes only its hash; ``list`` never shows a key."""
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,31 +31,14 @@ def register(groups: dict[str, Any]) -> None:
 
 def add_command(args: argparse.Namespace) -> int:
     from cascade.tenants.editing import with_key
-    from cascade.tenants.files import read_text
     from cascade.tenants.keys import hashed, new_key
+    from cascade.tenants.rewrite import edit
 
     path: Path = args.file
     key = new_key()
-    text = read_text(str(path)) if path.exists() else ""
-    out = with_key(text, str(path), args.name, hashed(key))
-    _write(path, out)
+    edit(path, lambda text: with_key(text, str(path), args.name, hashed(key)))
     print(key)
     return 0
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace ``path`` at once (a reader sees the old file or the new one), keeping its mode;
-    a new file is 0600 (it lists who may call the gateway)."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def list_command(args: argparse.Namespace) -> int:

@@ -84,7 +84,7 @@ from cascade.schema import (
     ScoreAnswer,
 )
 
-MAX_QUESTIONS = 400
+MAX_QUESTIONS = LIMITS.max_decision_questions
 MIN_CHOICES = 2
 Loc = list[str | int]
 
@@ -334,7 +334,8 @@ def decision(asked: Sequence[Asked], outcome: Outcome) -> Decision:
     tokens = response.usage.input_tokens
     usage = DecisionUsage(
         input_tokens=tokens, output_tokens=0, total_tokens=tokens,
-        input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
+        input_tokens_details=InputTokensDetails(cached_tokens=outcome.cached_tokens,
+                                                cache_write_tokens=0),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
     )
     x_cascade: dict[str, Any] | None = None

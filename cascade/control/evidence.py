@@ -21,7 +21,10 @@ class Labelled(msgspec.Struct, frozen=True, kw_only=True):
     """The cheap tier's answer to one question, judged.
 
     ``confidence`` is what the gate read (max p, the calibration's temperature applied);
-    ``correct`` whether the cheap tier's top answer matches the label.
+    ``correct`` whether the cheap tier's top answer matches the label. ``tenant``: who gave
+    the label ("": no tenant named: auth off, an unnamed key, the strong tier's shadow answer).
+    ``asked``: which asked question it judges (a feedback label: its decision-log row), so a
+    relabel replaces its earlier judgement; None: an answer judged once (a shadow answer).
     """
 
     type: QuestionType
@@ -30,6 +33,8 @@ class Labelled(msgspec.Struct, frozen=True, kw_only=True):
     correct: bool
     source: Literal["feedback", "shadow"]
     ts: float  # wall-clock seconds of the request (time.time())
+    tenant: str = ""
+    asked: str | None = None
 
 
 class Learner(Protocol):

@@ -26,12 +26,14 @@ Source = Literal["feedback", "shadow"]
 
 class Logged(msgspec.Struct, frozen=True, kw_only=True):
     """One logged question, labelled: the question, the cheap tier's probabilities (None: it
-    did not answer it), the label, and the request's time."""
+    did not answer it), the label, the request's time, and the question's row in the log
+    (``decisions.id``: which asked question it is)."""
 
     question: Question
     cheap: list[float] | None
     label: FeedbackLabel
     ts: float
+    decision: int
 
 
 class LabelOutcome(msgspec.Struct, kw_only=True):
@@ -60,9 +62,17 @@ def label_problem(question: Question, label: object) -> str | None:
     return f"a choice label is one of its options: {shown}"
 
 
+def asked_key(decision: int, ts: float) -> str:
+    """``Labelled.asked`` of a logged question: its row and its request's time (row ids start
+    again in a rotated log's new file)."""
+    return f"{decision}@{ts!r}"
+
+
 def judged(policy: Policy, question: Question, cheap: Sequence[float] | None,
-           truth: FeedbackLabel, source: Source, ts: float) -> Labelled | None:
-    """The cheap answer ``cheap`` judged by the label ``truth`` (None: no cheap answer)."""
+           truth: FeedbackLabel, source: Source, ts: float, *, tenant: str = "",
+           asked: str | None = None) -> Labelled | None:
+    """The cheap answer ``cheap`` judged by the label ``truth`` (None: no cheap answer), given
+    by ``tenant``, of the asked question ``asked`` (``Labelled``)."""
     if cheap is None:
         return None
     result = QuestionResult(type=question.type, probabilities=list(cheap))
@@ -70,4 +80,5 @@ def judged(policy: Policy, question: Question, cheap: Sequence[float] | None,
     top = label_index(question, answer_label(question, cheap))
     return Labelled(type=question.type, band=option_band(n_options(question)),
                     confidence=max(gate_view(policy, result).probabilities),
-                    correct=right is not None and top == right, source=source, ts=ts)
+                    correct=right is not None and top == right, source=source, ts=ts,
+                    tenant=tenant, asked=asked)

@@ -13,11 +13,20 @@ pool) gets no fit and keeps its configured threshold.
 The labels say nothing about confidences below the least confident one judged (shadow rows
 exist only for answers the gate kept), so a fit never goes below it: where every label is
 kept, the threshold is the lowest confidence judged, not 0.
+
+One judged answer per asked question: a label of a question already labelled (``Labelled.asked``)
+replaces the earlier one, never adds to it, so relabelling moves nothing but that answer's own
+verdict. And no tenant outweighs the others: a cell's evidence keeps of each named tenant's
+labels at most ``max_tenant_share`` of the labels it keeps (``capped``: the tenant's most
+recent; labels without a tenant, keyless or the strong tier's, are never dropped): under a
+share of 1, one tenant's labels alone, however many, move no threshold.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import itertools
+import math
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -41,18 +50,48 @@ class Fitted:
     sources: str  # "feedback", "shadow" or "feedback+shadow"
 
 
+def capped(members: Sequence[Labelled], share: float) -> list[Labelled]:
+    """``members`` (oldest first) less the oldest labels of each named tenant beyond ``share``
+    of those kept: the largest such set (labels without a tenant all kept), in order."""
+    counts = Counter(m.tenant for m in members if m.tenant)
+    free = len(members) - sum(counts.values())
+    total = len(members)
+    while True:  # the kept total only falls, so this ends (at most len(members) rounds)
+        each = math.floor(share * total + 1e-9)
+        kept = free + sum(min(n, each) for n in counts.values())
+        if kept == total:
+            break
+        total = kept
+    left = {tenant: min(n, each) for tenant, n in counts.items()}
+    out = []
+    for member in reversed(members):  # a tenant's most recent labels first
+        if member.tenant and left[member.tenant] == 0:
+            continue
+        if member.tenant:
+            left[member.tenant] -= 1
+        out.append(member)
+    return out[::-1]
+
+
 @dataclass
 class Refit:
     control: Control
-    _labels: dict[Cell, deque[Labelled]] = field(default_factory=dict)
+    # per cell, its labels by asked question (oldest first; an answer judged once by a number)
+    _labels: dict[Cell, OrderedDict[str | int, Labelled]] = field(default_factory=dict)
+    _once: itertools.count[int] = field(default_factory=itertools.count)
 
     def observe(self, answers: Sequence[Labelled]) -> None:
-        """Keep the labels the policy's ``teacher`` counts."""
+        """Keep the labels the policy's ``teacher`` counts; a label of a question already
+        labelled replaces the earlier one (and counts as the most recent)."""
         shadow = self.control.teacher == "feedback+shadow"
         for answer in answers:
             if answer.source == "feedback" or shadow:
-                cell = (answer.type, answer.band)
-                self._labels.setdefault(cell, deque(maxlen=LABELS)).append(answer)
+                labels = self._labels.setdefault((answer.type, answer.band), OrderedDict())
+                key = next(self._once) if answer.asked is None else answer.asked
+                labels.pop(key, None)
+                labels[key] = answer
+                if len(labels) > LABELS:
+                    labels.popitem(last=False)
 
     def forget(self) -> None:
         """Drop every label (read on temperatures no longer in force)."""
@@ -68,12 +107,14 @@ class Refit:
         def enough(members: Sequence[Labelled]) -> bool:
             return len(members) >= control.min_labels
 
+        cells = {cell: capped(list(labels.values()), control.max_tenant_share)
+                 for cell, labels in self._labels.items()}
         out = []
         for cell in ALL_CELLS:
             target = control.target(cell[0])
             if target is None:
                 continue
-            members, pooled = pool_of(self._labels, cell, enough,
+            members, pooled = pool_of(cells, cell, enough,
                                       across_bands=control.pool == "all")
             if not enough(members) or (pooled and control.pool == "none"):
                 continue

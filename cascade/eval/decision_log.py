@@ -44,23 +44,28 @@ The tables (agreed with ``cascade distill --from-log``; read them through ``read
            request_id TEXT, question_id TEXT,
            label TEXT,            -- JSON: the choice key, true/false (noul), the level (score)
            ts REAL, source TEXT,  -- when it was given (the latest), by what ("feedback")
-           count INTEGER)         -- how many times it was given: the latest label wins
+           count INTEGER,         -- how many times it was given: the latest label wins
+           tenant TEXT)           -- who gave the latest (the key's tenant name; "": none)
 
 Schema versions (``PRAGMA user_version``): 0, files written before the ``states`` table, kept the
-state text in every row; 2 added ``states``; ``SCHEMA_VERSION`` (3) is the layout above.
-``read_rows`` reads every one of them (an older file's rows have no tenant, no token shares and
-no labels). The writer never mixes layouts in one file: it rotates a file of another version
+state text in every row; 2 added ``states``; 3 rows' tenants, token shares and ``labels``;
+``SCHEMA_VERSION`` (4) is the layout above (``labels.tenant``). ``read_rows`` reads every one
+of them (an older file's rows have no tenant, no token shares and no labels; a label of schema 3
+has tenant ""). The writer never mixes layouts in one file: it migrates a file of schema 3 in
+place (one ``ALTER TABLE``, its labels keep tenant "") and rotates a file of any other version
 aside when it opens it (labels then go to requests of the new file only).
 
+A request is known by its tenant and its id: two tenants' requests with the same id never meet.
 ``label`` (``POST /v1/feedback``) goes through the writer's queue, behind the rows queued before
 it, so a request answered before its feedback is always found. It labels the latest row of each
-question with that request id (as shadow answers do); a question labelled again keeps the latest
-label and counts the times.
+question with that tenant and request id (as shadow answers do); a question labelled again keeps
+the latest label and counts the times. Another tenant's request is not found, exactly as an id
+never seen (one query, the same for both).
 
 ``shadow = 1``: the strong answer came from shadow sampling (a random sample of cheap-final
 requests; the client got the cheap answer). It is filled in by an UPDATE of the request's rows
-(the latest rows with that request id) when the shadow answer arrives; a shadow call that
-fails or is skipped leaves ``shadow = 0`` and ``strong`` NULL.
+(the latest rows with that tenant and request id) when the shadow answer arrives; a shadow call
+that fails or is skipped leaves ``shadow = 0`` and ``strong`` NULL.
 """
 
 from __future__ import annotations
@@ -90,7 +95,7 @@ log = logging.getLogger(__name__)
 
 StateMode = Literal["text", "hash", "none"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY,
@@ -104,9 +109,16 @@ CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
 CREATE TABLE IF NOT EXISTS states (key TEXT PRIMARY KEY, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS labels (
     decision INTEGER PRIMARY KEY, request_id TEXT, question_id TEXT, label TEXT NOT NULL,
-    ts REAL, source TEXT, count INTEGER
+    ts REAL, source TEXT, count INTEGER, tenant TEXT NOT NULL DEFAULT ''
 );
 PRAGMA user_version = {SCHEMA_VERSION};
+"""
+# A file of schema 3 becomes one of schema 4 in place: its labels were given by no one named.
+MIGRATE_3 = f"""
+BEGIN;
+ALTER TABLE labels ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+PRAGMA user_version = {SCHEMA_VERSION};
+COMMIT;
 """
 COLUMNS = (
     "request_id", "ts", "model", "policy_hash", "checkpoints", "question_id", "type", "band",
@@ -120,12 +132,13 @@ INSERT = f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' *
 INSERT_STATE = "INSERT OR IGNORE INTO states (key, state) VALUES (?, ?)"
 SHADOW_UPDATE = (
     "UPDATE decisions SET strong = ?, strong_tokens = ?, shadow = 1 WHERE id = (SELECT max(id) "
-    "FROM decisions WHERE request_id = ? AND question_id = ?)"
+    "FROM decisions WHERE request_id = ? AND tenant = ? AND question_id = ?)"
 )
 UPSERT_LABEL = (
-    "INSERT INTO labels (decision, request_id, question_id, label, ts, source, count) "
-    "VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (decision) DO UPDATE SET label = excluded.label, "
-    "ts = excluded.ts, source = excluded.source, count = count + 1"
+    "INSERT INTO labels (decision, request_id, question_id, label, ts, source, count, tenant) "
+    "VALUES (?, ?, ?, ?, ?, ?, 1, ?) ON CONFLICT (decision) DO UPDATE SET "
+    "label = excluded.label, ts = excluded.ts, source = excluded.source, count = count + 1, "
+    "tenant = excluded.tenant"
 )
 MAX_BATCH = 1024  # queue items per transaction
 COMMIT_WAIT_S = 0.25  # the longest a response waits for its rows' commit
@@ -143,12 +156,14 @@ class StrongEntry(msgspec.Struct, kw_only=True):
 
 
 class LabelEntry(msgspec.Struct, kw_only=True):
-    """A row's label (``POST /v1/feedback``): the latest given, when, by what, how many times."""
+    """A row's label (``POST /v1/feedback``): the latest given, when, by what, how many times,
+    by whom (the tenant; "" without one, and in files before schema 4)."""
 
     value: FeedbackLabel
     ts: float
     source: str
     count: int = 1
+    tenant: str = ""
 
 
 class LogRow(msgspec.Struct, kw_only=True):
@@ -234,9 +249,10 @@ def _select(version: int) -> str:
     columns = [f"d.{name}" if ADDED.get(name, (0, ""))[0] <= version
                else f"{ADDED[name][1]} AS {name}" for name in COLUMNS]
     if version >= 3:
-        return (f"SELECT d.id, {', '.join(columns)}, l.label, l.ts, l.source, l.count "
-                "FROM decisions d LEFT JOIN labels l ON l.decision = d.id")
-    return f"SELECT d.id, {', '.join(columns)}, NULL, NULL, NULL, NULL FROM decisions d"
+        labeller = "l.tenant" if version >= 4 else "''"
+        return (f"SELECT d.id, {', '.join(columns)}, l.label, l.ts, l.source, l.count, "
+                f"{labeller} FROM decisions d LEFT JOIN labels l ON l.decision = d.id")
+    return f"SELECT d.id, {', '.join(columns)}, NULL, NULL, NULL, NULL, NULL FROM decisions d"
 
 
 class _RowDecoder:
@@ -259,10 +275,10 @@ class _RowDecoder:
             raw["state"] = self.text[1]
         raw["degraded"], raw["shadow"] = bool(raw["degraded"]), bool(raw["shadow"])
         raw["tenant"] = raw["tenant"] or ""
-        label, ts, source, count = values[len(self.names):]
+        label, ts, source, count, labeller = values[len(self.names):]
         if label is not None:
             raw["label"] = {"value": msgspec.json.decode(label), "ts": ts, "source": source,
-                            "count": count}
+                            "count": count, "tenant": labeller}
         return msgspec.convert(raw, LogRow)
 
 
@@ -333,22 +349,24 @@ class DecisionLog:
                 latency_s, tenant, time.time(), done)
         return done if self._put(item) else None
 
-    def label(self, request_id: str, labels: Mapping[str, Any], *, source: str = "feedback"
-              ) -> concurrent.futures.Future[LabelOutcome] | None:
-        """Queue labels for the latest rows of ``request_id`` (question id -> label, the shapes
-        of ``cascade eval`` data). The future resolves once they are committed, to what was
-        found and stored (nothing when a label does not fit, or the request has no rows), or
-        fails with the write's error; None when the queue is full."""
+    def label(self, request_id: str, labels: Mapping[str, Any], *, source: str = "feedback",
+              tenant: str = "") -> concurrent.futures.Future[LabelOutcome] | None:
+        """Queue ``tenant``'s labels for the latest rows of its request ``request_id`` (question
+        id -> label, the shapes of ``cascade eval`` data). The future resolves once they are
+        committed, to what was found and stored (nothing when a label does not fit, or the
+        tenant has no request of that id), or fails with the write's error; None when the
+        queue is full."""
         done: concurrent.futures.Future[LabelOutcome] = concurrent.futures.Future()
+        item = ("label", request_id, dict(labels), source, tenant, time.time(), done)
         try:
-            self._queue.put_nowait(("label", request_id, dict(labels), source, time.time(), done))
+            self._queue.put_nowait(item)
         except queue.Full:
             return None
         return done
 
-    def shadowed(self, call: EngineCall, strong: EngineAnswer) -> None:
-        """Queue the strong tier's shadow answer for a request already recorded."""
-        self._put(("shadow", call, strong))
+    def shadowed(self, call: EngineCall, strong: EngineAnswer, *, tenant: str = "") -> None:
+        """Queue the strong tier's shadow answer for ``tenant``'s request already recorded."""
+        self._put(("shadow", call, strong, tenant))
 
     def _put(self, item: tuple[Any, ...]) -> bool:
         try:
@@ -385,14 +403,18 @@ class DecisionLog:
         return conn
 
     def _open(self) -> sqlite3.Connection:
-        """Connect; a fresh file gets the schema, a file of another schema version is rotated
-        aside (one file, one layout). Writes nothing to a file already set up, so reopening
-        works on a full disk."""
+        """Connect; a fresh file gets the schema, a file of schema 3 is migrated, a file of
+        another schema version is rotated aside (one file, one layout). Writes nothing to a file
+        already set up, so reopening works on a full disk."""
         conn = self._connect()
         try:
             (version,) = conn.execute("PRAGMA user_version").fetchone()
             (tables,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            if tables and version != SCHEMA_VERSION:
+            if tables and version == 3:
+                log.info("decision log: %s has schema 3; migrating it to %d", self.path,
+                         SCHEMA_VERSION)
+                conn.executescript(MIGRATE_3)
+            elif tables and version != SCHEMA_VERSION:
                 log.info("decision log: %s has schema %d, not %d; rotating it aside",
                          self.path, version, SCHEMA_VERSION)
                 if not self._set_aside(conn):
@@ -516,10 +538,11 @@ class DecisionLog:
             ))
         return rows, stored
 
-    def _shadow_rows(self, call: EngineCall, strong: EngineAnswer) -> list[tuple[Any, ...]]:
+    def _shadow_rows(self, call: EngineCall, strong: EngineAnswer,
+                     tenant: str) -> list[tuple[Any, ...]]:
         return [
             (_json(StrongEntry(tier=self.strong or "", probabilities=result.probabilities)),
-             _share(strong, qid), call.request_id, qid)
+             _share(strong, qid), call.request_id, tenant, qid)
             for qid, result in strong.results.items()
         ]
 
@@ -577,14 +600,15 @@ def _share(answer: EngineAnswer | None, qid: str) -> float | None:
 
 
 def _store_labels(conn: sqlite3.Connection, request_id: str, labels: dict[str, Any],
-                  source: str, ts: float) -> LabelOutcome:
-    """Label the latest row of each question of ``request_id`` (inside the writer's
-    transaction): all of them, or none when one does not fit."""
-    latest = ("WHERE d.id IN (SELECT max(id) FROM decisions WHERE request_id = ? "
+                  source: str, tenant: str, ts: float) -> LabelOutcome:
+    """Label the latest row of each question of ``tenant``'s request ``request_id`` (inside
+    the writer's transaction): all of them, or none when one does not fit. Nothing of another
+    tenant's request is read: it is not found, as an id never seen."""
+    latest = ("WHERE d.id IN (SELECT max(id) FROM decisions WHERE request_id = ? AND tenant = ? "
               "GROUP BY question_id) ORDER BY d.id")
     decode = _RowDecoder(conn, SCHEMA_VERSION)
     rows = {row.question_id: row for row in map(
-        decode, conn.execute(f"{_select(SCHEMA_VERSION)} {latest}", (request_id,)))}
+        decode, conn.execute(f"{_select(SCHEMA_VERSION)} {latest}", (request_id, tenant)))}
     if not rows:
         return LabelOutcome(found=False)
     outcome = LabelOutcome(found=True, unknown=[q for q in labels if q not in rows])
@@ -596,9 +620,9 @@ def _store_labels(conn: sqlite3.Connection, request_id: str, labels: dict[str, A
         return outcome
     for qid, value in labels.items():
         row = rows[qid]
-        conn.execute(UPSERT_LABEL, (row.id, request_id, qid, _json(value), ts, source))
+        conn.execute(UPSERT_LABEL, (row.id, request_id, qid, _json(value), ts, source, tenant))
         if row.label is not None:
             outcome.relabelled.append(qid)
         outcome.labelled.append(Logged(question=questions[qid], label=value, ts=row.ts, cheap=(
-            None if row.cheap is None else row.cheap.probabilities)))
+            None if row.cheap is None else row.cheap.probabilities), decision=row.id))
     return outcome

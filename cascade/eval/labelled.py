@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from cascade.control.evidence import Labelled
-from cascade.control.labels import Source, judged
+from cascade.control.labels import Source, asked_key, judged
 from cascade.eval.decision_log import LogRow, read_rows
 from cascade.policy.model import Policy
 from cascade.questions import answer_label
@@ -31,12 +31,12 @@ def row_evidence(policy: Policy, row: LogRow, source: Source) -> Labelled | None
         return None
     question = msgspec.convert(row.question, Question)
     if source == "feedback" and row.label is not None:
-        truth = row.label.value
-    elif source == "shadow" and row.shadow and row.strong is not None:
+        return judged(policy, question, row.cheap.probabilities, row.label.value, source,
+                      row.ts, tenant=row.label.tenant, asked=asked_key(row.id, row.ts))
+    if source == "shadow" and row.shadow and row.strong is not None:
         truth = answer_label(question, row.strong.probabilities)
-    else:
-        return None
-    return judged(policy, question, row.cheap.probabilities, truth, source, row.ts)
+        return judged(policy, question, row.cheap.probabilities, truth, source, row.ts)
+    return None
 
 
 def evidence(policy: Policy, rows: Iterable[LogRow],

@@ -6,6 +6,11 @@ no or a wrong key is 401, and with no admin key configured every admin route ans
 routes are off; client auth being off does not open them). They are left out of the public
 OpenAPI document (README, "Live control"). A new admin route goes into ``ROUTES``
 (``admin_router`` wires them into each app).
+
+The operator's views of the front door, ``/metrics`` and ``/health``'s details (every tenant's
+spend, checkpoint paths, policy hashes, reload errors), take the same admin key
+(``operator_view``, ``require_operator``); with no key of either kind configured (auth off)
+they are open, as everything is.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ def _holds(connection: ASGIConnection, keys: frozenset[str]) -> bool:
     return bool(sent) and any(hmac.compare_digest(sent, key.encode()) for key in keys)
 
 
+def _is_client(connection: ASGIConnection) -> bool:
+    tenants = connection.app.state.tenants
+    return bool(tenants.enabled and tenants.find(bearer(connection)) is not None)
+
+
 def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """The guard of every admin route (see the module docstring)."""
     state = connection.app.state
@@ -39,9 +49,30 @@ def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
                         "CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)")
     if _holds(connection, state.admin_keys):
         return
-    if state.tenants.enabled and state.tenants.find(bearer(connection)) is not None:
+    if _is_client(connection):
         raise Forbidden("a client API key cannot use the admin routes; send an admin key")
     raise Unauthorized("missing or invalid admin key (send Authorization: Bearer <admin key>)")
+
+
+def operator_view(connection: ASGIConnection) -> bool:
+    """Whether the request may read the operator's views: it holds an admin key, or no key of
+    either kind is configured."""
+    state = connection.app.state
+    if not state.admin_keys:
+        return not state.tenants.enabled
+    return _holds(connection, state.admin_keys)
+
+
+def require_operator(connection: ASGIConnection, what: str) -> None:
+    """``operator_view``, else 403 for a client key and 401 for no or a wrong key; the message
+    says how to configure an admin key when none is."""
+    if operator_view(connection):
+        return
+    how = "" if connection.app.state.admin_keys else (
+        " (none is configured: set CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)")
+    if _is_client(connection):
+        raise Forbidden(f"{what} needs an admin key, not a client API key{how}")
+    raise Unauthorized(f"{what} needs an admin key (send Authorization: Bearer <admin key>){how}")
 
 
 @post("/reload", status_code=200)

@@ -39,8 +39,8 @@ from cascade.errors import (
     ValidationFailed,
 )
 from cascade.gateway import Gateway
-from cascade.http import feedback, status, tenancy
-from cascade.http.admin import admin_router
+from cascade.http import feedback, status, tenancy, usage
+from cascade.http.admin import admin_router, operator_view, require_operator
 from cascade.http.drain import Drain
 from cascade.http.errors import decisions_status, retry_after_header, status_of
 from cascade.http.gauges import registry_of
@@ -351,13 +351,17 @@ async def models(request: Request) -> Response[bytes]:
     return _json(ModelList(models=status.model_cards(request.app.state.gateway)))
 
 
-@get("/health", summary="Liveness; details with a valid key or when auth is off",
+@get("/health", summary="Liveness; the loaded checkpoints with a client key; every detail with "
+     "an admin key (or with no key configured)",
      operation_class=operation(None, Health, {}), security=KEY_OPTIONAL)
 async def health(request: Request) -> Response[bytes]:
-    if request.app.state.tenants.enabled and not tenancy.authorized(request):
-        return _json({"status": "ok"})
-    return _json({"status": "ok", **status.health(request.app.state.gateway),
-                  "config": request.app.state.reloader.config()})
+    state = request.app.state
+    if operator_view(request):
+        return _json({"status": "ok", **status.health(state.gateway),
+                      "config": state.reloader.config()})
+    if tenancy.authorized(request):  # a client key (or client auth off): what Laya's client reads
+        return _json({"status": "ok", **status.client_health(state.gateway)})
+    return _json({"status": "ok"})
 
 
 @get("/ready", summary="200 while the cheap tier (or the only tier) can serve; 503 before "
@@ -375,7 +379,7 @@ async def ready(request: Request) -> Response[bytes]:
 @get("/metrics", summary="Prometheus metrics", include_in_schema=False)
 async def prometheus_metrics(request: Request) -> Response[bytes]:
     if not request.app.state.settings.public_metrics:
-        require_auth(request)
+        require_operator(request, "/metrics")
     # the process's metrics, then this app's gateway gauges (read now)
     content = generate_latest() + generate_latest(request.app.state.gauges)
     return Response(content=content, media_type=CONTENT_TYPE_LATEST)
@@ -419,7 +423,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
 
     app = Litestar(
         route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
-                        prometheus_metrics, feedback.route(_guarded), admin_router()],
+                        prometheus_metrics, feedback.route(_guarded), usage.route, admin_router()],
         lifespan=[lifespan],
         before_send=[echo_request_id, tenancy.rate_headers],
         exception_handlers={

@@ -2,20 +2,25 @@
 
 ``{"request_id": ..., "labels": {question id: label}}``, labels in the shapes of ``cascade eval``
 data (a choice key, ``true``/``false`` for a noul, the level index for a score), authenticated
-like ``/v1/systemone``. The labels are stored beside the request's rows in the decision log
-(``DecisionLog.label``, through the writer's queue: rows queued before the call are found, and
-the answer goes out once the labels are committed). All the call's labels are stored, or none:
+and limited like ``/v1/systemone`` (a call counts against the tenant's ``requests_per_min``),
+at most as many labels as a request may ask questions (``cascade.schema.MAX_ASKED``). The
+labels are stored beside the rows of the tenant's own request in the decision log
+(``DecisionLog.label``, looked up by tenant and request id, through the writer's queue: rows
+queued before the call are found, and the answer goes out once the labels are committed). All
+the call's labels are stored, or none:
 
 - 409 ``conflict_error``: the gateway runs without a decision log;
-- 404 ``not_found_error``: the live log file has no rows of that request id (never logged,
-  dropped, or rotated out);
+- 404 ``not_found_error``: the live log file has no rows of that request id for this tenant
+  (never logged, dropped, rotated out, or another tenant's: the same answer, the same query);
 - 422 (``detail[].loc`` = ``["body", "labels", QUESTION]``): a label that does not fit its
-  question, or a question id the request did not ask; the body's own shape errors as elsewhere;
+  question, or a question id the request did not ask (checked against the tenant's own request
+  only); the body's own shape errors as elsewhere;
 - 503 + Retry-After: the log did not commit the labels within ``FEEDBACK_WAIT_S`` (they may
   still be stored later: a retry stores them again, the latest wins) or failed to write them.
 
 A question labelled again keeps the latest label (``relabelled`` in the answer, counted). The
-labels of cheap answers go, judged, to ``app.state.learner`` when one is set (the live refit).
+labels of cheap answers go, judged, to ``app.state.learner`` when one is set (the live refit),
+each naming its tenant and its asked question (a relabel replaces its judgement there).
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ from litestar.handlers import HTTPRouteHandler
 
 from cascade import metrics
 from cascade.control.evidence import Learner
-from cascade.control.labels import LabelOutcome, judged
+from cascade.control.labels import LabelOutcome, asked_key, judged
 from cascade.errors import Conflict, NotFound, Overloaded, ValidationFailed
 from cascade.http.openapi import AUTH_ERRORS, AUTHENTICATED, operation
+from cascade.http.tenancy import TENANT
 from cascade.policy.model import Policy
 from cascade.request.validation import decode_at
 from cascade.schema import (
@@ -46,13 +52,14 @@ from cascade.schema import (
     feedback_decoder,
     label_decoder,
 )
+from cascade.tenants.model import Tenant
 
 log = logging.getLogger("cascade")
 ROUTE = "/v1/feedback"
 FEEDBACK_WAIT_S = 5.0  # the longest a call waits for the log to store its labels
 ERRORS = {
     **AUTH_ERRORS,
-    "404": ("No rows of that request id in the decision log", ErrorBody),
+    "404": ("No rows of that request id (of this tenant) in the decision log", ErrorBody),
     "409": ("The decision log is off: feedback needs it", ErrorBody),
     "422": ("A label that does not fit its question, a question the request did not ask, or "
             "a malformed body", ValidationErrorBody),
@@ -69,7 +76,8 @@ class LabelStore(Protocol):
     ``decisions``): the future resolves once they are committed; None when the store is full."""
 
     def label(self, request_id: str, labels: Mapping[str, FeedbackLabel], *,
-              source: str = "feedback") -> concurrent.futures.Future[LabelOutcome] | None: ...
+              source: str = "feedback", tenant: str = ""
+              ) -> concurrent.futures.Future[LabelOutcome] | None: ...
 
 
 def route(guarded: Guarded) -> HTTPRouteHandler:
@@ -85,8 +93,10 @@ def route(guarded: Guarded) -> HTTPRouteHandler:
 
         async def work(body: bytes, parts: dict[str, Any]) -> tuple[Response[bytes], str]:
             asked = _asked(body, parts)
-            outcome = await _store(request.app.state.gateway.decisions, asked)
-            _learn(request.app.state.learner, request.app.state.gateway.policy, outcome)
+            tenant: Tenant = request.scope[TENANT]  # type: ignore[literal-required]
+            outcome = await _store(request.app.state.gateway.decisions, asked, tenant.name)
+            _learn(request.app.state.learner, request.app.state.gateway.policy, outcome,
+                   tenant.name)
             relabelled = len(outcome.relabelled)
             metrics.FEEDBACK.labels(outcome="stored").inc(len(outcome.labelled) - relabelled)
             metrics.FEEDBACK.labels(outcome="relabelled").inc(relabelled)
@@ -113,14 +123,14 @@ def _asked(body: bytes, parts: dict[str, Any]) -> FeedbackRequest:
     return FeedbackRequest(request_id=env.request_id, labels=labels)
 
 
-async def _store(sink: object, asked: FeedbackRequest) -> LabelOutcome:
-    """The labels stored by the decision log, or the call's refusal (counted)."""
+async def _store(sink: object, asked: FeedbackRequest, tenant: str) -> LabelOutcome:
+    """``tenant``'s labels stored by the decision log, or the call's refusal (counted)."""
     n = len(asked.labels)
     if not isinstance(sink, LabelStore):
         metrics.FEEDBACK.labels(outcome="log_off").inc(n)
         raise Conflict("feedback needs the decision log, and it is off (serve with "
                        "--decision-log FILE, or set [decision_log] file in the policy)")
-    done = sink.label(asked.request_id, asked.labels)
+    done = sink.label(asked.request_id, asked.labels, tenant=tenant)
     try:
         if done is None:
             raise TimeoutError("the decision log's queue is full")
@@ -148,13 +158,14 @@ async def _store(sink: object, asked: FeedbackRequest) -> LabelOutcome:
     return outcome
 
 
-def _learn(learner: Learner | None, policy: Policy, outcome: LabelOutcome) -> None:
+def _learn(learner: Learner | None, policy: Policy, outcome: LabelOutcome, tenant: str) -> None:
     """Hand the judged cheap answers to the learner; its failure never fails the call (the
     labels are stored)."""
     if learner is None:
         return
     found = [e for x in outcome.labelled
-             if (e := judged(policy, x.question, x.cheap, x.label, "feedback", x.ts)) is not None]
+             if (e := judged(policy, x.question, x.cheap, x.label, "feedback", x.ts,
+                             tenant=tenant, asked=asked_key(x.decision, x.ts))) is not None]
     if not found:
         return
     try:

@@ -51,7 +51,7 @@ from cascade.schema import (
 REF = "#/components/schemas/{name}"
 BEARER = "bearer"
 # The ``security`` of the operations that need a key when keys are configured, and of /health,
-# which answers without one (its details need one).
+# which answers without one (a client key adds the loaded checkpoints, an admin key the rest).
 AUTHENTICATED: list[SecurityRequirement] = [{BEARER: []}]
 KEY_OPTIONAL: list[SecurityRequirement] = [{}, {BEARER: []}]
 SECURITY_SCHEMES: dict[str, SecurityScheme | Reference] = {BEARER: SecurityScheme(

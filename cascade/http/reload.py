@@ -6,7 +6,8 @@ A reload reads the policy file (and the calibration file it names), ``--calibrat
 keys file and the admin keys file, off the event loop (hashing weights for the calibration's
 stamp may take a moment), one reload at a time. Any failure leaves everything as it was:
 ``ConfigRejected`` (422) with ``FILE[:LINE]: error: ...`` lines, or ``RestartNeeded`` (409) when
-a tier's definition changed (``Gateway.reconfigure``). Otherwise the gateway's ``Serving`` and
+a tier's definition changed (``Gateway.reconfigure``) or the keys file's ``[limits]`` did (the
+limits store is built at boot). Otherwise the gateway's ``Serving`` and
 the app's keys are swapped in one step on the event loop, so every request runs start to end on
 one version and none waits for a reload. Without a policy file (``--demo``, ``--upstream``,
 ``--laya``/``--clef``) the policy stays the one built at boot; the calibration and key files are
@@ -32,6 +33,7 @@ from cascade.schema import ConfigState, LastReload, ReloadReport
 from cascade.settings import Secret, Settings, SettingsError
 from cascade.tenants.files import KeysFileError, load_tenants
 from cascade.tenants.keys import Tenants
+from cascade.tenants.model import LimitsBackend
 
 log = logging.getLogger("cascade")
 Keys = frozenset[Secret]
@@ -48,6 +50,17 @@ def reloadable(state: State, settings: Settings, gateway: Gateway) -> None:
         lambda: (gateway.serving.policy_hash, gateway.serving.calibration_hash)))
 
 
+def limits_restart(old: LimitsBackend, new: LimitsBackend) -> list[str]:
+    """Why a keys file with ``new`` as its ``[limits]`` needs a restart (none when unchanged)."""
+    changed = [name for name in LimitsBackend.__struct_fields__
+               if getattr(old, name) != getattr(new, name)]
+    if not changed:
+        return []
+    return [f"restart needed: the API keys file's [limits] changes ({', '.join(changed)}; the "
+            "limits store is built at boot); a reload applies keys, tenants, their limits and "
+            "policies"]
+
+
 class Reloader:
     """Reloads ``state`` (the app's: ``tenants``, ``admin_keys``) and ``gateway`` from the files
     ``settings`` names. ``last``: the last reload's outcome, for ``/health``."""
@@ -56,6 +69,7 @@ class Reloader:
         self.state, self.settings, self.gateway = state, settings, gateway
         self.last: LastReload | None = None
         self._lock = asyncio.Lock()
+        self._waiting: asyncio.Future[ReloadReport] | None = None
 
     def config(self) -> ConfigState:
         serving = self.gateway.serving
@@ -63,25 +77,37 @@ class Reloader:
                            calibration_hash=serving.calibration_hash, last_reload=self.last)
 
     async def reload(self) -> ReloadReport:
-        """Read, check and swap (see the module docstring); raises ``ConfigRejected``."""
+        """Read, check and swap (see the module docstring); raises ``ConfigRejected``. At most
+        one reload waits while another runs: a call made meanwhile joins the waiting one, which
+        reads the files after that call was made, and gets its answer. A burst of SIGHUPs or
+        requests runs one or two reloads, not one each."""
+        if self._waiting is None:
+            self._waiting = asyncio.ensure_future(self._next())
+        return await asyncio.shield(self._waiting)  # a caller that goes away leaves it running
+
+    async def _next(self) -> ReloadReport:
         async with self._lock:
-            try:
-                policy, keys, admin = await asyncio.to_thread(self._read)
-                outcome = self._swap(policy, keys, admin)
-            except ConfigRejected as exc:
-                refused: Literal["restart_needed", "rejected"] = (
-                    "restart_needed" if isinstance(exc, RestartNeeded) else "rejected")
-                self._count(refused, exc.lines)
-                log.error("reload %s; still serving policy %s:\n  %s", refused.replace("_", " "),
-                          self.gateway.serving.policy_hash[:12], "\n  ".join(exc.lines))
-                raise
-            self._count(outcome)
-            serving = self.gateway.serving
-            log.info("reload %s: serving policy %s, calibration %s", outcome,
-                     serving.policy_hash[:12], serving.calibration_hash[:12])
-            return ReloadReport(outcome=outcome, policy_hash=serving.policy_hash,
-                                calibration_hash=serving.calibration_hash, read=self._files(),
-                                note=None if self.settings.policy else NO_POLICY_FILE)
+            self._waiting = None  # this one runs: a call from now on waits for the next
+            return await self._run()
+
+    async def _run(self) -> ReloadReport:
+        try:
+            policy, keys, admin = await asyncio.to_thread(self._read)
+            outcome = self._swap(policy, keys, admin)
+        except ConfigRejected as exc:
+            refused: Literal["restart_needed", "rejected"] = (
+                "restart_needed" if isinstance(exc, RestartNeeded) else "rejected")
+            self._count(refused, exc.lines)
+            log.error("reload %s; still serving policy %s:\n  %s", refused.replace("_", " "),
+                      self.gateway.serving.policy_hash[:12], "\n  ".join(exc.lines))
+            raise
+        self._count(outcome)
+        serving = self.gateway.serving
+        log.info("reload %s: serving policy %s, calibration %s", outcome,
+                 serving.policy_hash[:12], serving.calibration_hash[:12])
+        return ReloadReport(outcome=outcome, policy_hash=serving.policy_hash,
+                            calibration_hash=serving.calibration_hash, read=self._files(),
+                            note=None if self.settings.policy else NO_POLICY_FILE)
 
     def _read(self) -> tuple[Policy, Tenants, Keys]:
         """Every file, checked; nothing is applied here. The tenants (the client keys, their
@@ -100,6 +126,9 @@ class Reloader:
               admin: Keys) -> Literal["applied", "unchanged"]:
         """All or nothing, with no await: ``reconfigure`` refuses before it changes anything.
         The tenants' limit counters (``tenant_admission``) carry over."""
+        needed = limits_restart(self.state.tenants.backend, tenants.backend)
+        if needed:
+            raise RestartNeeded(needed)
         same_policy = policy_hash(policy) == self.gateway.serving.policy_hash
         if same_policy and (tenants, admin) == (self.state.tenants, self.state.admin_keys):
             return "unchanged"

@@ -48,6 +48,12 @@ def health(gateway: Gateway) -> dict[str, Any]:
     }
 
 
+def client_health(gateway: Gateway) -> dict[str, Any]:
+    """What a client key sees of ``health``: the names Laya's remote client reads, no paths."""
+    found = health(gateway)
+    return {"loaded": found["loaded"], "revisions": found["revisions"]}
+
+
 def describe(gateway: Gateway) -> str:
     tiers = ", ".join(f"{n}={type(e).__name__}" for n, e in gateway.engines.items())
     return f"{'DEMO (random weights) ' if gateway.demo else ''}tiers: {tiers}"

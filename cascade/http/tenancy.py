@@ -5,13 +5,14 @@ each request, the ``x-ratelimit-*`` headers, and the gateway's keywords for it.
 (``scope["cascade.tenant"]``) and checks the limits known then; ``gateway_kw`` (once the body
 is decoded) checks its questions and returns ``Gateway.decide``'s keywords (its tenant, its
 policy, its strong answers left, the request's ``Cache-Control``); ``charge`` adds
-what the answer cost, and ``reservation``'s end releases the strong answers reserved.
-``rate_headers`` (a ``before_send`` hook) puts the levels seen on every response of the
-request, errors and 429s included.
+what the answer cost (cached input tokens at ``[cache] charge_cached``), and ``reservation``'s
+end releases the strong answers reserved. ``rate_headers`` (a ``before_send`` hook) puts the
+levels seen on every response of the request, errors and 429s included.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -59,7 +60,8 @@ def admission_for(backend: LimitsBackend) -> TenantAdmission:
         from cascade.tenants.redis_store import RedisStore
 
         assert backend.url is not None  # checked when the keys file is read
-        store = RedisStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix)
+        store = RedisStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix,
+                           retry_s=backend.retry_s)
     return TenantAdmission(store, backend=backend.backend, on_error=backend.on_error)
 
 
@@ -108,16 +110,28 @@ async def gateway_kw(request: Request, questions: int) -> dict[str, Any]:
     return kw
 
 
+def charged_tokens(outcomes: list[Outcome], charge_cached: float) -> int:
+    """The input tokens a tenant is charged: the computed ones, and the cached ones at
+    ``charge_cached`` of a token (rounded up)."""
+    cached = sum(o.cached_tokens for o in outcomes)
+    computed = sum(o.response.usage.input_tokens for o in outcomes) - cached
+    return computed + math.ceil(cached * charge_cached)
+
+
 async def charge(request: Request, outcomes: Iterable[Outcome]) -> None:
-    """Charge the input tokens and strong-tier questions of the answered ``outcomes``."""
+    """Charge the input tokens and strong-tier questions of the answered ``outcomes``; the
+    request's ``x-ratelimit-*`` headers then show the levels after the charge."""
     tenant: Tenant = request.scope[TENANT]  # type: ignore[literal-required]
+    grant: Grant = request.scope[GRANT]  # type: ignore[literal-required]
     if not tenant.limits.any():
         return
-    policy = tenant.policy or request.app.state.gateway.policy
+    gateway = request.app.state.gateway
+    policy = tenant.policy or gateway.policy
     outcomes = list(outcomes)
-    tokens = sum(o.response.usage.input_tokens for o in outcomes)
+    tokens = charged_tokens(outcomes, gateway.cache.config.charge_cached if gateway.cache else 0)
     strong = sum(t == policy.route.strong for o in outcomes for t in o.tiers.values())
-    await request.app.state.tenant_admission.charge(tenant, tokens=tokens, strong=strong)
+    await request.app.state.tenant_admission.charge(tenant, tokens=tokens, strong=strong,
+                                                    grant=grant)
 
 
 async def rate_headers(message: Any, scope: Any) -> None:

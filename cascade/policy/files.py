@@ -237,6 +237,8 @@ def _cache_findings(cache: Cache) -> Iterator[Finding]:
     for key in ("ttl_s", "timeout_s", "retry_s"):
         if getattr(cache, key) <= 0:
             yield _err(("cache", key), f"cache.{key} must be > 0")
+    if not 0 <= cache.charge_cached <= 1:
+        yield _err(("cache", "charge_cached"), "cache.charge_cached must be in [0, 1]")
     if cache.backend == "redis" and not cache.url:
         yield _err(("cache", "url"), 'cache.backend = "redis" needs cache.url (redis://host:port/db)')
     elif cache.url is not None and not cache.url.startswith(("redis://", "rediss://", "unix://")):
@@ -279,7 +281,7 @@ def _control_findings(policy: Policy) -> Iterator[Finding]:
     for key in ("window_s", "refit_interval_s"):
         if getattr(control, key) <= 0:
             yield _err(("control", key), f"control.{key} must be > 0")
-    for key in ("min_threshold", "max_threshold"):
+    for key in ("min_threshold", "max_threshold", "max_tenant_share"):
         yield from _unit(("control", key), getattr(control, key))
     if control.min_threshold > control.max_threshold:
         yield _err(("control", "max_threshold"), "control.max_threshold must be >= "

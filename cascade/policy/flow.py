@@ -391,6 +391,7 @@ def merged_usage(usages: list[tuple[str, EngineUsage]],
     dropped = [u.dropped.get(q, u.state_tokens_dropped) for q, u in returned]
     return EngineUsage(
         input_tokens=sum(u.input_tokens for _, u in usages),
+        cached_tokens=sum(u.cached_tokens for _, u in usages),
         state_tokens=next((u.state_tokens for _, u in usages if u.state_tokens is not None), None),
         state_tokens_dropped=max(dropped, default=0),
         truncated_questions=truncated,

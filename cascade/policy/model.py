@@ -296,8 +296,9 @@ class Control(_Strict, frozen=True):
     meet it at the one-sided 95 % Clopper-Pearson bound, on cells with ``min_labels`` labels
     (``pool``: else their band's, ``all``: else everyone's), within ``[min_threshold,
     max_threshold]``. ``teacher``: what labels count (feedback; or also the strong tier's
-    shadow answers). ``prefer``: which wins when the budget and the target conflict. ``frozen``:
-    hold every threshold where it is.
+    shadow answers). ``max_tenant_share``: the most of a cell's labels one tenant's may be (its
+    oldest beyond it are left out of the fit). ``prefer``: which wins when the budget and the
+    target conflict. ``frozen``: hold every threshold where it is.
     """
 
     max_strong_share: float | None = None
@@ -309,6 +310,7 @@ class Control(_Strict, frozen=True):
     min_labels: int = 30
     pool: Literal["none", "band", "all"] = "none"
     teacher: Literal["feedback", "feedback+shadow"] = "feedback"
+    max_tenant_share: float = 0.5
     min_threshold: float = 0.0
     max_threshold: float = 1.0
     frozen: bool = False
@@ -337,7 +339,9 @@ class Cache(_Strict, frozen=True):
     (``enabled = false`` keeps the table and turns it off). Entries live ``ttl_s`` and the
     in-memory store holds at most ``max_bytes`` (least recently used dropped first); the Redis
     store (``backend = "redis"``, ``url``) is shared by replicas and bounded by Redis's own
-    ``maxmemory``. ``shared``: one namespace for every tenant instead of one per tenant."""
+    ``maxmemory``. ``shared``: one namespace for every tenant instead of one per tenant.
+    ``charge_cached``: what a tenant's ``input_tokens_per_min`` is charged for an input token
+    answered from the cache, as a share of a computed one."""
 
     enabled: bool = True
     backend: Literal["memory", "redis"] = "memory"
@@ -347,6 +351,7 @@ class Cache(_Strict, frozen=True):
     url: str | None = None  # redis://host:6379/0 (backend = "redis" only)
     timeout_s: float = 0.05  # each Redis operation, connecting included; then a counted miss
     retry_s: float = 1.0  # after a Redis error, how long lookups skip Redis (misses, no wait)
+    charge_cached: float = 0.0  # in [0, 1]: a cached input token counts this much of a token
 
 
 class Policy(_Strict, frozen=True, kw_only=True):

@@ -81,17 +81,31 @@ def lower_bound(correct: int, n: int, alpha: float = ALPHA) -> float:
 def accuracy_threshold(scored: Sequence[tuple[float, bool]], target: float
                        ) -> tuple[float, int, int]:
     """``(threshold, accepted, correct accepted)``: the lowest threshold whose accepted answers
-    reach ``target`` at the 95 % lower bound; ``(1.0, 0, 0)`` when none does."""
+    (confidence at or above it) reach ``target`` at the 95 % lower bound; ``(1.0, 0, 0)`` when
+    none does. Answers of equal confidence are kept or escalated together, so the candidates lie
+    between distinct confidences (their midpoint) and the fit does not depend on the order of
+    the labels."""
     ranked = sorted(scored, key=lambda s: -s[0])
     correct = [0]
     for _, ok in ranked:
         correct.append(correct[-1] + ok)
     for j in range(len(ranked), 0, -1):  # accept the j most confident
+        if j < len(ranked) and ranked[j - 1][0] == ranked[j][0]:
+            continue  # a cut inside a tie: the threshold would keep both sides
         # I_A(k, j-k+1) <= alpha  <=>  the lower bound is at least A
         if correct[j] > 0 and betainc(correct[j], j - correct[j] + 1, target) <= ALPHA:
-            t = 0.0 if j == len(ranked) else (ranked[j - 1][0] + ranked[j][0]) / 2
-            return t, j, correct[j]
+            return _cut(ranked, j), j, correct[j]
     return 1.0, 0, 0
+
+
+def _cut(ranked: Sequence[tuple[float, bool]], j: int) -> float:
+    """A threshold that keeps exactly the ``j`` first of ``ranked`` (descending, no tie across
+    ``j``): the midpoint of its neighbours, or the lower kept one where floats have no room."""
+    if j == len(ranked):
+        return 0.0
+    low, high = ranked[j][0], ranked[j - 1][0]
+    mid = (low + high) / 2
+    return mid if mid > low else high
 
 
 def pool_of(cells: Mapping[Cell, Sequence[T]], cell: Cell, enough: Callable[[Sequence[T]], bool],

@@ -12,7 +12,9 @@ the response's ``x-ratelimit-*`` headers.
 
 A store that fails or is slow (``BackendFailed``) is counted in
 ``cascade_limits_backend_errors_total`` and answered as ``[limits] on_error`` says: ``open``
-admits, ``closed`` refuses with 503 + Retry-After.
+admits, ``closed`` refuses with 503 + Retry-After; so is a store resting after a failure
+(``BackendResting``), without a call and uncounted. ``charge`` is one call too, its levels the
+response's headers: what is left after the answer.
 """
 
 from __future__ import annotations
@@ -27,7 +29,15 @@ from typing import Literal
 from cascade import metrics
 from cascade.errors import Overloaded, TenantLimited
 from cascade.policy.quota import StrongQuota
-from cascade.tenants.limits import WINDOW_S, BackendFailed, Check, Level, Store, Verdict
+from cascade.tenants.limits import (
+    WINDOW_S,
+    BackendFailed,
+    BackendResting,
+    Check,
+    Level,
+    Store,
+    Verdict,
+)
 from cascade.tenants.model import Tenant
 
 log = logging.getLogger("cascade")
@@ -143,22 +153,36 @@ class TenantAdmission:
                 retry_after=verdict.retry_after_s)
         return verdict
 
+    def _counted(self, exc: BackendFailed, doing: str) -> None:
+        """A failed call counted and logged; a store resting after one made no call."""
+        if not isinstance(exc, BackendResting):
+            metrics.LIMITS_BACKEND_ERRORS.labels(backend=self.backend).inc()
+            log.warning("limits backend failed %s (%s): %s", doing, self.on_error, exc)
+
     def _failed(self, exc: BackendFailed) -> None:
-        metrics.LIMITS_BACKEND_ERRORS.labels(backend=self.backend).inc()
-        log.warning("limits backend failed (%s): %s", self.on_error, exc)
+        self._counted(exc, "checking")
         if self.on_error == "closed":
             raise Overloaded("the limits backend is unavailable", retry_after=1.0)
 
-    async def charge(self, tenant: Tenant, *, tokens: int, strong: int) -> None:
-        """What the answer cost, known only now: input tokens and strong-tier questions."""
-        for per_min, key, cost in ((tenant.limits.input_tokens_per_min, "tokens", tokens),
-                                   (tenant.limits.strong_questions_per_min, "strong", strong)):
-            if per_min and cost > 0:
-                try:
-                    await self.store.charge(f"{tenant.name}:{key}", per_min, cost)
-                except BackendFailed as exc:
-                    metrics.LIMITS_BACKEND_ERRORS.labels(backend=self.backend).inc()
-                    log.warning("limits backend failed charging %s: %s", key, exc)
+    async def charge(self, tenant: Tenant, *, tokens: int, strong: int,
+                     grant: Grant | None = None) -> None:
+        """What the answer cost, known only now: input tokens and strong-tier questions, in
+        one call; ``grant``'s headers then show the levels after it."""
+        costs = {"input_tokens_per_min": ("tokens", tokens),
+                 "strong_questions_per_min": ("strong", strong)}
+        checks = {name: Check(f"{tenant.name}:{key}", per_min, cost=cost)
+                  for name, (key, cost) in costs.items()
+                  if (per_min := getattr(tenant.limits, name)) and cost > 0}
+        if not checks:
+            return
+        try:
+            levels = await self.store.charge(list(checks.values()))
+        except BackendFailed as exc:
+            self._counted(exc, "charging")  # the answer is computed: it goes out
+            return
+        for name, found in zip(checks, levels, strict=True):
+            if grant is not None and name in HEADER:
+                grant.headers.update(headers(name, found))
 
     @contextmanager
     def permit(self, tenant: Tenant, count: int = 1) -> Iterator[None]:

@@ -12,6 +12,7 @@ reads keys: boot and reload call it (a failed reload keeps the tenants it had).
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from collections.abc import Iterator
@@ -115,12 +116,18 @@ def _findings(data: dict[str, Any]) -> Iterator[tuple[KeyPath, str]]:
         yield from _table(data["limits"], LimitsBackend, ("limits",), "[limits]")
 
 
+@functools.cache
+def _fields(cls: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
+    """``cls``'s fields by name (read once: ``msgspec.structs.fields`` evaluates annotations)."""
+    return {f.encode_name: f for f in msgspec.structs.fields(cls)}
+
+
 def _table(value: Any, cls: type[msgspec.Struct], path: KeyPath,
            what: str) -> Iterator[tuple[KeyPath, str]]:
     if not isinstance(value, dict):
         yield path, f"{what} must be a table"
         return
-    fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
+    fields = _fields(cls)
     for key, item in value.items():
         if key not in fields:
             yield (*path, key), f"{what}: unknown key `{key}` (known: {', '.join(fields)})"

@@ -80,20 +80,29 @@ class Gcra:
         levels = [level(c.per_min, t - now) for c, t in zip(checks, start, strict=True)]
         return Verdict(wait == 0, levels, retry_after_s=wait)
 
-    def charge(self, key: str, per_min: int, cost: int, now: float) -> None:
+    def charge(self, key: str, per_min: int, cost: int, now: float) -> Level:
+        """Add ``cost`` units, never refused; the limit's level after them."""
         self.tat[key] = max(self.tat.get(key, now), now) + cost * WINDOW_S / per_min
+        return level(per_min, self.tat[key] - now)
 
 
 class BackendFailed(Exception):
     """The shared store did not answer in time, or failed (Redis down, slow, refusing)."""
 
 
+class BackendResting(BackendFailed):
+    """The shared store is not asked: it failed less than its ``retry_s`` ago."""
+
+
 class Store(Protocol):
-    """Where the TATs live: this process or Redis (which raises ``BackendFailed``)."""
+    """Where the TATs live: this process or Redis (which raises ``BackendFailed``). Each method
+    is one call to the store."""
 
     async def admit(self, checks: Sequence[Check]) -> Verdict: ...
 
-    async def charge(self, key: str, per_min: int, cost: int) -> None: ...
+    async def charge(self, checks: Sequence[Check]) -> list[Level]:
+        """Add each check's ``cost``, never refused; each limit's level after it."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -108,8 +117,9 @@ class LocalStore:
     async def admit(self, checks: Sequence[Check]) -> Verdict:
         return self.gcra.admit(checks, self.clock())
 
-    async def charge(self, key: str, per_min: int, cost: int) -> None:
-        self.gcra.charge(key, per_min, cost, self.clock())
+    async def charge(self, checks: Sequence[Check]) -> list[Level]:
+        now = self.clock()
+        return [self.gcra.charge(c.key, c.per_min, c.cost, now) for c in checks]
 
     async def aclose(self) -> None:
         return None

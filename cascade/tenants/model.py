@@ -35,6 +35,9 @@ class Limits(_Strict, frozen=True, kw_only=True):
         return any(v is not None for v in msgspec.structs.astuple(self))
 
 
+LIMIT_FIELDS = tuple(f.name for f in msgspec.structs.fields(Limits))  # read once, not per tenant
+
+
 class TenantEntry(Limits, frozen=True, kw_only=True):
     """One ``[[tenant]]`` table."""
 
@@ -44,19 +47,19 @@ class TenantEntry(Limits, frozen=True, kw_only=True):
     expires: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
     def limits(self) -> Limits:
-        fields = msgspec.structs.fields(Limits)
-        return Limits(**{f.name: getattr(self, f.name) for f in fields})
+        return Limits(**{name: getattr(self, name) for name in LIMIT_FIELDS})
 
 
 class LimitsBackend(_Strict, frozen=True):
     """``[limits]``: where the counters live. ``local``: per replica; ``redis``: shared by every
-    replica using ``url``. ``on_error``: when Redis fails or is slower than ``timeout_s``,
-    admit (``open``) or refuse with 503 + Retry-After (``closed``)."""
+    replica using ``url``. ``on_error``: when Redis fails or is slower than ``timeout_s``, and
+    for ``retry_s`` after that, admit (``open``) or refuse with 503 + Retry-After (``closed``)."""
 
     backend: Literal["local", "redis"] = "local"
     url: str | None = None
     on_error: Literal["open", "closed"] = "open"
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=10)] = 0.1
+    retry_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0  # after a failure: no calls
     prefix: str = "cascade:limits:"  # Redis key prefix
 
 

@@ -4,18 +4,33 @@ One Lua script per admission runs ``cascade.tenants.limits.Gcra``'s arithmetic a
 Redis's own clock (``TIME``: replicas' clocks may differ, Redis has one), in milliseconds; each
 key expires once its bucket is full again. Every call is bounded by ``timeout_s`` (connect
 included); a failure or a timeout is ``BackendFailed``, which the admission counts and answers
-as configured (``on_error``).
+as configured (``on_error``). After one, Redis is left alone for ``retry_s``: calls raise
+``BackendResting`` at once, so a hung Redis costs one timeout per ``retry_s``, not one per call.
+A pooled connection that Redis closed (it restarted) is reconnected and the command sent again,
+once, within the same bound.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from cascade.tenants.limits import WINDOW_S, BackendFailed, Check, Verdict, level
+from cascade.tenants.limits import (
+    WINDOW_S,
+    BackendFailed,
+    BackendResting,
+    Check,
+    Level,
+    Verdict,
+    level,
+)
 
 _ADMIT = """
 local t = redis.call('TIME')
@@ -48,29 +63,43 @@ return out
 _CHARGE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-tat = tat + tonumber(ARGV[2]) * tonumber(ARGV[1]) / tonumber(ARGV[3])
-redis.call('SET', KEYS[1], tostring(tat), 'PX', math.ceil(tat - now) + 1000)
-return 1
+local window = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS do
+  local per, cost = tonumber(ARGV[i * 2]), tonumber(ARGV[i * 2 + 1])
+  local tat = tonumber(redis.call('GET', KEYS[i]) or now)
+  if tat < now then tat = now end
+  tat = tat + cost * window / per
+  redis.call('SET', KEYS[i], tostring(tat), 'PX', math.ceil(tat - now) + 1000)
+  out[i] = tostring(tat - now)
+end
+return out
 """
 
 
 class RedisStore:
-    def __init__(self, url: str, *, timeout_s: float, prefix: str) -> None:
+    def __init__(self, url: str, *, timeout_s: float, prefix: str, retry_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.client = aioredis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-            health_check_interval=0, retry_on_timeout=False)
+            health_check_interval=0,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)))
         self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self.clock = clock
         self.prefix = prefix
         self._admit = self.client.register_script(_ADMIT)
         self._charge = self.client.register_script(_CHARGE)
+        self._resting_until = float("-inf")
 
     async def _run(self, script: object, keys: list[str], args: list[object]) -> list[bytes]:
+        if self.clock() < self._resting_until:
+            raise BackendResting(f"redis: resting {self.retry_s:g} s after a failure")
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await script(keys=keys, args=args)  # type: ignore[operator]
         except (RedisError, OSError, TimeoutError) as exc:
+            self._resting_until = self.clock() + self.retry_s
             raise BackendFailed(f"redis: {type(exc).__name__}: {exc}") from exc
 
     async def admit(self, checks: Sequence[Check]) -> Verdict:
@@ -82,9 +111,12 @@ class RedisStore:
         levels = [level(c.per_min, ms / 1000) for c, ms in zip(checks, tats, strict=True)]
         return Verdict(wait_ms == 0, levels, retry_after_s=wait_ms / 1000)
 
-    async def charge(self, key: str, per_min: int, cost: int) -> None:
-        await self._run(self._charge, [self.prefix + key], [WINDOW_S * 1000, cost, per_min])
+    async def charge(self, checks: Sequence[Check]) -> list[Level]:
+        args: list[object] = [WINDOW_S * 1000]
+        for c in checks:
+            args += [c.per_min, c.cost]
+        out = await self._run(self._charge, [self.prefix + c.key for c in checks], args)
+        return [level(c.per_min, float(ms) / 1000) for c, ms in zip(checks, out, strict=True)]
 
     async def aclose(self) -> None:
         await self.client.aclose()
-

@@ -7,9 +7,9 @@
 # It creates the system user and group `cascade`, the directories (/etc/cascade, the state
 # directory /var/lib/cascade with /var/lib/cascade/models for the weights, the cache
 # /var/cache/cascade), the virtualenv PREFIX/.venv (from deploy/lock/serve.txt, hashes
-# checked), /etc/cascade/gateway.env and clef.env, the API keys file gateway.env points to (one
-# random key, mode 0640, owner root, group cascade: the service reads it and cannot change
-# it), /etc/cascade/policy.toml (policies/systemd.toml), the README the units'
+# checked), /etc/cascade/gateway.env and clef.env, the API and admin keys files gateway.env
+# points to (one random key each, mode 0640, owner root, group cascade: the service reads them
+# and cannot change them), /etc/cascade/policy.toml (policies/systemd.toml), the README the units'
 # Documentation= names, and the two units. Files under /etc/cascade that exist are kept (your
 # edits survive a re-run); the units and the README are replaced. It neither downloads weights
 # nor starts anything: it ends by printing what to do next.
@@ -114,20 +114,29 @@ fi
 config 0640 "$SRC/deploy/systemd/gateway.env" "$ETC/gateway.env"
 config 0640 "$SRC/deploy/systemd/clef.env" "$ETC/clef.env"
 config 0644 "$SRC/policies/systemd.toml" "$ETC/policy.toml"
-if [ -e "$DESTDIR$ETC/api-keys" ]; then
-    say "kept $ETC/api-keys (it exists)"
-else
+# key_file NAME HEADER: $ETC/NAME with a new random key (after HEADER, when not empty), kept
+# when present.
+key_file() {
+    if [ -e "$DESTDIR$ETC/$1" ]; then
+        say "kept $ETC/$1 (it exists)"
+        return
+    fi
     keys=$(mktemp)
     trap 'rm -f "$keys"' EXIT
     {
-        say "# Bearer keys for the cascade gateway, one per line (README, Configuration)."
+        [ -z "$2" ] || say "$2"
         od -An -N32 -tx1 /dev/urandom | tr -d ' \n'
         say
     } >"$keys"
-    install -m 0640 "$keys" "$DESTDIR$ETC/api-keys"
-    host chown "root:$USER_NAME" "$ETC/api-keys"
-    say "installed $ETC/api-keys with a new random key (read it as root)"
-fi
+    install -m 0640 "$keys" "$DESTDIR$ETC/$1"
+    rm -f "$keys"
+    host chown "root:$USER_NAME" "$ETC/$1"
+    say "installed $ETC/$1 with a new random key (read it as root)"
+}
+key_file api-keys "# Bearer keys for the cascade gateway, one per line (README, Configuration)."
+# The admin key (/metrics, /health's details, /admin): the key alone, so a Prometheus can send
+# the file as its authorization credentials_file.
+key_file admin-keys ""
 
 # The README the units' Documentation= points to, and the units, with PREFIX substituted.
 install -m 0644 "$SRC/README.md" "$DESTDIR$PREFIX/share/doc/cascade/README.md"

@@ -5,8 +5,9 @@ uses, with confidences it controls and a record of what it answered and was told
 and unsure (0.3) beyond; a cascade request escalates an answer under the live threshold (it
 rises from 0.5 to 0.7 over the first
 ``ramp_s`` of cascade requests) to ``clef``, a cheap-only model (``laya``) never does.
-``/v1/feedback`` records the labels; ``/metrics`` serves ``cascade_gate_threshold{type,band}``
-and ``cascade_strong_share``; ``/admin/reload`` counts calls with the admin key (401 without).
+``/v1/feedback`` records the labels; ``/metrics`` (with the admin key) serves
+``cascade_gate_threshold{type,band}`` and ``cascade_strong_share``; ``/admin/reload`` counts
+calls with the admin key (401 without).
 """
 
 from __future__ import annotations
@@ -111,7 +112,10 @@ def _handler(fake: FakeGateway) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def do_GET(self) -> None:
-            if self.path == "/metrics":
+            if self.path == "/metrics":  # the operator's view: the admin key, as cascade's
+                if self.headers.get("authorization") != f"Bearer {fake.admin_key}":
+                    self._send(401, b"{}")
+                    return
                 self._send(200, fake.metrics().encode(), "text/plain; version=0.0.4")
             else:
                 self._send(200 if self.path == "/ready" else 404, b"{}")

@@ -21,10 +21,12 @@ QUESTIONS = {
 }
 BODY = {"model": "jev-latest", "state": "I was charged twice", "questions": QUESTIONS}
 TIMINGS = re.compile(rb'"timings_s":\{[^}]*\}')
+CACHED = re.compile(rb',"cached_tokens":\d+')
 
 
 def without_timings(content: bytes) -> bytes:
-    return TIMINGS.sub(b'"timings_s":{}', content)
+    """The response without what says where it came from: the time taken, the cached tokens."""
+    return CACHED.sub(b"", TIMINGS.sub(b'"timings_s":{}', content))
 
 
 def client(policy=None, engine=None) -> TestClient:  # noqa: ANN001
@@ -64,6 +66,11 @@ def test_joint_tier_bytes_and_the_decisions_route() -> None:
         answers = [c.post("/v1/decisions", json=decision) for _ in range(2)]
     assert [a.status_code for a in answers] == [200, 200]
     assert [a.headers["x-cascade-cache"] for a in answers] == ["miss", "hit"]
+    details = [a.json()["usage"]["input_tokens_details"]["cached_tokens"] for a in answers]
+    assert details == [0, answers[1].json()["usage"]["input_tokens"]] and details[1] > 0
+    assert json.loads(again.content)["usage"]["cached_tokens"] == json.loads(
+        first.content)["usage"]["input_tokens"]
+    assert "cached_tokens" not in json.loads(first.content)["usage"]
 
 
 def test_request_cache_control_and_the_batch_header() -> None:
@@ -74,8 +81,10 @@ def test_request_cache_control_and_the_batch_header() -> None:
         assert c.post("/v1/systemone", json=BODY).headers["x-cascade-cache"] == "miss"
         assert c.post("/v1/systemone", json=BODY, headers={"cache-control": "no-cache"}
                       ).headers["x-cascade-cache"] == "bypass"
+        assert c.post("/v1/systemone", json=BODY, headers={"cache-control": "max-age=0"}
+                      ).headers["x-cascade-cache"] == "bypass"
         batch = {"states": ["I was charged twice", "a new state"], "questions": QUESTIONS}
         mixed = c.post("/v1/systemone/batch", json=batch)
         assert mixed.status_code == 200 and mixed.headers["x-cascade-cache"] == "partial"
         assert c.post("/v1/systemone/batch", json=batch).headers["x-cascade-cache"] == "hit"
-    assert len(engine.asked) == 4
+    assert len(engine.asked) == 5

@@ -24,9 +24,11 @@ from tests.cache.helpers import (
 
 
 def body(outcome) -> dict:  # noqa: ANN001
-    """The response without the timings, which measure each request."""
+    """The response without the timings, which measure each request, and the cached tokens,
+    which say where its tokens came from."""
     data = msgspec.to_builtins(outcome.response)
     data["x_cascade"].pop("timings_s")
+    data["usage"].pop("cached_tokens", None)
     return data
 
 
@@ -41,6 +43,10 @@ def test_a_repeat_is_answered_from_the_cache_with_the_same_answer() -> None:
         assert first.headers["x-cascade-cache"] == "miss"
         assert second.headers["x-cascade-cache"] == "hit"
         assert body(first) == body(second)
+        assert first.cached_tokens == 0 and "cached_tokens" not in msgspec.to_builtins(
+            first.response.usage)
+        tokens = first.response.usage.input_tokens
+        assert second.cached_tokens == second.response.usage.cached_tokens == tokens
         assert second.response.x_cascade is not None
         assert set(second.response.x_cascade["timings_s"]) == set(
             first.response.x_cascade["timings_s"])
@@ -61,6 +67,8 @@ def test_a_partly_cached_request_runs_only_its_new_questions() -> None:
         fresh = await gateway(cheap_policy(), Counting("laya", per_question, independent=True)
                               ).systemone(call(**QUESTIONS, long=QUESTIONS["urgent"]))
         assert body(outcome) == body(fresh)  # usage (tokens, truncation) included
+        rows = per_question(call(team=QUESTIONS["team"], long=QUESTIONS["urgent"])).usage
+        assert outcome.cached_tokens == outcome.response.usage.cached_tokens == rows.input_tokens
 
     asyncio.run(run())
     assert metrics.CACHE_PARTIAL.labels(tier="laya")._value.get() == partial + 1
@@ -217,9 +225,11 @@ def test_without_a_cache_there_is_no_header() -> None:
 
 
 @pytest.mark.parametrize(("header", "control"), [
-    ("", "use"), ("max-age=0", "use"), ("no-cache", "no-cache"), ("No-Cache, max-age=0",
-                                                                   "no-cache"),
+    ("", "use"), ("max-age=0", "no-cache"), ("Max-Age = \"0\"", "no-cache"),
+    ("max-age=00, private", "no-cache"), ("max-age=60", "use"), ("max-age=x", "use"),
+    ("no-cache", "no-cache"), ("No-Cache, max-age=0", "no-cache"),
     ("no-store", "no-store"), ("no-cache, no-store", "no-store"),
+    ("max-age=0, no-store", "no-store"),
 ])
 def test_cache_control_header(header: str, control: str) -> None:
     assert cache_control(header) == control

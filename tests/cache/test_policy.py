@@ -35,3 +35,16 @@ def test_bad_values_are_errors_with_their_line() -> None:
     assert policy is None and any("not a redis://" in f.message for f in found)
     policy, found = check_text(BASE + '\n[cache]\nnope = 1\n')
     assert policy is None and any("unknown key `nope`" in f.message for f in found)
+
+
+def test_charge_cached_is_a_rate_in_0_1_default_0() -> None:
+    policy, _ = check_text(BASE + '\n[cache]\n')
+    assert policy is not None and policy.cache.charge_cached == 0.0
+    half, _ = check_text(BASE + '\n[cache]\ncharge_cached = 0.5\n')
+    assert half is not None and half.cache.charge_cached == 0.5
+    for bad in ("1.5", "-0.1"):
+        text = BASE + f'\n[cache]\ncharge_cached = {bad}\n'
+        policy, found = check_text(text)
+        assert policy is None
+        assert [format_finding("p.toml", text, f) for f in found] == [
+            "p.toml:10: error: cache.charge_cached must be in [0, 1]"]

@@ -63,3 +63,16 @@ def test_control_needs_both_tiers() -> None:
     assert [format_finding("p.toml", text, f) for f in found] == [
         "p.toml:6: error: [control] moves the gate between a cheap and a strong tier; route "
         "needs both"]
+
+
+def test_max_tenant_share_is_a_share_checked_on_its_line() -> None:
+    policy, _ = check_text(DEFAULT + "\n[control]\ntarget_accuracy = 0.9\n")
+    assert policy is not None and policy.control is not None
+    assert policy.control.max_tenant_share == 0.5
+    lines = DEFAULT.count("\n") + 2
+    for bad in ("1.5", "-0.1"):
+        assert findings(f"[control]\nmax_tenant_share = {bad}\n") == [
+            f"p.toml:{lines + 1}: error: `control.max_tenant_share` = {bad} is outside [0, 1]"]
+    assert findings("[control]\nmax_tenant_share = nan\n") == [
+        f"p.toml:{lines + 1}: error: `control.max_tenant_share` must be a finite number, not nan"]
+    assert findings("[control]\nmax_tenant_share = 1.0\n") == []

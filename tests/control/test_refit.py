@@ -12,7 +12,7 @@ import pytest
 from cascade import metrics
 from cascade.control.evidence import Labelled
 from cascade.control.live import LiveControl
-from cascade.control.refit import Refit
+from cascade.control.refit import Refit, capped
 from cascade.policy.model import Control, Targets
 from cascade.policy.stats import lower_bound
 from tests.control.load import Clock, decided, policy, replay
@@ -102,6 +102,42 @@ def test_clamps_bound_the_refit_and_an_uncertifiable_cell_escalates_everything()
     hopeless = Refit(Control(target_accuracy=0.99))
     hopeless.observe(labels(100, rng))
     assert hopeless.fit()[0].threshold == 1.0
+
+
+def _judged(correct: bool, *, tenant: str = "", asked: str | None = None,
+            confidence: float = 0.6) -> Labelled:
+    return Labelled(type="noul", band="2", confidence=confidence, correct=correct,
+                    source="feedback", ts=0.0, tenant=tenant, asked=asked)
+
+
+def test_a_relabel_replaces_the_questions_earlier_label_never_adds_to_it() -> None:
+    refit = Refit(Control(target_accuracy=TARGET, min_labels=30, max_tenant_share=1.0))
+    for i in range(60):  # one asked question, 60 labels: one judged answer, the latest
+        refit.observe([_judged(i % 2 == 0, tenant="acme", asked="7@1.5")])
+    assert refit.labels(("noul", "2")) == 1 and refit.fit() == []
+    refit.observe([_judged(True, asked=f"{i}@2.0", confidence=0.95) for i in range(40)])
+    (fitted,) = refit.fit()
+    assert fitted.n == 41 and fitted.kept == 40  # the relabelled one counts once, as wrong
+    refit.observe([_judged(False) for _ in range(3)])  # no asked question: each one counts
+    assert refit.labels(("noul", "2")) == 44
+
+
+def test_no_tenant_makes_up_more_than_its_share_of_a_cells_evidence() -> None:
+    mallory = [_judged(True, tenant="mallory", asked=f"m{i}") for i in range(100)]
+    honest = [_judged(i % 4 != 0, tenant="honest", asked=f"h{i}", confidence=0.95)
+              for i in range(20)]
+    assert capped(mallory, 0.5) == [] and capped(mallory, 1.0) == mallory
+    kept = capped(honest + mallory, 0.5)
+    assert kept == honest + mallory[-20:]  # mallory's most recent, as many as the others'
+    assert capped(honest + mallory, 0.25) == []  # two tenants cannot each be a quarter
+    keyless = [_judged(True, asked=f"k{i}") for i in range(10)]
+    assert capped(keyless + mallory, 0.5) == keyless + mallory[-10:]
+    refit = Refit(Control(target_accuracy=TARGET, min_labels=30))
+    refit.observe(mallory)
+    assert refit.fit() == []  # a cell of one tenant's labels alone has no evidence at 0.5
+    refit.observe(honest)
+    (fitted,) = refit.fit()
+    assert fitted.n == 40
 
 
 def _conflict(prefer: str) -> tuple[LiveControl, list[tuple[float, bool]], Clock]:

@@ -79,7 +79,7 @@ def validate(docs: list[dict[str, Any]], tmp_path: Path, version: str) -> str:
 def test_overlays_render(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert OVERLAYS == ["cpu-demo", "gpu"]
     common = ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Namespace",
-              "PodDisruptionBudget", "Secret", "Service"]
+              "PodDisruptionBudget", "Secret", "Secret", "Service"]
     assert kinds(rendered["cpu-demo"]) == common
     assert kinds(rendered["gpu"]) == sorted(
         common + ["Deployment", "HorizontalPodAutoscaler", "PersistentVolumeClaim",
@@ -126,6 +126,33 @@ def test_service_monitor_scrapes_every_service(rendered: dict[str, list[dict[str
             assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
         # job = Service name: the jobs the alert rules and the dashboard expect.
         assert {s["metadata"]["name"] for s in services} <= {"cascade-gateway", "cascade-clef"}
+        # It sends the admin key the gateway reads (/metrics takes no client key).
+        assert endpoint["authorization"]["type"] == "Bearer"
+        sent = endpoint["authorization"]["credentials"]
+        assert admin_key_file(docs) == (sent["name"], sent["key"])
+
+
+def admin_key_file(docs: list[dict[str, Any]]) -> tuple[str, str]:
+    """(Secret, data key) of the gateway's CASCADE_ADMIN_KEYS_FILE; the Secret holds one key
+    and nothing else (Prometheus sends the whole file as the token)."""
+    pod = one(docs, "Deployment", "cascade-gateway")["spec"]["template"]["spec"]
+    (gateway,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in gateway["env"]}
+    assert "CASCADE_PUBLIC_METRICS" not in env
+    folder, _, key = env["CASCADE_ADMIN_KEYS_FILE"].rpartition("/")
+    (mount,) = [m for m in gateway["volumeMounts"] if m["mountPath"] == folder]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    name = volume["secret"]["secretName"]
+    secret = one(docs, "Secret", name)
+    assert len(base64.b64decode(secret["data"][key]).decode().split()) == 1
+    return name, key
+
+
+def test_the_gateway_reads_an_admin_key_in_every_overlay(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for docs in rendered.values():
+        name, _ = admin_key_file(docs)
+        assert name.startswith("cascade-admin-keys")
 
 
 def test_workloads_are_wired(rendered: dict[str, list[dict[str, Any]]]) -> None:

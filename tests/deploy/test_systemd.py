@@ -164,6 +164,7 @@ def test_install_creates_every_path_the_units_name(installed: tuple[Path, str]) 
     root, out = installed
     paths = referenced(root)
     assert {"/etc/cascade/gateway.env", "/etc/cascade/clef.env", "/etc/cascade/api-keys",
+            "/etc/cascade/admin-keys",
             "/etc/cascade/policy.toml", "/opt/cascade/.venv/bin/cascade",
             "/opt/cascade/.venv/bin/python", "/var/lib/cascade", "/var/cache/cascade/hf",
             f"{MODELS}/laya", f"{MODELS}/clef-flash"} <= paths
@@ -188,6 +189,10 @@ def test_install_writes_a_random_key_readable_by_the_service_only(
     (key,) = [line for line in keys.read_text().splitlines() if not line.startswith("#")]
     assert re.fullmatch(r"[0-9a-f]{64}", key)
     assert key not in out  # the key is not printed
+    admin = root / "etc/cascade/admin-keys"  # the key alone: a Prometheus credentials_file
+    assert gateway["CASCADE_ADMIN_KEYS_FILE"] == "/etc/cascade/admin-keys"
+    assert stat.S_IMODE(admin.stat().st_mode) == 0o640
+    assert re.fullmatch(r"[0-9a-f]{64}\n", admin.read_text()) and key not in admin.read_text()
     # Staging changes nothing on this machine, and says what it would have done there.
     for action in ("useradd --system --user-group", "chown root:cascade /etc/cascade/api-keys",
                    "chown cascade:cascade /var/lib/cascade", "systemctl daemon-reload"):

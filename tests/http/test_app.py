@@ -235,14 +235,16 @@ def test_images_reach_the_engine_base64_and_multipart() -> None:
 
 
 def test_auth_with_keys() -> None:
-    with make_client(api_keys=("k1", "k2")) as c:
+    with make_client(api_keys=("k1", "k2"), admin_keys=("admin",)) as c:
         assert c.post("/v1/systemone", json=BODY).status_code == 401
         r = c.post("/v1/systemone", json=BODY, headers={"authorization": "Bearer nope"})
         assert r.status_code == 401 and r.json()["detail"]["error_type"] == "authentication_error"
         ok = c.post("/v1/systemone", json=BODY, headers={"authorization": "Bearer k2"})
         assert ok.status_code == 200
         assert c.get("/health").json() == {"status": "ok"}
-        assert "tiers" in c.get("/health", headers={"authorization": "Bearer k1"}).json()
+        client_view = c.get("/health", headers={"authorization": "Bearer k1"}).json()
+        assert client_view.keys() == {"status", "loaded", "revisions"}
+        assert "tiers" in c.get("/health", headers={"authorization": "Bearer admin"}).json()
 
 
 def test_auth_off_accepts_any_bearer(client: TestClient) -> None:
@@ -331,12 +333,13 @@ def test_openapi_documents_health_and_ready_as_objects(client: TestClient) -> No
 def test_with_keys_metrics_and_docs_need_one_unless_public(
     settings: dict, metrics: int, docs: int
 ) -> None:
-    with make_client(api_keys=("k1",), **settings) as c:
+    with make_client(api_keys=("k1",), admin_keys=("admin",), **settings) as c:
         assert c.get("/metrics").status_code == metrics
         assert c.get("/docs/openapi.json").status_code == docs
         assert c.get("/docs").status_code == docs
         key = {"authorization": "Bearer k1"}
-        assert c.get("/metrics", headers=key).status_code == 200
+        assert c.get("/metrics", headers=key).status_code == (metrics if metrics == 200 else 403)
+        assert c.get("/metrics", headers={"authorization": "Bearer admin"}).status_code == 200
         assert c.get("/docs/openapi.json", headers=key).status_code == 200
         assert c.get("/health").status_code == c.get("/ready").status_code == 200
 

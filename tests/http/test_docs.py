@@ -103,6 +103,7 @@ def test_openapi_declares_bearer_auth_on_the_authenticated_operations() -> None:
         ("/v1/decisions", "post"): [{"bearer": []}],
         ("/v1/feedback", "post"): [{"bearer": []}],
         ("/v1/models", "get"): [{"bearer": []}],
+        ("/v1/usage", "get"): [{"bearer": []}],
         ("/health", "get"): [{}, {"bearer": []}],  # answers without; details need a key
         ("/ready", "get"): None,
     }
@@ -112,8 +113,8 @@ def test_openapi_declares_bearer_auth_on_the_authenticated_operations() -> None:
 
 @pytest.mark.parametrize(("method", "path"), [
     ("POST", "/v1/systemone"), ("POST", "/v1/systemone/batch"), ("GET", "/v1/models"),
-    ("POST", "/v1/feedback"), ("GET", "/metrics"), ("GET", "/docs"), ("GET", "/docs/openapi.json"),
-    ("GET", "/docs/assets/swagger-ui-bundle.js"),
+    ("POST", "/v1/feedback"), ("GET", "/v1/usage"), ("GET", "/metrics"), ("GET", "/docs"),
+    ("GET", "/docs/openapi.json"), ("GET", "/docs/assets/swagger-ui-bundle.js"),
 ])
 @pytest.mark.parametrize("auth", [{}, {"authorization": "Bearer wrong"}])
 def test_every_401_carries_a_bearer_challenge(method: str, path: str, auth: dict) -> None:

@@ -160,6 +160,42 @@ def test_text_lines_are_ours_and_access_lines_carry_the_request_id(tmp_path: Pat
     assert any(" WARNING cascade: request " in line for line in lines)
 
 
+TOKEN = re.compile(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")+')  # logfmt: quoted strings are one token
+
+
+def _logfmt(text: str) -> list[str | tuple[str, str]]:
+    """``text``'s tokens, left to right: ``(key, value)`` for a field, else the token, quoted
+    ones decoded."""
+    out: list[str | tuple[str, str]] = []
+    for token in TOKEN.findall(text):
+        key, eq, value = token.partition("=")
+        if eq and not key.startswith('"'):
+            out.append((key, json.loads(value) if value.startswith('"') else value))
+        else:
+            out.append(json.loads(token) if token.startswith('"') else token)
+    return out
+
+
+def test_client_text_cannot_write_access_log_fields(tmp_path: Path) -> None:
+    """A request id or a path with spaces, ``=``, quotes or control characters is one quoted
+    logfmt value: the line keeps its own tokens, each holding the client's text whole."""
+    log_path = tmp_path / "serve.log"
+    spoof = 'abc client=10.9.8.7 tenant=acme status=200 "x\\y'
+    with _gateway(log_path, "--log-level", "info") as url, httpx.Client(base_url=url) as http:
+        r = http.get("/v1/models", headers={"x-request-id": spoof})
+        assert r.headers["x-request-id"] == spoof
+        http.get("/no%20such=path%0Afake", headers={"x-request-id": "plain-id"})
+    lines = [line.split(" cascade.access: ", 1)[1] for line in log_path.read_text().splitlines()
+             if " cascade.access: " in line]
+    assert len(lines) == 2, lines
+    tokens = [_logfmt(line) for line in lines]
+    assert [t[:3] for t in tokens] == [["GET", "/v1/models", "200"],
+                                       ["GET", "/no such=path\nfake", "404"]]
+    assert [t[5] for t in tokens] == [("request_id", spoof), ("request_id", "plain-id")]
+    assert all(len(t) == 7 and t[6][0] == "client" and t[6][1].startswith("127.0.0.1:")
+               for t in tokens)
+
+
 def test_json_lines_parse_and_probes_are_logged_at_debug(tmp_path: Path) -> None:
     log_path = tmp_path / "serve.log"
     with _gateway(log_path, "--log-format", "json", "--log-level", "debug") as url:

@@ -162,7 +162,7 @@ def test_reloads_under_load_fail_no_request_and_each_runs_on_one_version(
 
 def test_a_bad_policy_is_422_with_file_line_errors_and_the_old_version_keeps_serving(
         client: TestClient, policy_file: Path) -> None:
-    before = client.get("/health").json()["config"]["policy_hash"]
+    before = client.get("/health", headers=ADMIN).json()["config"]["policy_hash"]
     rejected = reloads("rejected")
     lines = policy_text(0.0, extra="\n[shadow]\nfraction = 2.0\nbogus = 1\n").splitlines()
     policy_file.write_text("\n".join(lines))
@@ -174,7 +174,7 @@ def test_a_bad_policy_is_422_with_file_line_errors_and_the_old_version_keeps_ser
     assert f"{policy_file}:{bogus}: error: unknown key `bogus`" in detail["lines"][0]
     assert detail["lines"][0] in detail["message"] and before[:12] in detail["message"]
     assert reloads("rejected") == rejected + 1
-    health = client.get("/health").json()["config"]
+    health = client.get("/health", headers=ADMIN).json()["config"]
     assert health["policy_hash"] == before
     assert health["last_reload"]["outcome"] == "rejected"
     assert health["last_reload"]["errors"] == detail["lines"]
@@ -189,10 +189,10 @@ def test_a_bad_policy_is_422_with_file_line_errors_and_the_old_version_keeps_ser
 def test_config_info_names_what_serves_and_drops_the_old_series(
         client: TestClient, policy_file: Path) -> None:
     old = policy_hash(load_policy(policy_file))
-    assert f'policy_hash="{old}"' in client.get("/metrics").text
+    assert f'policy_hash="{old}"' in client.get("/metrics", headers=ADMIN).text
     policy_file.write_text(policy_text(1.0))
     assert client.post("/admin/reload", headers=ADMIN).status_code == 200
-    info = [line for line in client.get("/metrics").text.splitlines()
+    info = [line for line in client.get("/metrics", headers=ADMIN).text.splitlines()
             if line.startswith("cascade_config_info{")]
     new = policy_hash(load_policy(policy_file))
     assert len(info) == 1 and f'policy_hash="{new}"' in info[0] and info[0].endswith(" 1.0")
@@ -263,14 +263,15 @@ def test_a_calibration_made_for_other_weights_is_refused(tmp_path: Path) -> None
     app = create_app(Settings(policy=str(path), calibration=str(calibration),
                               admin_keys=("admin-key",)), gateway_of(load_policy(path)))
     with TestClient(app) as client:
-        before = client.get("/health").json()["config"]
+        before = client.get("/health", headers=ADMIN).json()["config"]
         calibrate("0" * 64, 0.6)
         r = client.post("/admin/reload", headers=ADMIN)
         assert r.status_code == 422, r.text
         assert r.json()["detail"]["lines"] == [
             f"{calibration}: error: tier `laya`: the calibration was made for {'0' * 64}, the "
             f"configured weights are {real}; refit it with `cascade calibrate` for these weights"]
-        assert client.get("/health").json()["config"]["policy_hash"] == before["policy_hash"]
+        health = client.get("/health", headers=ADMIN).json()
+        assert health["config"]["policy_hash"] == before["policy_hash"]
         calibrate(real, 0.6)
         r = client.post("/admin/reload", headers=ADMIN)
         assert r.status_code == 200, r.text

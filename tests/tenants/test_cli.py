@@ -1,14 +1,19 @@
-"""``cascade keys add`` / ``cascade keys list``: one line of stdout, only hashes on disk."""
+"""``cascade keys add`` / ``cascade keys list``: one line of stdout, only hashes on disk; concurrent
+adds keep every key."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from cascade.settings import Settings
 from cascade.tenants.files import load_tenants
-from tests.cli.test_errors import cascade, refused
+from tests.cli.test_errors import ROOT, cascade, refused
 
 
 def test_add_prints_one_key_once_and_writes_only_its_hash(tmp_path: Path) -> None:
@@ -74,3 +79,40 @@ def test_mistakes_are_a_line_or_two_without_a_traceback(tmp_path: Path) -> None:
     old = tmp_path / "old"
     old.write_text("k1\n")
     refused(cascade("keys", "add", "a", "--file", str(old)), 1, "one key per line")
+
+
+# `cascade keys ...` with its modules loaded, waiting for its stdin to close before it runs:
+# the test starts ten, then lets them all edit the file at the same moment.
+AT_ONCE = """import sys
+from cascade.cli import build_parser, run
+from cascade.tenants import editing, files, keys
+args = build_parser().parse_args(sys.argv[1:])
+print("ready", flush=True)
+sys.stdin.read()
+sys.exit(run(args))
+"""
+
+
+def test_concurrent_adds_keep_every_key_they_print(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    names = [f"t{i % 3}" for i in range(10)]  # three tenants: new ones and existing ones
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+    env["PYTHONPATH"] = str(ROOT)
+    with contextlib.ExitStack() as stack:  # each Popen closes its pipes and is waited for
+        procs = [stack.enter_context(subprocess.Popen(
+            [sys.executable, "-c", AT_ONCE, "keys", "add", name, "--file", str(path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env)) for name in names]
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.close()
+        outs = [(proc.stdout.read(), proc.stderr.read()) for proc in procs
+                if proc.stdout is not None and proc.stderr is not None]
+        for proc in procs:
+            proc.wait(timeout=120)
+    assert [proc.returncode for proc in procs] == [0] * 10, outs
+    tenants = load_tenants(Settings(api_keys_file=str(path)))
+    found = [tenants.find(out.strip()) for out, _ in outs]
+    assert [t.name if t else None for t in found] == names

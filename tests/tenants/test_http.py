@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import math
 import time
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from cascade.policy.model import Policy, UpstreamTier
 from cascade.settings import Settings
 from cascade.tenants.admission import TenantAdmission
 from cascade.tenants.limits import LocalStore
+from tests.cache.helpers import Counting, joint_policy, per_question
+from tests.cache.helpers import gateway as cache_gateway
 from tests.servers import run_redis, serve_app
 
 QUESTIONS = {"urgent": {"type": "noul", "instructions": "Is it urgent?"},
@@ -44,7 +47,7 @@ def app(tmp_path: Path, tenants: str, handler=deterministic_answer):  # type: ig
     path.write_text(tenants)
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
     gateway = Gateway(policy, {"upstream": FakeEngine("upstream", handler)})
-    return create_app(Settings(api_keys_file=str(path)), gateway)
+    return create_app(Settings(api_keys_file=str(path), admin_keys=("admin-key",)), gateway)
 
 
 TWO = f"""
@@ -100,7 +103,7 @@ def test_over_its_limit_a_tenant_gets_429_with_openai_rate_limit_headers(tmp_pat
         assert other.status_code == 200 and "x-ratelimit-limit-requests" not in other.headers
         clock[0] = 30.0
         assert client.post("/v1/systemone", json=BODY, headers=auth("acme-key")).status_code == 200
-        text = client.get("/metrics", headers=auth("beta-key")).text
+        text = client.get("/metrics", headers=auth("admin-key")).text
     assert 'cascade_tenant_rate_limited_total{limit="requests_per_min",tenant="acme"}' in text
 
 
@@ -111,6 +114,39 @@ def test_input_tokens_are_charged_after_the_answer(tmp_path: Path) -> None:
         refused = client.post("/v1/systemone", json=BODY, headers=auth("k"))
         assert refused.status_code == 429 and "input_tokens_per_min" in refused.text
         assert refused.headers["x-ratelimit-remaining-tokens"] == "0"
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.5, 1.0])
+def test_a_cache_hit_is_charged_at_charge_cached_and_reported_as_cached(
+        tmp_path: Path, rate: float) -> None:
+    """A cache hit's input tokens are ``cached_tokens`` in both contracts and charged at
+    ``[cache] charge_cached`` (it charged them all and said 0); ``x-ratelimit-remaining-tokens``
+    is the level after the answer's charge (it was the level before)."""
+    path = tmp_path / "keys.toml"
+    path.write_text(f'[[tenant]]\nname = "acme"\nkeys = ["{sha("k")}"]\n'
+                    "input_tokens_per_min = 6000\n")
+    gateway = cache_gateway(joint_policy(charge_cached=rate),
+                            Counting("upstream", per_question, independent=False))
+    served = create_app(Settings(api_keys_file=str(path)), gateway)
+    with serve_app(served) as url, httpx.Client(base_url=url, timeout=10) as http:
+        served.state.tenant_admission = TenantAdmission(LocalStore(lambda: 0.0))
+        left = 6000
+        predicate = {**DECISION, "questions": [{**DECISION["questions"][0], "type": "predicate"}]}
+        for route, body in (("/v1/decisions", predicate), ("/v1/systemone", BODY)):
+            first, again = (http.post(route, json=body, headers=auth("k")) for _ in range(2))
+            assert [first.headers["x-cascade-cache"], again.headers["x-cascade-cache"]] == [
+                "miss", "hit"]
+            usage = [r.json()["usage"] for r in (first, again)]
+            tokens = usage[0]["input_tokens"]
+            assert tokens > 0 and usage[1]["input_tokens"] == tokens
+            if route == "/v1/decisions":
+                assert [u["input_tokens_details"]["cached_tokens"] for u in usage] == [0, tokens]
+            else:
+                assert "cached_tokens" not in usage[0] and usage[1]["cached_tokens"] == tokens
+            left -= tokens
+            assert first.headers["x-ratelimit-remaining-tokens"] == str(left)
+            left -= math.ceil(tokens * rate)
+            assert again.headers["x-ratelimit-remaining-tokens"] == str(left)
 
 
 def test_a_batch_counts_every_question_of_every_state(tmp_path: Path) -> None:

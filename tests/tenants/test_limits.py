@@ -9,7 +9,7 @@ import pytest
 from cascade import metrics
 from cascade.errors import Overloaded, TenantLimited
 from cascade.tenants.admission import Grant, TenantAdmission, reset_text
-from cascade.tenants.limits import BackendFailed, Check, Gcra, LocalStore, Verdict
+from cascade.tenants.limits import BackendFailed, Check, Gcra, Level, LocalStore, Verdict
 from cascade.tenants.model import Limits, Tenant
 
 
@@ -120,6 +120,18 @@ def test_input_tokens_are_charged_after_and_refuse_the_next_request() -> None:
     assert grant.headers["x-ratelimit-remaining-tokens"] == "1"
 
 
+def test_the_tokens_headers_show_the_level_after_the_charge() -> None:
+    """The answer's tokens are charged before its response goes out: ``remaining`` is what is
+    left after them (it showed the level before: 100 for a 30-token answer)."""
+    admission = TenantAdmission(LocalStore(Clock()))
+    grant = Grant()
+    run(admission.before_body(ACME, grant))
+    assert grant.headers["x-ratelimit-remaining-tokens"] == "100"
+    run(admission.charge(ACME, tokens=30, strong=1, grant=grant))
+    assert grant.headers["x-ratelimit-remaining-tokens"] == "70"
+    assert grant.headers["x-ratelimit-reset-tokens"] == "18s"
+
+
 def test_a_request_reserves_its_strong_answers_from_what_the_tenant_has_left() -> None:
     """ACME has 3 strong answers a minute: requests in flight reserve them (a concurrent
     request sees what the others reserved), the answer charges what was used, and a request
@@ -182,7 +194,7 @@ class Failing:
     async def admit(self, checks: list[Check]) -> Verdict:
         raise BackendFailed("down")
 
-    async def charge(self, key: str, per_min: int, cost: int) -> None:
+    async def charge(self, checks: list[Check]) -> list[Level]:
         raise BackendFailed("down")
 
     async def aclose(self) -> None:
@@ -202,4 +214,4 @@ def test_a_failed_backend_is_counted_and_fails_open_or_closed() -> None:
     with pytest.raises(Overloaded, match="limits backend") as refused:
         run(closed.before_body(ACME, Grant()))
     assert not isinstance(refused.value, TenantLimited) and refused.value.retry_after == 1.0
-    assert errors._value.get() == before + 5
+    assert errors._value.get() == before + 4  # the charge's two limits: one call
