@@ -19,7 +19,7 @@ import msgspec
 from cascade.cache.decision import build_cache
 from cascade.engines.base import Engine
 from cascade.errors import CascadeError, ConfigRejected
-from cascade.gateway import DecisionSink, Gateway
+from cascade.gateway import Gateway
 from cascade.policy.calibration import (
     CalibrationError,
     check_checkpoints,
@@ -39,6 +39,7 @@ from cascade.policy.model import (
 )
 from cascade.policy.precision import check_precision
 from cascade.settings import Settings, env_secret
+from cascade.store.base import DecisionStore
 
 log = logging.getLogger("cascade")
 # policies/default.toml (a link shipped in the package): the demo's policy too.
@@ -279,7 +280,7 @@ def tier_ids(policy: Policy) -> dict[str, str]:
 
 
 def build_gateway(settings: Settings, *, policy: Policy | None = None,
-                  decisions: DecisionSink | None = None) -> Gateway:
+                  decisions: DecisionStore | None = None) -> Gateway:
     """The gateway of ``settings`` (its ``policy``, when already read), logging to
     ``decisions``. Raises ``CalibrationMismatch`` (exits, naming both hashes) when the policy's
     calibration was fitted for other weights, ``FlipGateRefused`` when an int8 Laya tier has no
@@ -295,4 +296,4 @@ def build_gateway(settings: Settings, *, policy: Policy | None = None,
         cache.version(policy)  # the weights are hashed now, not on the first request
     return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
                    admission_deadline_s=settings.admission_deadline_s, decisions=decisions,
-                   cache=cache)
+                   cache=cache, weights=None if decisions is None else fingerprints(policy))

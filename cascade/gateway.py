@@ -25,7 +25,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
@@ -42,6 +42,7 @@ from cascade.errors import (
     EngineError,
     Overloaded,
 )
+from cascade.policy.fingerprint import policy_hash
 from cascade.policy.flow import (
     Ask,
     Decision,
@@ -55,10 +56,12 @@ from cascade.policy.flow import (
 )
 from cascade.policy.model import Policy
 from cascade.policy.quota import StrongQuota
-from cascade.policy.routing import Gate, QuestionRoute
+from cascade.policy.routing import Gate
 from cascade.policy.serving import Reconfigurable, Serving
+from cascade.policy.stamp import Stamp
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
+from cascade.store.base import DecisionStore
 from cascade.tenants import spend
 from cascade.tenants.usage import UsageBook
 from cascade.tiercall import call_tier
@@ -76,20 +79,6 @@ class Outcome(msgspec.Struct, kw_only=True):
     cached_tokens: int = 0  # of the response's input tokens, answered from the decision cache
 
 
-class DecisionSink(Protocol):
-    """Where answered requests are logged (``cascade.eval.decision_log.DecisionLog``).
-    ``record`` is awaited before the response goes out (it may wait briefly for the rows to be
-    durable); ``shadowed`` returns at once. Neither blocks the event loop."""
-
-    async def record(self, call: EngineCall, routes: Mapping[str, QuestionRoute],
-                     answers: Mapping[str, EngineAnswer], degraded: Mapping[str, str],
-                     checkpoint: str | None, latency_s: float, *, tenant: str = "") -> None: ...
-
-    def shadowed(self, call: EngineCall, strong: EngineAnswer, *, tenant: str = "") -> None: ...
-
-    def health(self) -> dict[str, Any]: ...
-
-
 class Gateway(Reconfigurable):
     """Owns the engines of one policy, reconfigurable (``Reconfigurable``); ``systemone`` answers
     one validated call (``decide``, per-question refusals too). ``decisions``: the log."""
@@ -97,13 +86,16 @@ class Gateway(Reconfigurable):
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
                  demo: bool = False, clock: Callable[[], float] = time.monotonic,
                  admission_deadline_s: float = ADMISSION_DEADLINE_S,
-                 decisions: DecisionSink | None = None, cache: DecisionCache | None = None):
+                 decisions: DecisionStore | None = None, cache: DecisionCache | None = None,
+                 weights: Mapping[str, str] | None = None):
         super().__init__(policy, engines)
         self.profile = profile
         self.demo = demo
         self.clock = clock  # the breakers' clock; budgets use time.monotonic, as engines do
         self.admission_deadline_s = admission_deadline_s
         self.decisions, self.cache = decisions, cache  # the decision log; the decision cache
+        self.weights = dict(weights or {})  # {tier: weights' content hash}, fixed per process
+        self._own_hashes: dict[int, tuple[Policy, str]] = {}  # tenants' policies' hashes
         self.started = False
         self._flows = itertools.count(1)
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
@@ -178,9 +170,12 @@ class Gateway(Reconfigurable):
         # a tenant's own policy gates with its thresholds; the served one with the live gate
         gate = self.control.gate(escalate=escalate) if policy is None else Gate.of(
             policy, escalate=escalate)
+        stamp = Stamp(policy_hash=serving.policy_hash, calibration_hash=serving.calibration_hash,
+                      weights=self.weights, tenant=tenant,
+                      tenant_policy_hash=None if policy is None else self._own_hash(policy))
         policy = policy or serving.policy
         flow = decide(policy, call, previews=serving.previewer is not None, shadow_key=key,
-                      partial=partial, gate=gate, quota=quota)
+                      partial=partial, gate=gate, quota=quota, stamp=stamp)
         decision, merging = await self._drive(flow, serving, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision, serving.policy)
@@ -190,11 +185,9 @@ class Gateway(Reconfigurable):
                                     demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)
         if self.decisions is not None:
-            await self.decisions.record(call, decision.routes, decision.answers,
-                                        decision.degraded, decision.pre.cheap_checkpoint,
-                                        time.perf_counter() - started, tenant=tenant)
+            await self.decisions.record(call, decision, time.perf_counter() - started)
         if decision.shadow is not None:
-            self._shadow(serving, decision.shadow, tenant)
+            self._shadow(serving, decision.shadow, decision.stamp)
         tiers = decision.tiers
         return Outcome(response=response, headers=answers.headers(Counter(tiers.values()),
                        demo=self.demo) | (lookup.header if lookup else {}),
@@ -254,18 +247,25 @@ class Gateway(Reconfigurable):
                                self.breakers[tier], call, timings, clock=self.clock,
                                record=record)
 
-    def _shadow(self, serving: Serving, shadow: ShadowCall, tenant: str) -> None:
-        """Mirror ``tenant``'s cheap-final request to the strong tier in the background,
+    def _own_hash(self, policy: Policy) -> str:
+        """A tenant's own policy's hash, computed once per policy object."""
+        known = self._own_hashes.get(id(policy))
+        if known is None or known[0] is not policy:
+            known = self._own_hashes[id(policy)] = (policy, policy_hash(policy))
+        return known[1]
+
+    def _shadow(self, serving: Serving, shadow: ShadowCall, stamp: Stamp) -> None:
+        """Mirror the stamped request (cheap-final) to the strong tier in the background,
         bounded."""
         busy = len(self._shadow_tasks) >= serving.policy.shadow.max_concurrent
         if busy or self.breakers[shadow.tier].state(self.clock()) != "closed":
             metrics.SHADOW.labels(outcome="skipped_busy").inc()
             return
-        task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow, tenant))
+        task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow, stamp))
         self._shadow_tasks.add(task)
         task.add_done_callback(self._shadow_tasks.discard)
 
-    async def _run_shadow(self, serving: Serving, shadow: ShadowCall, tenant: str) -> None:
+    async def _run_shadow(self, serving: Serving, shadow: ShadowCall, stamp: Stamp) -> None:
         try:
             strong = await self._call(serving, shadow.tier, shadow.call, {}, record=False)
         except (EngineError, Overloaded, ClientError):
@@ -273,5 +273,5 @@ class Gateway(Reconfigurable):
             return
         metrics.SHADOW.labels(outcome="sent").inc()
         if self.decisions is not None:
-            self.decisions.shadowed(shadow.call, strong, tenant=tenant)
+            self.decisions.shadowed(shadow.call, strong, stamp)
         self.control.shadowed(shadow, strong)  # agreement metrics; the teacher's labels

@@ -164,17 +164,29 @@ DECISION_LOG_ROWS = Counter(
     "cascade_decision_log_rows_total",
     "Decision log rows (one per answered question) by outcome: written; dropped (the writer's "
     "queue was full, the request was not slowed); failed (the database refused the write; "
-    "not retried).",
+    "not retried; PostgreSQL: the spool was full or failed too); spooled (PostgreSQL was "
+    "unreachable: kept in the local spool); replayed (from the spool into PostgreSQL).",
     ["outcome"],
+)
+DECISION_STORE_REACHABLE = Gauge(
+    "cascade_decision_store_reachable",
+    "1 while the PostgreSQL decision store took the last write, 0 while it is unreachable "
+    "(rows go to the local spool).",
+)
+DECISION_STORE_SPOOL_BYTES = Gauge(
+    "cascade_decision_store_spool_bytes",
+    "Bytes of batches waiting in the local spool for PostgreSQL (0: not behind).",
 )
 DECISION_LOG_ERRORS = Counter(
     "cascade_decision_log_errors_total",
     "Decision log writer failures by stage: write (a batch's transaction, or reopening the file "
-    "for it; its rows count as failed), rotate (checkpoint, rename or reopen at the size cap; "
-    "tried again after the next batch). The writer carries on after each.",
+    "for it; its rows count as failed; PostgreSQL: spooled), rotate (checkpoint, rename or "
+    "reopen at the size cap; tried again after the next batch), spool (the local spool could "
+    "not take a batch), prune (PostgreSQL retention). The writer carries on after each.",
     ["stage"],
 )
-for _stage in ("write", "rotate"):  # exported at 0 from the start, so rate() reads a series
+# exported at 0 from the start, so rate() reads a series
+for _stage in ("write", "rotate", "spool", "prune"):
     DECISION_LOG_ERRORS.labels(stage=_stage)
 # ---- feedback (POST /v1/feedback)
 FEEDBACK = Counter(

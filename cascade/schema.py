@@ -66,6 +66,7 @@ MAX_ASKED = max(LIMITS.max_questions, LIMITS.max_decision_questions)
 # A request id feedback names: a client's x-request-id (at most 128 characters, as
 # ``cascade.http.app.request_id`` takes it), and a batch's ``ID/63`` for its states.
 FEEDBACK_ID_CHARS = 128 + len(f"/{LIMITS.max_batch_states - 1}")
+FEEDBACK_ID = r"^[^\x00-\x1f\x7f]+$"  # no control characters (x-request-id is printable)
 Name = Annotated[str, Meta(max_length=LIMITS.max_name_chars)]
 
 
@@ -397,7 +398,8 @@ FeedbackLabel = str | bool | int
 class FeedbackRequest(Base, kw_only=True):
     """``POST /v1/feedback``: what the answers of an earlier request should have been."""
 
-    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS)]  # x-request-id
+    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS,
+                                    pattern=FEEDBACK_ID)]  # x-request-id
     labels: Annotated[dict[Name, FeedbackLabel], Meta(min_length=1, max_length=MAX_ASKED)]
 
 
@@ -413,7 +415,8 @@ class FeedbackResponse(Base, kw_only=True):
 class FeedbackEnvelope(Base, kw_only=True):
     """``FeedbackRequest`` with its labels still undecoded (a wrong one's ``loc`` names it)."""
 
-    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS)]
+    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS,
+                                    pattern=FEEDBACK_ID)]
     labels: Annotated[dict[Name, msgspec.Raw], Meta(min_length=1, max_length=MAX_ASKED)]
 
 

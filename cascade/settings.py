@@ -113,8 +113,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_format: Literal["text", "json"] = "text"
     # A calibration file from ``cascade calibrate`` (overrides the policy's [calibration] file).
     calibration: str | None = None
-    # A SQLite decision log, one row per answered question (overrides [decision_log] file).
+    # The decision log, one row per answered question (overrides [decision_log] file): a SQLite
+    # file's path, or a postgresql:// URL shared by every replica (cascade.store).
     decision_log: str | None = None
+    # PostgreSQL only: the local spool of batches the database cannot take now (default:
+    # cascade-spool-REPLICA in the temporary directory; one per replica).
+    decision_spool: str | None = None
     # Repeated log lines: the first log_repeat_burst of each kind per log_repeat_interval_s pass;
     # the rest are counted and reported with the next line of that kind.
     log_repeat_burst: int = 5

@@ -24,6 +24,7 @@ GROUPS = {
     "bench": "benchmarks: print a table and JSON",
     "engine": "run one engine standalone behind /v1/systemone",
     "keys": "the tenants of an API keys file: add a key, list them",
+    "store": "the PostgreSQL decision store: create or upgrade its schema",
 }
 
 COMMANDS = (
@@ -39,6 +40,7 @@ COMMANDS = (
     "cascade.cli.distill",
     "cascade.cli.keys",
     "cascade.cli.usage",
+    "cascade.cli.store",
     "cascade.cli.completion",
 )
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import functools
 import logging
 import socket
 import typing
@@ -15,9 +14,8 @@ from cascade.cli.errors import ConfigError
 from cascade.settings import LogLevel, Settings, from_env, parse_map
 
 if TYPE_CHECKING:
-    from cascade.eval.decision_log import DecisionLog
     from cascade.policy.model import Policy
-    from cascade.policy.serving import Serving
+    from cascade.store.base import DecisionStore
 
 
 def common_flags(parser: argparse.ArgumentParser, port: int) -> None:
@@ -82,8 +80,9 @@ def register(groups: dict[str, Any]) -> None:
     serve.add_argument("--calibration", metavar="FILE",
                        help="thresholds and temperatures from `cascade calibrate` (refused at "
                        "boot, and on reload, when fitted for other weights; CASCADE_CALIBRATION)")
-    serve.add_argument("--decision-log", metavar="FILE",
-                       help="log every answered question to this SQLite file (off by default; "
+    serve.add_argument("--decision-log", metavar="FILE|URL",
+                       help="log every answered question to this SQLite file, or to the "
+                       "postgresql://USER@HOST/DB every replica shares (off by default; "
                        "CASCADE_DECISION_LOG)")
     serve.set_defaults(func=run_serve)
 
@@ -122,8 +121,6 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         drain = Drain()
         try:
             gateway = build_gateway(settings, policy=policy, decisions=decisions)
-            if decisions is not None:  # rows name the policy a reload put in place
-                gateway.reconfigured.append(functools.partial(restamp, decisions))
             serve(create_app(settings, gateway, drain, tenants), settings, level.lower(), drain,
                   sockets=[listener])
         finally:
@@ -163,30 +160,43 @@ def configure_logging(settings: Settings, log_level: str | None) -> str:
     return level
 
 
-def open_decision_log(settings: Settings, policy: Policy) -> DecisionLog | None:
-    """The decision log ``--decision-log`` or the policy's ``[decision_log]`` asks for."""
-    from cascade.build import fingerprints
-    from cascade.eval.decision_log import DecisionLog
-    from cascade.policy.fingerprint import policy_hash
+def open_decision_log(settings: Settings, policy: Policy) -> DecisionStore | None:
+    """The decision store ``--decision-log`` or the policy's ``[decision_log]`` asks for: a
+    SQLite file, or a PostgreSQL URL (migrated now). A bad URL or, unless ``required = false``,
+    an unreachable database: one line naming the setting."""
+    import tempfile
+
+    from cascade.store import is_url, replica_name
 
     config = policy.decision_log
-    path = settings.decision_log or config.file
-    if not path:
+    target = settings.decision_log or config.file
+    if not target:
         return None
-    logging.getLogger("cascade").info("decision log: %s (state stored as %s)", path, config.state)
-    return DecisionLog(
-        path, cheap=policy.route.cheap, strong=policy.route.strong,
-        policy_hash=policy_hash(policy), checkpoints=fingerprints(policy),
-        state_mode=config.state, max_bytes=config.max_bytes, keep=config.keep,
-        queue_size=config.queue_size,
-    )
+    replica = replica_name()
+    if not is_url(target):
+        from cascade.store.sqlite import SqliteStore
 
+        logging.getLogger("cascade").info("decision log: %s (state stored as %s)", target,
+                                          config.state)
+        return SqliteStore(target, state_mode=config.state, replica=replica,
+                           max_bytes=config.max_bytes, keep=config.keep,
+                           queue_size=config.queue_size)
+    from cascade.store.postgres import PostgresStore, safe_url
 
-def restamp(decisions: DecisionLog, serving: Serving) -> None:
-    """A ``Gateway.reconfigured`` hook: the decision log's rows name the new policy (its hash,
-    its cheap and strong tiers) from now on."""
-    decisions.policy_hash = serving.policy_hash
-    decisions.cheap, decisions.strong = serving.policy.route.cheap, serving.policy.route.strong
+    spool = settings.decision_spool or str(Path(tempfile.gettempdir()) / f"cascade-spool-{replica}")
+    where = safe_url(target)
+    try:
+        store = PostgresStore(target, spool=spool, spool_bytes=config.spool_bytes,
+                              state_mode=config.state, replica=replica,
+                              queue_size=config.queue_size, keep_days=config.keep_days,
+                              required=config.required)
+    except Exception as exc:
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigError(f"decision log (--decision-log / CASCADE_DECISION_LOG / [decision_log] "
+                          f"file): cannot use {where}: {why}") from None
+    logging.getLogger("cascade").info("decision log: %s (state stored as %s, spool %s)", where,
+                                      config.state, spool)
+    return store
 
 
 def run_serve(args: argparse.Namespace) -> int:

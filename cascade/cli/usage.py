@@ -71,10 +71,10 @@ def usage_command(args: argparse.Namespace) -> int:
 
     from cascade.cli.eval import parse_costs
     from cascade.cli.summary import rounded
-    from cascade.eval.decision_log import NotADecisionLog, read_rows
     from cascade.eval.spend import as_json, usage
     from cascade.policy.costs import DEFAULT_COST, costs
     from cascade.policy.files import load_policy
+    from cascade.store import NotADecisionLog, read_rows
 
     overrides = parse_costs(args.cost)
     since = None if args.since is None else since_of(args.since, time.time())

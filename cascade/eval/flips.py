@@ -25,7 +25,6 @@ from cascade.engines.laya import LayaEngine
 from cascade.engines.onnx import default_threads
 from cascade.errors import ClientError
 from cascade.eval.data import Item, read_items
-from cascade.eval.decision_log import read_rows
 from cascade.laya.checkpoint import content_hash
 from cascade.laya.export import MODEL_FILE
 from cascade.laya.flip_report import Accuracy, Cell, FlipReport, Gate, Speed
@@ -35,6 +34,7 @@ from cascade.policy.model import Policy
 from cascade.policy.routing import PreRoute, QuestionRoute, post_route
 from cascade.questions import answer_label, label_index, option_band
 from cascade.schema import Question
+from cascade.store import read_rows
 
 Answers = list[EngineAnswer | None]  # per item; None: the cheap tier refused it
 

@@ -27,11 +27,11 @@ import msgspec
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.eval.data import Item
 from cascade.eval.decide import ItemRow, rows_of
-from cascade.eval.decision_log import LogRow, read_rows
 from cascade.eval.runner import Outputs, TierRun
 from cascade.policy.model import Policy
 from cascade.questions import answer_label
 from cascade.schema import Question
+from cascade.store import LogRow, read_rows
 
 
 def log_rows(paths: Sequence[str | Path], policy: Policy, *, labelled_only: bool

@@ -16,10 +16,10 @@ import msgspec
 
 from cascade.control.evidence import Labelled
 from cascade.control.labels import Source, asked_key, judged
-from cascade.eval.decision_log import LogRow, read_rows
 from cascade.policy.model import Policy
 from cascade.questions import answer_label
 from cascade.schema import Question
+from cascade.store import LogRow, read_rows
 
 SOURCES: tuple[Source, ...] = ("feedback", "shadow")
 

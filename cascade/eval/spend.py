@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from cascade.eval.decision_log import LogRow
+from cascade.store import LogRow
 
 ALL = "(all)"  # the tenant of the totals
 

@@ -32,9 +32,9 @@ import msgspec
 
 from cascade.calls import EngineCall
 from cascade.eval.data import Item
-from cascade.eval.decision_log import LogRow, read_rows
 from cascade.learn.source import SourceError
 from cascade.schema import Question
+from cascade.store import LogRow, read_rows
 
 
 def escalated(row: LogRow) -> bool:

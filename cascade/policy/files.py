@@ -39,6 +39,7 @@ from cascade.policy.stats import lower_bound
 from cascade.policy.toml_keys import KeyPath, key_lines, locate
 from cascade.questions import BAND_MAX_OPTIONS, Band
 from cascade.schema import QuestionType
+from cascade.store import is_url
 
 
 class Finding(msgspec.Struct, frozen=True):
@@ -212,9 +213,11 @@ def validate(policy: Policy) -> list[Finding]:
             found.append(_err(("cost", name), f"cost for an undefined tier `{name}`"))
         elif cost < 0:
             found.append(_err(("cost", name), "a cost must be >= 0"))
-    for key in ("max_bytes", "keep", "queue_size"):
+    for key in ("max_bytes", "keep", "queue_size", "spool_bytes"):
         if getattr(policy.decision_log, key) < 1:
             found.append(_err(("decision_log", key), f"decision_log.{key} must be >= 1"))
+    if (days := policy.decision_log.keep_days) is not None and days <= 0:
+        found.append(_err(("decision_log", "keep_days"), "decision_log.keep_days must be > 0"))
     found += _control_findings(policy)
     found += _drift_findings(policy.drift)
     found += _cache_findings(policy.cache)
@@ -463,7 +466,8 @@ def _anchored(policy: Policy, base: Path) -> Policy:
     files = {
         "calibration": policy.calibration.file and msgspec.structs.replace(
             policy.calibration, file=local_path(policy.calibration.file)),
-        "decision_log": policy.decision_log.file and msgspec.structs.replace(
+        "decision_log": policy.decision_log.file and not is_url(policy.decision_log.file)
+        and msgspec.structs.replace(
             policy.decision_log, file=local_path(policy.decision_log.file)),
     }
     return msgspec.structs.replace(policy, tiers=tiers,

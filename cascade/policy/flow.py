@@ -72,6 +72,7 @@ from cascade.policy.routing import (
     static_reason,
 )
 from cascade.policy.shadow import shadow_questions
+from cascade.policy.stamp import Stamp
 
 T = TypeVar("T")
 
@@ -124,6 +125,7 @@ class Decision(msgspec.Struct, kw_only=True):
     shadow: ShadowCall | None
     # question -> why it cannot be answered now (``partial`` only; left out of the above)
     refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
+    stamp: Stamp = msgspec.field(default_factory=Stamp)  # what decided it (its log rows' stamp)
 
     @property
     def tiers(self) -> dict[str, str]:
@@ -150,13 +152,14 @@ class Fallback(msgspec.Struct, frozen=True):
 
 def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str = "",
            partial: bool = False, gate: Gate | None = None,
-           quota: StrongQuota | None = None) -> Flow[Decision]:
+           quota: StrongQuota | None = None, stamp: Stamp | None = None) -> Flow[Decision]:
     """The decision for ``call``. ``previews``: whether the cheap tier answers ``Preview``
     (without, pre-routing sees no token counts). ``shadow_key`` picks the shadow sample.
     ``partial``: refuse the questions nothing can answer now instead of the whole request.
     ``gate``: the confidence gate to apply (None: the policy's thresholds); the cheap answers it
     keeps against its thresholds are routed cheap with the reason ``budget``. ``quota``: the
-    tenant's strong answers left (None: no cap), see ``within_quota``."""
+    tenant's strong answers left (None: no cap), see ``within_quota``. ``stamp``: the version
+    deciding, completed with ``policy``'s tier names on the decision."""
     strong = policy.route.strong
     preview = (yield from preview_steps(policy, call)) if previews else None
     pre = pre_route(policy, call, preview)
@@ -198,6 +201,7 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
         results=returned_results(policy, merge(answered, routes, answers), tiers),
         answers=answers, usage=merged_usage(usages, tiers), model="+".join(dict.fromkeys(
             a.model for a in answers.values())), shadow=shadow, refused=refused,
+        stamp=msgspec.structs.replace(stamp or Stamp(), cheap=policy.route.cheap, strong=strong),
     )
 
 

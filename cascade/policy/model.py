@@ -264,13 +264,17 @@ class Calibration(_Strict, frozen=True):
 
 
 class DecisionLog(_Strict, frozen=True):
-    """``[decision_log]``: one SQLite row per answered question (``cascade.eval.decision_log``)."""
+    """``[decision_log]``: one row per answered question (``cascade.store``), in a SQLite file
+    or a PostgreSQL database (``file`` a ``postgresql://`` URL)."""
 
-    file: str | None = None  # relative to the policy file; None: off (unless --decision-log)
+    file: str | None = None  # relative to the policy file, or a URL; None: off (--decision-log)
     state: Literal["text", "hash", "none"] = "hash"  # how each row stores the request's state
-    max_bytes: int = 1 << 30  # then the file rotates to FILE.1, FILE.2, ...
-    keep: int = 3  # rotated files kept
+    max_bytes: int = 1 << 30  # SQLite: then the file rotates to FILE.1, FILE.2, ...
+    keep: int = 3  # SQLite: rotated files kept
     queue_size: int = 10_000  # requests waiting for the writer; beyond, rows are dropped
+    keep_days: float | None = None  # PostgreSQL: rows older are deleted (None: kept)
+    required: bool = True  # PostgreSQL unreachable at boot: an error (false: warn and spool)
+    spool_bytes: int = 256 << 20  # PostgreSQL: the local spool's cap; beyond, rows are dropped
 
 
 class Targets(_Strict, frozen=True):

@@ -17,7 +17,6 @@ from cascade.cli import main
 from cascade.cli.errors import UsageError
 from cascade.cli.usage import since_of
 from cascade.engines.fake import FakeEngine, deterministic_answer
-from cascade.eval.decision_log import DecisionLog
 from cascade.gateway import Gateway
 from cascade.policy.model import (
     Bands,
@@ -30,6 +29,7 @@ from cascade.policy.model import (
     TypeBands,
 )
 from cascade.schema import ChoiceQuestion, NoulQuestion
+from cascade.store.sqlite import SqliteStore
 
 NOUL = NoulQuestion(instructions="Urgent?")
 TEAM = ChoiceQuestion(instructions="Which team?", criteria=["billing", "tech", "sales"])
@@ -67,8 +67,7 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
         route=Route(cheap="laya", strong="clef"),
         thresholds=Thresholds(confidence=TypeBands(noul=Bands(two=0.999))),  # u escalates
     )
-    writer = DecisionLog(path, cheap="laya", strong="clef", policy_hash="p" * 64,
-                         checkpoints={"laya": "h1", "clef": "h2"})
+    writer = SqliteStore(path)
     gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
                       decisions=writer)
 

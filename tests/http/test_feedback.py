@@ -16,7 +16,6 @@ from cascade import metrics
 from cascade.calls import EngineCall
 from cascade.control.evidence import Labelled
 from cascade.engines.fake import FakeEngine, deterministic_answer
-from cascade.eval.decision_log import DecisionLog, read_rows
 from cascade.gateway import Gateway
 from cascade.http import feedback
 from cascade.http.app import create_app
@@ -33,6 +32,7 @@ from cascade.policy.model import (
 )
 from cascade.schema import Question
 from cascade.settings import Settings
+from cascade.store.sqlite import SqliteStore, read_rows
 
 KEY = "feedback-key"
 AUTH = {"authorization": f"Bearer {KEY}"}
@@ -66,16 +66,15 @@ def _policy() -> Policy:
     )
 
 
-def _client(log: DecisionLog | None) -> TestClient:
+def _client(log: SqliteStore | None) -> TestClient:
     gateway = Gateway(_policy(), {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
                       decisions=log)
     return TestClient(create_app(Settings(api_keys=(KEY,)), gateway))
 
 
 @pytest.fixture
-def log(tmp_path: Path) -> Iterator[DecisionLog]:
-    writer = DecisionLog(tmp_path / "d.db", cheap="laya", strong="clef", policy_hash="p" * 64,
-                         checkpoints={"laya": "h1", "clef": "h2"})
+def log(tmp_path: Path) -> Iterator[SqliteStore]:
+    writer = SqliteStore(tmp_path / "d.db")
     yield writer
     writer.close()
 
@@ -95,7 +94,7 @@ def _feedback(client: TestClient, rid: str, labels: dict, **kw: object):
                        headers=AUTH, **kw)  # type: ignore[arg-type]
 
 
-def test_labels_are_stored_beside_the_rows_and_the_latest_wins(log: DecisionLog):
+def test_labels_are_stored_beside_the_rows_and_the_latest_wins(log: SqliteStore):
     stored, relabelled = _count("stored"), _count("relabelled")
     with _client(log) as client:
         _answer(client, "r1")
@@ -125,7 +124,7 @@ def test_the_decision_log_off_is_409(tmp_path: Path):
     assert _count("log_off") - before == 1
 
 
-def test_an_unknown_request_id_is_404(log: DecisionLog):
+def test_an_unknown_request_id_is_404(log: SqliteStore):
     before = _count("unknown_request")
     with _client(log) as client:
         _answer(client, "r1")
@@ -146,7 +145,7 @@ def test_an_unknown_request_id_is_404(log: DecisionLog):
     ({"tone": "calm", "urgent": True}, "tone", "asked no question 'tone'"),
 ])
 def test_a_label_that_does_not_fit_is_422_naming_it_and_nothing_is_stored(
-        log: DecisionLog, labels: dict, bad: str, says: str):
+        log: SqliteStore, labels: dict, bad: str, says: str):
     before = _count("invalid")
     with _client(log) as client:
         _answer(client, "r1")
@@ -166,20 +165,20 @@ def test_a_label_that_does_not_fit_is_422_naming_it_and_nothing_is_stored(
     ({"labels": {"anger": 1}}, ["body", "request_id"]),
     ({"request_id": "r1", "labels": {"anger": None}}, ["body", "labels", "anger"]),
 ])
-def test_a_body_of_the_wrong_shape_is_422(log: DecisionLog, body: dict, loc: list):
+def test_a_body_of_the_wrong_shape_is_422(log: SqliteStore, body: dict, loc: list):
     with _client(log) as client:
         r = client.post("/v1/feedback", json=body, headers=AUTH)
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"] == loc
 
 
-def test_feedback_needs_the_key(log: DecisionLog):
+def test_feedback_needs_the_key(log: SqliteStore):
     with _client(log) as client:
         r = client.post("/v1/feedback", json={"request_id": "r1", "labels": {"urgent": True}})
     assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
 
 
-def test_rows_still_queued_are_found_not_404(log: DecisionLog):
+def test_rows_still_queued_are_found_not_404(log: SqliteStore):
     """The writer is stuck while the request is answered (its rows wait in the queue, the
     response went out after COMMIT_WAIT_S): its feedback waits behind them, then is stored."""
     release = threading.Event()
@@ -199,7 +198,7 @@ def test_rows_still_queued_are_found_not_404(log: DecisionLog):
     assert r.json()["stored"] == 1
 
 
-def test_a_writer_stuck_past_the_wait_is_503_not_a_hang(log: DecisionLog, monkeypatch):
+def test_a_writer_stuck_past_the_wait_is_503_not_a_hang(log: SqliteStore, monkeypatch):
     monkeypatch.setattr(feedback, "FEEDBACK_WAIT_S", 0.2)
     release = threading.Event()
     write = log._write
@@ -214,7 +213,7 @@ def test_a_writer_stuck_past_the_wait_is_503_not_a_hang(log: DecisionLog, monkey
     assert _count("failed") - failed == 1
 
 
-def test_the_learner_gets_the_cheap_answers_judged_as_the_gate_reads_them(log: DecisionLog):
+def test_the_learner_gets_the_cheap_answers_judged_as_the_gate_reads_them(log: SqliteStore):
     learner = Recording()
     with _client(log) as client:
         client.app.state.learner = learner
@@ -236,7 +235,7 @@ def test_the_learner_gets_the_cheap_answers_judged_as_the_gate_reads_them(log: D
     assert noul.confidence == pytest.approx(max(urgent))
 
 
-def test_a_failing_learner_never_fails_the_stored_feedback(log: DecisionLog):
+def test_a_failing_learner_never_fails_the_stored_feedback(log: SqliteStore):
     class Broken:
         def observe(self, answers: Sequence[Labelled]) -> None:
             raise RuntimeError("bug")

@@ -18,7 +18,6 @@ from litestar import Litestar
 from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.engines.fake import FakeEngine, deterministic_answer
-from cascade.eval.decision_log import DecisionLog, LogRow, read_rows
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.policy.model import (
@@ -34,6 +33,7 @@ from cascade.policy.model import (
 )
 from cascade.schema import MAX_ASKED
 from cascade.settings import Settings
+from cascade.store.sqlite import LogRow, SqliteStore, read_rows
 from cascade.tenants.admission import TenantAdmission
 from cascade.tenants.limits import LocalStore
 from tests.control.load import Clock
@@ -81,15 +81,14 @@ class Served:
     """A gateway with a decision log served on loopback, and a client of it."""
 
     def __init__(self, client: httpx.Client, app: Litestar, gateway: Gateway,
-                 log: DecisionLog) -> None:
+                 log: SqliteStore) -> None:
         self.client, self.app, self.gateway, self.log = client, app, gateway, log
 
 
 @contextmanager
 def _served(tmp_path: Path, *, keys: str | None, control: Control | None = None,
             clock: Clock | None = None) -> Iterator[Served]:
-    log = DecisionLog(tmp_path / "d.db", cheap="laya", strong="clef", policy_hash="p" * 64,
-                      checkpoints={})
+    log = SqliteStore(tmp_path / "d.db")
     gateway = Gateway(_policy(control), {"laya": FakeEngine("laya", _unsure),
                                          "clef": FakeEngine("clef")},
                       decisions=log, clock=clock or Clock())
@@ -114,7 +113,7 @@ def _label(client: httpx.Client, tenant: str | None, rid: str, labels: dict) -> 
                        json={"request_id": rid, "labels": labels})
 
 
-def _rows(log: DecisionLog) -> list[LogRow]:
+def _rows(log: SqliteStore) -> list[LogRow]:
     log.close()
     return list(read_rows(log.path))
 

@@ -6,7 +6,6 @@ key files read again; engines and breakers kept."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import signal
 import subprocess
@@ -17,23 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 from litestar.testing import TestClient
 
 from cascade import metrics
 from cascade.build import fingerprints
 from cascade.calls import EngineAnswer, EngineCall
-from cascade.cli.serve import restamp
 from cascade.engines.fake import FakeEngine, deterministic_answer
-from cascade.eval.decision_log import DecisionLog
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.laya.tiny import make_tiny
 from cascade.policy.calibration import CalibrationFile, Stamp, write_calibration
 from cascade.policy.files import load_policy
 from cascade.policy.fingerprint import policy_hash
-from cascade.policy.model import Policy, Route, TypeBands, UpstreamTier
+from cascade.policy.model import Policy, TypeBands, UpstreamTier
 from cascade.policy.serving import Serving
 from cascade.settings import Settings
 from tests.servers import free_port, run_process, serve_app
@@ -366,21 +362,6 @@ def test_sighup_reloads_a_served_process(policy_file: Path) -> None:
         assert found["policy_hash"] == serving
         assert found["last_reload"]["errors"][0].startswith(f"{policy_file}:")
         assert proc.poll() is None
-
-
-def test_decision_log_rows_name_the_policy_a_reload_put_in_place(tmp_path: Path) -> None:
-    policy = load_policy(write(tmp_path / "a.toml", policy_text(0.0)))
-    log = DecisionLog(tmp_path / "log.sqlite", cheap="cheap", strong="strong",
-                      policy_hash=policy_hash(policy), checkpoints={})
-    try:
-        gateway = gateway_of(policy)
-        gateway.reconfigured.append(functools.partial(restamp, log))
-        swapped = msgspec.structs.replace(policy, route=Route(cheap="strong", strong="cheap"))
-        gateway.reconfigure(swapped)
-        assert (log.policy_hash, log.cheap, log.strong) == (policy_hash(swapped), "strong",
-                                                            "cheap")
-    finally:
-        log.close()
 
 
 def write(path: Path, text: str) -> Path:

@@ -17,18 +17,18 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from cascade.engines.fake import FakeEngine
-from cascade.eval.decision_log import DecisionLog
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.policy.model import Policy, UpstreamTier
 from cascade.settings import Settings
+from cascade.store.sqlite import SqliteStore
 from tests.servers import serve_app
 
 MAX_EXAMPLES = 40
 KEY = "schemathesis-key"
 
 
-def _app(log: DecisionLog | None = None) -> Litestar:
+def _app(log: SqliteStore | None = None) -> Litestar:
     """With an API key, so the documented bearer security is enforced (schemathesis also
     checks that the authenticated operations refuse requests without the key); served with a
     decision log, so that feedback reaches its lookup."""
@@ -48,7 +48,7 @@ schema.config.update(headers={"Authorization": f"Bearer {KEY}"})
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path: Path = tmp_path_factory.mktemp("log") / "decisions.db"
-    log = DecisionLog(path, cheap="upstream", strong=None, policy_hash="p" * 64, checkpoints={})
+    log = SqliteStore(path)
     try:
         with serve_app(_app(log)) as url:
             yield url

@@ -12,11 +12,11 @@ import pytest
 from cascade.build import build_gateway, policy_from_settings
 from cascade.calls import EngineCall
 from cascade.cli.serve import open_decision_log
-from cascade.eval.decision_log import read_rows
 from cascade.laya.export import export
 from cascade.learn.logs import escalated
 from cascade.schema import Question
 from cascade.settings import from_env
+from cascade.store import read_rows
 from tests.learn.conftest import distill, report_of
 from tests.learn.generate import requests
 

@@ -19,7 +19,6 @@ import pytest
 from cascade import metrics
 from cascade.calls import EngineCall
 from cascade.engines.fake import FakeEngine
-from cascade.eval.decision_log import DecisionLog, read_rows, state_hash
 from cascade.gateway import Gateway
 from cascade.http import status
 from cascade.policy.model import (
@@ -35,7 +34,10 @@ from cascade.policy.model import (
 )
 from cascade.policy.routing import QuestionRoute
 from cascade.schema import ChoiceQuestion, NoulQuestion
+from cascade.store.rows import state_hash
+from cascade.store.sqlite import SqliteStore, read_rows
 from tests.servers import free_port, run_process
+from tests.store.helpers import decided
 
 BIN = Path(sys.executable).parent
 NOUL = NoulQuestion(instructions="Urgent?")
@@ -57,9 +59,8 @@ def _call(rid: str, state: object = "ticket text", **questions: object) -> Engin
                       questions=questions or {"u": NOUL})  # type: ignore[arg-type]
 
 
-def _log(path: Path, policy: Policy, **kw: object) -> DecisionLog:
-    return DecisionLog(path, cheap="laya", strong="clef", policy_hash="p" * 64,
-                       checkpoints={"laya": "h1", "clef": "h2"}, **kw)  # type: ignore[arg-type]
+def _log(path: Path, policy: Policy, **kw: object) -> SqliteStore:
+    return SqliteStore(path, **kw)  # type: ignore[arg-type]
 
 
 async def _serve(gateway: Gateway, calls: list[EngineCall]) -> list[float]:
@@ -76,7 +77,8 @@ async def _serve(gateway: Gateway, calls: list[EngineCall]) -> list[float]:
 
 def test_rows_carry_routes_tiers_and_shadow_answers(tmp_path: Path):
     policy = _policy(shadow=1.0)
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")})
+    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
+                      weights={"laya": "h1", "clef": "h2"})
     gateway.decisions = _log(tmp_path / "d.db", policy, state_mode="text")
     state = {"ticket": "charged twice", "n": 2}
     asyncio.run(_serve(gateway, [_call("r1", state, u=NOUL, w=WIDE)]))
@@ -96,7 +98,8 @@ def test_rows_carry_routes_tiers_and_shadow_answers(tmp_path: Path):
 
 def test_a_shadow_sample_fills_in_the_strong_answer(tmp_path: Path):
     policy = _policy(shadow=1.0)
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")})
+    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
+                      weights={"laya": "h1", "clef": "h2"})
     gateway.decisions = _log(tmp_path / "d.db", policy)
     asyncio.run(_serve(gateway, [_call("r1", "state one"), _call("r2", "state two")]))
     gateway.decisions.close()
@@ -109,7 +112,8 @@ def test_a_shadow_sample_fills_in_the_strong_answer(tmp_path: Path):
 
 def test_escalated_rows_carry_both_tiers_and_state_none_stores_nothing(tmp_path: Path):
     policy = _policy(noul_floor=0.999)
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")})
+    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
+                      weights={"laya": "h1", "clef": "h2"})
     gateway.decisions = _log(tmp_path / "d.db", policy, state_mode="none")
     asyncio.run(_serve(gateway, [_call("r1")]))
     gateway.decisions.close()
@@ -153,8 +157,8 @@ def test_the_file_rotates_past_its_size_cap(tmp_path: Path):
     log = _log(tmp_path / "d.db", policy, state_mode="text", max_bytes=64 * 1024, keep=2)
     big = "x" * 2000  # each state distinct: equal states are stored once
     for i in range(150):
-        done = log.queue_record(_call(f"r{i}", f"{i} {big}"), {"u": QuestionRoute("laya")}, {},
-                                {}, None, 0.001)
+        done = log.queue_record(_call(f"r{i}", f"{i} {big}"),
+                                decided({"u": QuestionRoute("laya")}), 0.001)
         if i % 10 == 9:  # the writer commits in batches of 10 at most, however busy the machine
             assert done is not None
             done.result(timeout=10)
@@ -243,7 +247,8 @@ def test_a_full_disk_during_rotation_never_stops_the_writer(tmp_path: Path, monk
                         lambda *a, **kw: connect(*a, **kw, factory=disk.connection()))
     policy = _policy()
     log = _log(tmp_path / "d.db", policy, state_mode="text", max_bytes=1, keep=3)  # rotate always
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")})
+    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
+                      weights={"laya": "h1", "clef": "h2"})
     gateway.decisions = log
     errors = {stage: metrics.DECISION_LOG_ERRORS.labels(stage=stage)._value.get()
               for stage in ("write", "rotate")}
@@ -253,8 +258,7 @@ def test_a_full_disk_during_rotation_never_stops_the_writer(tmp_path: Path, monk
         nonlocal n
         for _ in range(k):
             n += 1
-            done = log.queue_record(_call(f"r{n}"), {"u": QuestionRoute("laya")}, {}, {}, None,
-                                    0.001)
+            done = log.queue_record(_call(f"r{n}"), decided({"u": QuestionRoute("laya")}), 0.001)
             assert done is not None
             done.result(timeout=5)  # the writer finished with it (a dead one never does)
 
@@ -286,7 +290,7 @@ def test_a_text_state_is_stored_once_per_request(tmp_path: Path):
     state = {"ticket": "charged twice " * 21_500}
     questions = {f"q{i}": NoulQuestion(instructions=f"Urgent {i}?") for i in range(64)}
     routes = {q: QuestionRoute("laya") for q in questions}
-    done = log.queue_record(_call("r1", state, **questions), routes, {}, {}, None, 0.01)
+    done = log.queue_record(_call("r1", state, **questions), decided(routes), 0.01)
     assert done is not None
     done.result(timeout=10)
     stored = sum(p.stat().st_size for p in tmp_path.iterdir())
@@ -302,8 +306,8 @@ def test_a_text_state_is_stored_once_per_request(tmp_path: Path):
 
 def test_a_log_of_the_schema_before_states_is_read_and_rotated_aside(tmp_path: Path):
     log = _log(tmp_path / "d.db", _policy(), state_mode="text")
-    done = log.queue_record(_call("old", {"t": "a state"}), {"u": QuestionRoute("laya")}, {}, {},
-                            None, 0.01)
+    done = log.queue_record(_call("old", {"t": "a state"}), decided({"u": QuestionRoute("laya")}),
+                            0.01)
     assert done is not None
     done.result(timeout=5)
     log.close()
@@ -313,8 +317,7 @@ def test_a_log_of_the_schema_before_states_is_read_and_rotated_aside(tmp_path: P
     conn.close()
     assert [r.state for r in read_rows(tmp_path / "d.db")] == [{"t": "a state"}]
     log = _log(tmp_path / "d.db", _policy(), state_mode="text")  # set aside, not mixed
-    done = log.queue_record(_call("new", {"t": "b"}), {"u": QuestionRoute("laya")}, {}, {}, None,
-                            0.01)
+    done = log.queue_record(_call("new", {"t": "b"}), decided({"u": QuestionRoute("laya")}), 0.01)
     assert done is not None
     done.result(timeout=5)
     log.close()

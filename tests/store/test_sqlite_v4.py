@@ -10,10 +10,10 @@ from pathlib import Path
 
 from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
-from cascade.eval.decision_log import SCHEMA_VERSION, DecisionLog, read_rows
 from cascade.gateway import Gateway
 from cascade.policy.model import Checkpoints, ClefTier, LayaTier, Policy, Route, Shadow
 from cascade.schema import NoulQuestion
+from cascade.store.sqlite import SCHEMA_VERSION, SqliteStore, read_rows
 
 # The layout of schema 3 (tenants, token shares, labels without who gave them), as it was
 # written, with one labelled row of tenant acme.
@@ -41,9 +41,8 @@ PRAGMA user_version = 3;
 """
 
 
-def _log(path: Path) -> DecisionLog:
-    return DecisionLog(path, cheap="laya", strong="clef", policy_hash="p" * 64,
-                       checkpoints={"laya": "h1", "clef": "h2"})
+def _log(path: Path) -> SqliteStore:
+    return SqliteStore(path)
 
 
 def test_a_log_of_schema_3_is_read_and_migrated_in_place(tmp_path: Path) -> None:
@@ -64,7 +63,7 @@ def test_a_log_of_schema_3_is_read_and_migrated_in_place(tmp_path: Path) -> None
     assert (row.label.value, row.label.count, row.label.tenant) == (False, 2, "acme")
     assert not (tmp_path / "d.db.1").exists()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
 
 
 def test_a_shadow_answer_lands_on_its_own_tenants_row(tmp_path: Path) -> None:

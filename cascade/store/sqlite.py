@@ -1,4 +1,4 @@
-"""The decision log: one SQLite row per answered question, written off the event loop.
+"""The decision store in a SQLite file: one row per answered question, written off the event loop.
 
 Off by default (``cascade serve --decision-log FILE`` or ``[decision_log]`` in a policy). The
 gateway awaits ``record`` once per answered request, before its response is sent, and calls
@@ -36,8 +36,10 @@ The tables (agreed with ``cascade distill --from-log``; read them through ``read
               strong TEXT,       -- JSON {"tier", "probabilities"} or NULL
               final_tier TEXT, reason TEXT, degraded INTEGER, shadow INTEGER, latency_s REAL,
               tenant TEXT,       -- the authenticated key's tenant name ("": none)
-              cheap_tokens REAL, strong_tokens REAL)  -- this row's share of the tier's input
+              cheap_tokens REAL, strong_tokens REAL,  -- this row's share of the tier's input
                                  -- tokens (the call's, split evenly over its questions)
+              calibration_hash TEXT, tenant_policy_hash TEXT,  -- the version that decided it
+              replica TEXT)      -- the gateway that answered (hostname or CASCADE_REPLICA)
     states(key TEXT PRIMARY KEY,  -- sha256 hex of the stored JSON text
            state TEXT)            -- the state as JSON, once per distinct state (not per row)
     labels(decision INTEGER PRIMARY KEY,  -- decisions.id of the labelled row
@@ -47,13 +49,19 @@ The tables (agreed with ``cascade distill --from-log``; read them through ``read
            count INTEGER,         -- how many times it was given: the latest label wins
            tenant TEXT)           -- who gave the latest (the key's tenant name; "": none)
 
+Every row is stamped by the version that decided it, carried on the request's decision
+(``cascade.policy.stamp``): the policy's and calibration's hashes, the tier names (in
+``cheap``/``strong``) and weights (``checkpoints``), the tenant and its own policy's hash.
+
 Schema versions (``PRAGMA user_version``): 0, files written before the ``states`` table, kept the
-state text in every row; 2 added ``states``; 3 rows' tenants, token shares and ``labels``;
-``SCHEMA_VERSION`` (4) is the layout above (``labels.tenant``). ``read_rows`` reads every one
-of them (an older file's rows have no tenant, no token shares and no labels; a label of schema 3
-has tenant ""). The writer never mixes layouts in one file: it migrates a file of schema 3 in
-place (one ``ALTER TABLE``, its labels keep tenant "") and rotates a file of any other version
-aside when it opens it (labels then go to requests of the new file only).
+state text in every row; 2 added ``states``; 3 rows' tenants, token shares and ``labels``; 4
+``labels.tenant``; ``SCHEMA_VERSION`` (5) is the layout above (the stamp's calibration hash,
+tenant policy hash and replica). ``read_rows`` reads every one of them (an older file's rows
+have no tenant, no token shares, no labels and no stamp beyond the policy hash; a label of
+schema 3 has tenant ""). The writer never mixes layouts in one file: it migrates a file of
+schema 3 or 4 in place (``ALTER TABLE``s: old rows keep NULL there, labels of schema 3 keep
+tenant "") and rotates a file of any other version aside when it opens it (labels then go to
+requests of the new file only).
 
 A request is known by its tenant and its id: two tenants' requests with the same id never meet.
 ``label`` (``POST /v1/feedback``) goes through the writer's queue, behind the rows queued before
@@ -72,7 +80,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import logging
 import os
 import queue
@@ -81,21 +88,32 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from cascade import metrics
-from cascade.calls import EngineAnswer, EngineCall
-from cascade.control.labels import LabelOutcome, Logged, label_problem
-from cascade.questions import n_options, option_band
-from cascade.schema import FeedbackLabel, Question
+from cascade.control.labels import LabelOutcome
+from cascade.store.labelling import store_labels
+from cascade.store.rows import (
+    COLUMNS,
+    LogRow,
+    NotADecisionLog,
+    StateMode,
+    decode_row,
+    request_rows,
+    shadow_rows,
+    to_json,
+)
+
+if TYPE_CHECKING:
+    from cascade.calls import EngineAnswer, EngineCall
+    from cascade.policy.flow import Decision
+    from cascade.policy.stamp import Stamp
 
 log = logging.getLogger(__name__)
 
-StateMode = Literal["text", "hash", "none"]
-
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY,
@@ -103,7 +121,8 @@ CREATE TABLE IF NOT EXISTS decisions (
     question_id TEXT, type TEXT, band TEXT, question TEXT,
     state TEXT, state_mode TEXT, cheap TEXT, strong TEXT,
     final_tier TEXT, reason TEXT, degraded INTEGER, shadow INTEGER, latency_s REAL,
-    tenant TEXT, cheap_tokens REAL, strong_tokens REAL
+    tenant TEXT, cheap_tokens REAL, strong_tokens REAL,
+    calibration_hash TEXT, tenant_policy_hash TEXT, replica TEXT
 );
 CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
 CREATE TABLE IF NOT EXISTS states (key TEXT PRIMARY KEY, state TEXT NOT NULL);
@@ -113,21 +132,19 @@ CREATE TABLE IF NOT EXISTS labels (
 );
 PRAGMA user_version = {SCHEMA_VERSION};
 """
-# A file of schema 3 becomes one of schema 4 in place: its labels were given by no one named.
-MIGRATE_3 = f"""
-BEGIN;
-ALTER TABLE labels ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
-PRAGMA user_version = {SCHEMA_VERSION};
-COMMIT;
-"""
-COLUMNS = (
-    "request_id", "ts", "model", "policy_hash", "checkpoints", "question_id", "type", "band",
-    "question", "state", "state_mode", "cheap", "strong", "final_tier", "reason", "degraded",
-    "shadow", "latency_s", "tenant", "cheap_tokens", "strong_tokens",
-)
+# Files of schema 3 or 4 become files of schema 5 in place, by version: labels of schema 3 were
+# given by no one named; rows before 5 have no stamp beyond the policy hash.
+MIGRATE = {
+    3: "ALTER TABLE labels ADD COLUMN tenant TEXT NOT NULL DEFAULT '';",
+    4: "ALTER TABLE decisions ADD COLUMN calibration_hash TEXT;\n"
+       "ALTER TABLE decisions ADD COLUMN tenant_policy_hash TEXT;\n"
+       "ALTER TABLE decisions ADD COLUMN replica TEXT;",
+}
 # What a file of an older version has in place of the columns it lacks (by the first version
 # that has them).
-ADDED = {"tenant": (3, "''"), "cheap_tokens": (3, "NULL"), "strong_tokens": (3, "NULL")}
+ADDED = {"tenant": (3, "''"), "cheap_tokens": (3, "NULL"), "strong_tokens": (3, "NULL"),
+         "calibration_hash": (5, "NULL"), "tenant_policy_hash": (5, "NULL"),
+         "replica": (5, "NULL")}
 INSERT = f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 INSERT_STATE = "INSERT OR IGNORE INTO states (key, state) VALUES (?, ?)"
 SHADOW_UPDATE = (
@@ -144,71 +161,10 @@ MAX_BATCH = 1024  # queue items per transaction
 COMMIT_WAIT_S = 0.25  # the longest a response waits for its rows' commit
 
 
-class CheapEntry(msgspec.Struct, kw_only=True):
-    tier: str
-    checkpoint: str | None
-    probabilities: list[float]
-
-
-class StrongEntry(msgspec.Struct, kw_only=True):
-    tier: str
-    probabilities: list[float]
-
-
-class LabelEntry(msgspec.Struct, kw_only=True):
-    """A row's label (``POST /v1/feedback``): the latest given, when, by what, how many times,
-    by whom (the tenant; "" without one, and in files before schema 4)."""
-
-    value: FeedbackLabel
-    ts: float
-    source: str
-    count: int = 1
-    tenant: str = ""
-
-
-class LogRow(msgspec.Struct, kw_only=True):
-    """One ``decisions`` row with its JSON columns decoded (``degraded``/``shadow`` as bools),
-    and its label if it has one. Rows of files before schema 3 have ``tenant`` "" and no token
-    shares (None)."""
-
-    id: int
-    request_id: str
-    ts: float
-    model: str
-    policy_hash: str
-    checkpoints: dict[str, str]
-    question_id: str
-    type: str
-    band: str
-    question: dict[str, Any]  # the wire question (msgspec.convert(..., Question) to type it)
-    state: Any  # state_mode text: the state (one object per request); hash: sha256 hex of its
-    # canonical JSON; none: None
-    state_mode: StateMode
-    cheap: CheapEntry | None
-    strong: StrongEntry | None
-    final_tier: str
-    reason: str | None
-    degraded: bool
-    shadow: bool
-    latency_s: float
-    tenant: str = ""
-    cheap_tokens: float | None = None  # this row's share of the cheap call's input tokens
-    strong_tokens: float | None = None  # ... of the strong call's (a shadow call's included)
-    label: LabelEntry | None = None
-
-
-class NotADecisionLog(ValueError):
-    """A file that is no decision log this cascade reads (not SQLite, no ``decisions`` table, or
-    a newer schema); the message names the file."""
-
-
-def state_hash(state: Any) -> str:
-    """sha256 hex of the state's canonical JSON (sorted keys, no whitespace)."""
-    return hashlib.sha256(msgspec.json.encode(state, order="sorted")).hexdigest()
-
-
-def read_rows(path: str | Path) -> Iterator[LogRow]:
-    """Every row of one log file, oldest first. Rotated files (``FILE.1`` ...) are read by
+def read_rows(path: str | Path, *, since: float | None = None,
+              tenant: str | None = None) -> Iterator[LogRow]:
+    """Every row of one log file, oldest first (``since``: from that unix time on; ``tenant``:
+    that tenant's only; both in SQL), streamed. Rotated files (``FILE.1`` ...) are read by
     passing their own paths. Safe while a gateway is writing (WAL readers see committed rows)."""
     path = Path(path)
     if not path.is_file():
@@ -216,8 +172,9 @@ def read_rows(path: str | Path) -> Iterator[LogRow]:
     conn = sqlite3.connect(path)
     try:
         version = log_version(conn, path)
+        where, params = _where(version, since, tenant)
         try:
-            cursor = conn.execute(_select(version) + " ORDER BY d.id")
+            cursor = conn.execute(f"{_select(version)} {where} ORDER BY d.id", params)
         except sqlite3.DatabaseError as exc:
             raise NotADecisionLog(f"{path}: not a decision log ({exc})") from exc
         decode = _RowDecoder(conn, version)
@@ -244,6 +201,20 @@ def log_version(conn: sqlite3.Connection, path: str | Path) -> int:
     return int(version)
 
 
+def _where(version: int, since: float | None,
+           tenant: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The filters as a WHERE clause and its parameters (a file before tenants: tenant "")."""
+    found: list[str] = []
+    params: list[Any] = []
+    if since is not None:
+        found.append("d.ts >= ?")
+        params.append(since)
+    if tenant is not None:
+        found.append("coalesce(d.tenant, '') = ?" if version >= 3 else "'' = ?")
+        params.append(tenant)
+    return ("WHERE " + " AND ".join(found) if found else ""), tuple(params)
+
+
 def _select(version: int) -> str:
     """The rows of a file of ``version``, each with its label (if the version has labels)."""
     columns = [f"d.{name}" if ADDED.get(name, (0, ""))[0] <= version
@@ -266,20 +237,11 @@ class _RowDecoder:
 
     def __call__(self, values: Sequence[Any]) -> LogRow:
         raw = dict(zip(self.names, values[:len(self.names)], strict=True))
-        for key in ("checkpoints", "question", "cheap", "strong"):
-            if raw[key] is not None:
-                raw[key] = msgspec.json.decode(raw[key])
         if raw["state_mode"] == "text" and raw["state"] is not None:
             if self.text[0] != raw["state"]:
                 self.text = (raw["state"], _stored_state(self.conn, self.version, raw["state"]))
             raw["state"] = self.text[1]
-        raw["degraded"], raw["shadow"] = bool(raw["degraded"]), bool(raw["shadow"])
-        raw["tenant"] = raw["tenant"] or ""
-        label, ts, source, count, labeller = values[len(self.names):]
-        if label is not None:
-            raw["label"] = {"value": msgspec.json.decode(label), "ts": ts, "source": source,
-                            "count": count, "tenant": labeller}
-        return msgspec.convert(raw, LogRow)
+        return decode_row(raw, tuple(values[len(self.names):]))
 
 
 def _stored_state(conn: sqlite3.Connection, version: int, column: str) -> Any:
@@ -290,22 +252,19 @@ def _stored_state(conn: sqlite3.Connection, version: int, column: str) -> Any:
     return None if found is None else msgspec.json.decode(found[0])
 
 
-class DecisionLog:
+class SqliteStore:
     """The writer: ``record``/``shadowed`` from the event loop (non-blocking), one thread writes.
 
-    ``cheap``/``strong``: the policy's tier names; ``checkpoints``: {tier: content hash};
-    ``queue_size``: requests waiting to be written before new ones are dropped.
+    ``replica``: this gateway's name in its rows; ``queue_size``: requests waiting to be
+    written before new ones are dropped.
     """
 
     def __init__(
-        self, path: str | Path, *, cheap: str | None, strong: str | None, policy_hash: str,
-        checkpoints: Mapping[str, str], state_mode: StateMode = "hash",
+        self, path: str | Path, *, state_mode: StateMode = "hash", replica: str = "",
         max_bytes: int = 1 << 30, keep: int = 3, queue_size: int = 10_000,
     ) -> None:
         self.path = Path(path)
-        self.cheap, self.strong = cheap, strong
-        self.policy_hash = policy_hash
-        self._checkpoints = msgspec.json.encode(dict(checkpoints)).decode()
+        self.replica = replica
         self.state_mode: StateMode = state_mode
         self.max_bytes, self.keep = max_bytes, max(1, keep)
         self.dropped = 0
@@ -321,15 +280,10 @@ class DecisionLog:
 
     # ------------------------------------------------------------ the request path
 
-    async def record(
-        self, call: EngineCall, routes: Mapping[str, Any], answers: Mapping[str, EngineAnswer],
-        degraded: Mapping[str, str], checkpoint: str | None, latency_s: float, *,
-        tenant: str = "",
-    ) -> None:
-        """Queue the rows of one answered request (``routes``: question id -> QuestionRoute)
-        and wait, at most ``COMMIT_WAIT_S`` and never for a lagging writer, for their commit."""
-        done = self.queue_record(call, routes, answers, degraded, checkpoint, latency_s,
-                                 tenant=tenant)
+    async def record(self, call: EngineCall, decision: Decision, latency_s: float) -> None:
+        """Queue the rows of one answered request and wait, at most ``COMMIT_WAIT_S`` and never
+        for a lagging writer, for their commit."""
+        done = self.queue_record(call, decision, latency_s)
         if done is None or self.lagging:
             return
         try:
@@ -337,16 +291,12 @@ class DecisionLog:
         except TimeoutError:
             self.lagging = True
 
-    def queue_record(
-        self, call: EngineCall, routes: Mapping[str, Any], answers: Mapping[str, EngineAnswer],
-        degraded: Mapping[str, str], checkpoint: str | None, latency_s: float, *,
-        tenant: str = "",
-    ) -> concurrent.futures.Future[None] | None:
+    def queue_record(self, call: EngineCall, decision: Decision,
+                     latency_s: float) -> concurrent.futures.Future[None] | None:
         """``record`` without the wait: the future resolves once the rows are committed (or
         failed); None when the queue was full and the rows were dropped."""
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
-        item = ("record", call, dict(routes), dict(answers), set(degraded), checkpoint,
-                latency_s, tenant, time.time(), done)
+        item = ("record", call, decision, latency_s, time.time(), done)
         return done if self._put(item) else None
 
     def label(self, request_id: str, labels: Mapping[str, Any], *, source: str = "feedback",
@@ -364,9 +314,9 @@ class DecisionLog:
             return None
         return done
 
-    def shadowed(self, call: EngineCall, strong: EngineAnswer, *, tenant: str = "") -> None:
-        """Queue the strong tier's shadow answer for ``tenant``'s request already recorded."""
-        self._put(("shadow", call, strong, tenant))
+    def shadowed(self, call: EngineCall, strong: EngineAnswer, stamp: Stamp) -> None:
+        """Queue the strong tier's shadow answer for the stamped request already recorded."""
+        self._put(("shadow", call, strong, stamp))
 
     def _put(self, item: tuple[Any, ...]) -> bool:
         try:
@@ -410,10 +360,12 @@ class DecisionLog:
         try:
             (version,) = conn.execute("PRAGMA user_version").fetchone()
             (tables,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            if tables and version == 3:
-                log.info("decision log: %s has schema 3; migrating it to %d", self.path,
-                         SCHEMA_VERSION)
-                conn.executescript(MIGRATE_3)
+            if tables and version in MIGRATE:
+                log.info("decision log: %s has schema %d; migrating it to %d", self.path,
+                         version, SCHEMA_VERSION)
+                steps = "\n".join(MIGRATE[v] for v in range(version, SCHEMA_VERSION))
+                conn.executescript(f"BEGIN;\n{steps}\nPRAGMA user_version = {SCHEMA_VERSION};"
+                                   "\nCOMMIT;")
             elif tables and version != SCHEMA_VERSION:
                 log.info("decision log: %s has schema %d, not %d; rotating it aside",
                          self.path, version, SCHEMA_VERSION)
@@ -465,14 +417,16 @@ class DecisionLog:
             conn.execute("BEGIN")
             for item in batch:
                 if item[0] == "record":
-                    records, state = self._rows(*item[1:-1])
+                    _, call, decision, latency_s, ts, _ = item
+                    records, state = request_rows(call, decision, latency_s, ts,
+                                                  self.state_mode, self.replica)
                     if state is not None:
                         conn.execute(INSERT_STATE, state)
                     conn.executemany(INSERT, records)
                 elif item[0] == "label":
                     labelled.append((item[-1], _store_labels(conn, *item[1:-1])))
                 else:
-                    conn.executemany(SHADOW_UPDATE, self._shadow_rows(*item[1:]))
+                    conn.executemany(SHADOW_UPDATE, shadow_rows(*item[1:]))
             conn.execute("COMMIT")
         except Exception as exc:
             self._failed("write", exc, f"{len(batch)} requests not written")
@@ -504,47 +458,6 @@ class DecisionLog:
         self.last_error = (time.time(), f"{stage}: {exc}")
         metrics.DECISION_LOG_ERRORS.labels(stage=stage).inc()
         log.warning("decision log: %s failed (%s): %s", stage, what, exc)
-
-    def _rows(self, call: EngineCall, routes: dict[str, Any], answers: dict[str, EngineAnswer],
-              degraded: set[str], checkpoint: str | None, latency_s: float, tenant: str,
-              ts: float) -> tuple[list[tuple[Any, ...]], tuple[str, str] | None]:
-        """The request's rows, and in text mode its ``states`` row (key, JSON): the state is
-        stored once per request, each row names it by key."""
-        stored = state = None
-        if self.state_mode == "text":
-            text = _json(call.state)
-            state = hashlib.sha256(text.encode()).hexdigest()
-            stored = (state, text)
-        elif self.state_mode == "hash":
-            state = state_hash(call.state)
-        cheap = answers.get(self.cheap or "")
-        strong = answers.get(self.strong or "")
-        rows = []
-        for qid, question in call.questions.items():
-            route = routes[qid]
-            cheap_json = strong_json = None
-            if cheap is not None and qid in cheap.results:
-                cheap_json = _json(CheapEntry(tier=self.cheap or "", probabilities=cheap.results[
-                    qid].probabilities, checkpoint=checkpoint or cheap.model))
-            if strong is not None and qid in strong.results:
-                strong_json = _json(StrongEntry(tier=self.strong or "",
-                                                probabilities=strong.results[qid].probabilities))
-            rows.append((
-                call.request_id, ts, call.model, self.policy_hash, self._checkpoints, qid,
-                question.type, option_band(n_options(question)), _json(question), state,
-                self.state_mode, cheap_json, strong_json, route.tier, route.reason,
-                int(qid in degraded), 0, latency_s, tenant, _share(cheap, qid),
-                _share(strong, qid),
-            ))
-        return rows, stored
-
-    def _shadow_rows(self, call: EngineCall, strong: EngineAnswer,
-                     tenant: str) -> list[tuple[Any, ...]]:
-        return [
-            (_json(StrongEntry(tier=self.strong or "", probabilities=result.probabilities)),
-             _share(strong, qid), call.request_id, tenant, qid)
-            for qid, result in strong.results.items()
-        ]
 
     def _rotate_if_full(self) -> None:
         """Rotate past ``max_bytes``. A failure (a checkpoint on a full disk) is counted and the
@@ -588,41 +501,15 @@ class DecisionLog:
             self._conn = None
 
 
-def _json(value: Any) -> str:
-    return msgspec.json.encode(value).decode()
-
-
-def _share(answer: EngineAnswer | None, qid: str) -> float | None:
-    """A question's share of the input tokens of the call that answered it (None: it did not)."""
-    if answer is None or qid not in answer.results:
-        return None
-    return answer.usage.input_tokens / len(answer.results)
-
-
 def _store_labels(conn: sqlite3.Connection, request_id: str, labels: dict[str, Any],
                   source: str, tenant: str, ts: float) -> LabelOutcome:
     """Label the latest row of each question of ``tenant``'s request ``request_id`` (inside
-    the writer's transaction): all of them, or none when one does not fit. Nothing of another
-    tenant's request is read: it is not found, as an id never seen."""
+    the writer's transaction; ``store_labels``). Nothing of another tenant's request is read:
+    it is not found, as an id never seen."""
     latest = ("WHERE d.id IN (SELECT max(id) FROM decisions WHERE request_id = ? AND tenant = ? "
               "GROUP BY question_id) ORDER BY d.id")
     decode = _RowDecoder(conn, SCHEMA_VERSION)
     rows = {row.question_id: row for row in map(
         decode, conn.execute(f"{_select(SCHEMA_VERSION)} {latest}", (request_id, tenant)))}
-    if not rows:
-        return LabelOutcome(found=False)
-    outcome = LabelOutcome(found=True, unknown=[q for q in labels if q not in rows])
-    questions = {q: msgspec.convert(rows[q].question, Question) for q in labels if q in rows}
-    for qid, question in questions.items():
-        if (why := label_problem(question, labels[qid])) is not None:
-            outcome.invalid[qid] = why
-    if outcome.unknown or outcome.invalid:
-        return outcome
-    for qid, value in labels.items():
-        row = rows[qid]
-        conn.execute(UPSERT_LABEL, (row.id, request_id, qid, _json(value), ts, source, tenant))
-        if row.label is not None:
-            outcome.relabelled.append(qid)
-        outcome.labelled.append(Logged(question=questions[qid], label=value, ts=row.ts, cheap=(
-            None if row.cheap is None else row.cheap.probabilities), decision=row.id))
-    return outcome
+    return store_labels(rows, labels, lambda row, value: conn.execute(UPSERT_LABEL, (
+        row.id, request_id, row.question_id, to_json(value), ts, source, tenant)))

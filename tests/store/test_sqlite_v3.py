@@ -12,7 +12,6 @@ import pytest
 
 from cascade.calls import EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
-from cascade.eval.decision_log import DecisionLog, NotADecisionLog, read_rows
 from cascade.eval.labelled import read_labelled
 from cascade.gateway import Gateway
 from cascade.policy.model import (
@@ -27,6 +26,7 @@ from cascade.policy.model import (
     TypeBands,
 )
 from cascade.schema import ChoiceQuestion, NoulQuestion
+from cascade.store.sqlite import NotADecisionLog, SqliteStore, read_rows
 
 NOUL = NoulQuestion(instructions="Urgent?")
 TEAM = ChoiceQuestion(instructions="Which team?", criteria=["billing", "tech", "sales"])
@@ -58,9 +58,8 @@ def _policy(*, shadow: float = 0.0, noul_floor: float | None = None) -> Policy:
     )
 
 
-def _log(path: Path) -> DecisionLog:
-    return DecisionLog(path, cheap="laya", strong="clef", policy_hash="p" * 64,
-                       checkpoints={"laya": "h1", "clef": "h2"})
+def _log(path: Path) -> SqliteStore:
+    return SqliteStore(path)
 
 
 def _call(rid: str, state: str = "ticket text", **questions: object) -> EngineCall:
@@ -68,7 +67,7 @@ def _call(rid: str, state: str = "ticket text", **questions: object) -> EngineCa
                       questions=questions or {"u": NOUL})  # type: ignore[arg-type]
 
 
-def _serve(policy: Policy, log: DecisionLog, *steps: object) -> None:
+def _serve(policy: Policy, log: SqliteStore, *steps: object) -> None:
     gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
                       decisions=log)
 

@@ -1,0 +1,42 @@
+"""The decision store: one row per answered question, its labels, its shadow answers.
+
+Where it lives is one setting (``--decision-log``, ``CASCADE_DECISION_LOG``, ``[decision_log]
+file``): a path is a SQLite file (``cascade.store.sqlite``, one process), a ``postgresql://``
+URL one database for every replica (``cascade.store.postgres``, psycopg imported only then).
+Serving, feedback and the live refit use the ``DecisionStore`` protocol (``cascade.store.base``);
+offline readers ``read_rows``. Row layout: ``cascade.store.rows``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from cascade.store.rows import LogRow, NotADecisionLog
+
+__all__ = ["LogRow", "NotADecisionLog", "is_url", "read_rows", "replica_name"]
+
+
+def is_url(target: str | Path) -> bool:
+    """Whether a ``--decision-log`` value names a PostgreSQL database (else a file path)."""
+    return str(target).startswith(("postgresql://", "postgres://"))
+
+
+def replica_name() -> str:
+    """This gateway's name in the rows it writes: ``CASCADE_REPLICA``, else the hostname."""
+    return os.environ.get("CASCADE_REPLICA") or socket.gethostname()
+
+
+def read_rows(target: str | Path, *, since: float | None = None,
+              tenant: str | None = None) -> Iterator[LogRow]:
+    """Every row of a SQLite file or a PostgreSQL URL, oldest first, streamed (``since``: from
+    that unix time on, ``tenant``: that tenant's only; both filtered in SQL)."""
+    if is_url(target):
+        from cascade.store import postgres
+
+        return postgres.read_rows(str(target), since=since, tenant=tenant)
+    from cascade.store import sqlite
+
+    return sqlite.read_rows(target, since=since, tenant=tenant)
