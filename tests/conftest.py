@@ -31,3 +31,13 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith(("CASCADE_", "TYPESAFE_")) and key not in KEEP:
             monkeypatch.delenv(key)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[object]:
+    """One PostgreSQL server for the session (``tests.servers.Postgres``); tests make their own
+    database (``postgres.database(name)``), and a test that stops it starts it again."""
+    from tests.servers import run_postgres
+
+    with run_postgres() as server:
+        yield server

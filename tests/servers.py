@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -168,3 +169,99 @@ def run_redis(*, timeout_s: float = 20.0,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+class Postgres:
+    """Debian's PostgreSQL (``/usr/lib/postgresql/*/bin``) in a temporary data directory, run as
+    the ``postgres`` system user (it refuses root) on a free loopback port and a private socket
+    directory; ``stop`` (by PID, a fast shutdown) and ``start`` again keep its data. ``url`` of
+    a database: ``database(name)`` creates it."""
+
+    def __init__(self, root: Path) -> None:
+        import glob
+
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+        if not found:
+            raise RuntimeError("PostgreSQL is not installed; tests/system-tools.sh installs it")
+        self.bin = Path(found[-1]).parent
+        self.root, self.port = root, free_port()
+        self.data, self.sockets = root / "data", root / "sockets"
+        self.sockets.mkdir(parents=True)
+        shutil.chown(root, "postgres")
+        shutil.chown(self.sockets, "postgres")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._as_postgres(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust",
+                          "-U", "postgres", "--no-sync", "-E", "UTF8")
+
+    def _as_postgres(self, *cmd: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", *cmd], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        self.proc = subprocess.Popen(
+            ["runuser", "-u", "postgres", "--", str(self.bin / "postgres"), "-D", str(self.data),
+             "-p", str(self.port), "-k", str(self.sockets), "-h", "127.0.0.1",
+             "-c", "fsync=off", "-c", "max_connections=200"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("postgres did not start")
+            time.sleep(0.05)
+        import psycopg
+
+        while True:  # the port opens before the server takes connections
+            try:
+                psycopg.connect(self.url(), connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """A fast shutdown by the server's PID (runuser's child), waited for."""
+        import signal
+
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.kill(pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def database(self, name: str) -> str:
+        """A fresh database ``name`` (dropped first if there); its URL."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+
+@contextlib.contextmanager
+def run_postgres() -> Iterator[Postgres]:
+    """A started ``Postgres``, always stopped and its directory removed on exit."""
+    root = Path(tempfile.mkdtemp(prefix="cascade-pg-"))
+    try:
+        server = Postgres(root)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

