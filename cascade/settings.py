@@ -119,6 +119,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # PostgreSQL only: the local spool of batches the database cannot take now (default:
     # cascade-spool-REPLICA in the temporary directory; one per replica).
     decision_spool: str | None = None
+    # PostgreSQL only: a file holding the database password (a mounted Secret), when neither the
+    # URL nor PGPASSWORD has it; offline readers (cascade usage, eval, ...) read it too.
+    decision_log_password_file: str | None = None
     # Repeated log lines: the first log_repeat_burst of each kind per log_repeat_interval_s pass;
     # the rest are counted and reported with the next line of that kind.
     log_repeat_burst: int = 5

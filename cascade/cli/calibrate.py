@@ -50,6 +50,7 @@ def register(groups: dict[str, Any]) -> None:
 
 def calibrate_command(args: argparse.Namespace) -> int:
     from cascade.build import fingerprints
+    from cascade.cli.usage import filters
     from cascade.eval.data import DataError, load_items
     from cascade.eval.decide import reaches_gate
     from cascade.eval.evaluate import run_tiers
@@ -71,7 +72,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
                                          margin=Thresholds().margin)
     gateless = msgspec.structs.replace(policy, thresholds=thresholds, calibration=Calibration())
     if args.from_log:
-        rows = log_rows(args.from_log, gateless, labelled_only=False)
+        rows = log_rows(args.from_log, gateless, labelled_only=False, **filters(args))
         n_items = len({r.id for r in rows})
     else:
         model = policy.models.cascade[0] if policy.models.cascade else "jev-latest"

@@ -15,6 +15,8 @@ from typing import Any
 import msgspec
 
 from cascade.cli.serve import clef_flags
+from cascade.cli.usage import filter_flags, filters
+from cascade.store import log_source, missing
 
 REFUSED = 1
 CANNOT_START = 2
@@ -34,10 +36,11 @@ def register(groups: dict[str, Any]) -> None:
     source.add_argument("source", nargs="?", type=Path, metavar="SOURCE",
                         help="request file, one JSON object per line: id, state, questions "
                         "(gold and anything else ignored)")
-    source.add_argument("--from-log", type=Path, action="append", metavar="FILE",
+    source.add_argument("--from-log", type=log_source, action="append", metavar="FILE|URL",
                         help="a decision log with state text: learn from the rows the strong "
                         "tier answered, shadow samples and escalations weighted back to traffic "
-                        "(repeat for rotated files)")
+                        "(repeat for rotated files), or a fleet's postgresql:// URL")
+    filter_flags(parser)
     tiers = parser.add_mutually_exclusive_group(required=True)
     tiers.add_argument("--policy", metavar="P", help="policy file: its strong tier teaches, its "
                        "default Laya checkpoint learns")
@@ -74,8 +77,8 @@ def register(groups: dict[str, Any]) -> None:
 
 
 def run_distill(args: argparse.Namespace) -> int:
-    for path in [args.source, *(args.from_log or [])]:  # before torch is imported
-        if path is not None and not path.is_file():
+    for path in [*([args.source] if args.source else []), *missing(args.from_log or [])]:
+        if not Path(path).is_file():  # before torch is imported
             print(f"cascade distill: {path}: no such file", file=sys.stderr)
             return CANNOT_START
     try:
@@ -91,7 +94,7 @@ def run_distill(args: argparse.Namespace) -> int:
         print("cascade distill: --held-back must be between 0 and 1", file=sys.stderr)
         return CANNOT_START
     options = distill.Options(
-        source=args.source, from_log=args.from_log or [],
+        source=args.source, from_log=args.from_log or [], log_filters=filters(args),
         settings=from_env(policy=args.policy, demo=args.demo or None,
                           clef_overlong=args.clef_overlong,
                           clef_max_length=args.clef_max_length),

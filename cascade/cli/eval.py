@@ -17,7 +17,9 @@ import msgspec
 
 from cascade.cli.errors import UsageError
 from cascade.cli.summary import rounded
+from cascade.cli.usage import filter_flags, filters
 from cascade.policy.model import Policy
+from cascade.store import log_source, missing
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -45,9 +47,10 @@ def data_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("data", type=Path, nargs="?", metavar="DATA.jsonl",
                         help='labelled requests: {"id", "state", "questions", "gold"} per line')
     parser.add_argument("--limit", type=int, metavar="N", help="the first N items only")
-    parser.add_argument("--from-log", type=Path, action="append", default=[], metavar="FILE",
-                        help="a decision log instead of DATA (repeat for rotated files); "
-                        "needs --teacher strong")
+    parser.add_argument("--from-log", type=log_source, action="append", default=[],
+                        metavar="FILE|URL", help="a decision log instead of DATA (repeat for "
+                        "rotated files), or a fleet's postgresql:// URL; needs --teacher strong")
+    filter_flags(parser)
     parser.add_argument("--teacher", choices=["strong"],
                         help="with --from-log: the strong tier's shadow answers stand in for gold")
     parser.add_argument("--no-progress", action="store_true",
@@ -78,9 +81,10 @@ def check_source(args: argparse.Namespace) -> None:
         raise UsageError("--from-log needs --teacher strong (the log has no human labels)")
     if args.from_log and getattr(args, "strong_down", False):
         raise UsageError("--strong-down replays the tiers' outputs on DATA.jsonl, not --from-log")
-    for path in [args.data, *args.from_log]:
-        if path is not None and not path.is_file():
-            raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+    if args.data is not None and not args.data.is_file():
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(args.data))
+    for path in missing(args.from_log):
+        raise FileNotFoundError(errno.ENOENT, "no such file", path)
 
 
 def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
@@ -154,7 +158,7 @@ def eval_command(args: argparse.Namespace) -> int:
     policy, settings = tier_policy(args)
     slots = slots_of(policy)
     if args.from_log:
-        rows = log_rows(args.from_log, policy, labelled_only=True)
+        rows = log_rows(args.from_log, policy, labelled_only=True, **filters(args))
         errors: list[str] = []
     else:
         model = policy.models.cascade[0] if policy.models.cascade else "jev-latest"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.cli.errors import ConfigError, UsageError
+from cascade.store import log_source, missing
 
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -30,13 +31,10 @@ def register(groups: dict[str, Any]) -> None:
         "decision logs (cascade serve --decision-log). Cost: price per 1000 input tokens, as "
         "cascade eval computes it.",
     )
-    usage.add_argument("--from-log", type=Path, action="append", required=True, metavar="FILE",
-                       help="a decision log (repeat for rotated files: FILE.1, FILE.2, ...)")
-    usage.add_argument("--since", metavar="WHEN",
-                       help="only requests since WHEN: an ISO 8601 date or time (UTC unless it "
-                       "names an offset), unix seconds, or an age such as 30m, 24h, 7d")
-    usage.add_argument("--tenant", metavar="NAME",
-                       help="one tenant only (\"\" for requests without one)")
+    usage.add_argument("--from-log", type=log_source, action="append", required=True,
+                       metavar="FILE|URL", help="a decision log (repeat for rotated files: "
+                       "FILE.1, FILE.2, ...), or the postgresql:// URL of a fleet's store")
+    filter_flags(usage)
     usage.add_argument("--policy", type=Path, metavar="P",
                        help="the policy whose [cost] prices the tiers (default: laya 1, "
                        "clef/upstream 20 per 1000 input tokens)")
@@ -44,6 +42,21 @@ def register(groups: dict[str, Any]) -> None:
                        help="price per 1000 input tokens of a tier (name, or cheap/strong)")
     usage.add_argument("--json", action="store_true", help="print one JSON object, no table")
     usage.set_defaults(func=usage_command)
+
+
+def filter_flags(parser: argparse.ArgumentParser) -> None:
+    """``--since``/``--tenant``: which rows of the decision log are read (filtered in SQL)."""
+    parser.add_argument("--since", metavar="WHEN",
+                        help="only requests since WHEN: an ISO 8601 date or time (UTC unless it "
+                        "names an offset), unix seconds, or an age such as 30m, 24h, 7d")
+    parser.add_argument("--tenant", metavar="NAME",
+                        help="one tenant only (\"\" for requests without one)")
+
+
+def filters(args: argparse.Namespace) -> dict[str, Any]:
+    """``read_rows``' keywords from ``filter_flags``."""
+    return {"since": None if args.since is None else since_of(args.since, time.time()),
+            "tenant": args.tenant}
 
 
 def since_of(text: str, now: float) -> float:
@@ -77,19 +90,17 @@ def usage_command(args: argparse.Namespace) -> int:
     from cascade.store import NotADecisionLog, read_rows
 
     overrides = parse_costs(args.cost)
-    since = None if args.since is None else since_of(args.since, time.time())
-    for path in args.from_log:
-        if not path.is_file():
-            raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+    found_filters = filters(args)
+    since = found_filters["since"]
+    for path in missing(args.from_log):
+        raise FileNotFoundError(errno.ENOENT, "no such file", path)
     price = (costs(load_policy(args.policy)) if args.policy is not None
              else {"cheap": DEFAULT_COST["laya"], "strong": DEFAULT_COST["clef"]})
 
     def rows() -> Any:
         for path in args.from_log:
-            for row in read_rows(path):
-                if (since is None or row.ts >= since) and (
-                        args.tenant is None or row.tenant == args.tenant):
-                    yield str(path), row
+            for row in read_rows(path, **found_filters):
+                yield str(path), row
 
     try:
         found = usage(rows(), {**price, **overrides}, overrides)

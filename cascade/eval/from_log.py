@@ -34,13 +34,13 @@ from cascade.schema import Question
 from cascade.store import LogRow, read_rows
 
 
-def log_rows(paths: Sequence[str | Path], policy: Policy, *, labelled_only: bool
-             ) -> list[ItemRow]:
+def log_rows(paths: Sequence[str | Path], policy: Policy, *, labelled_only: bool,
+             since: float | None = None, tenant: str | None = None) -> list[ItemRow]:
     """``items.jsonl`` rows from decision logs: every row the cheap tier answered (escalated
     ones unlabelled), or with ``labelled_only`` the shadow rows alone."""
     requests: dict[str, list[LogRow]] = defaultdict(list)
     for path in paths:
-        for row in read_rows(path):
+        for row in read_rows(path, since=since, tenant=tenant):
             if row.cheap is None or (labelled_only and not _labelled(row)):
                 continue
             requests[f"{path}#{row.request_id}"].append(row)

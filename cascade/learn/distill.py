@@ -44,7 +44,8 @@ class DistillError(RuntimeError):
 
 class Options(msgspec.Struct, kw_only=True):
     source: Path | None = None  # a request file
-    from_log: list[Path] = []  # decision logs (rows the strong tier answered)
+    from_log: list[str | Path] = []  # decision logs (rows the strong tier answered): files, URLs
+    log_filters: dict[str, Any] = {}  # read_rows' since and tenant
     settings: Settings  # policy or demo, as ``cascade serve`` reads them
     laya: str | None = None  # the student checkpoint, instead of the policy's default
     out: Path
@@ -135,7 +136,7 @@ def _read(options: Options, policy: Policy) -> tuple[list[Item], dict[str, Any],
     if options.from_log:
         from cascade.learn.logs import read_log
 
-        return read_log(options.from_log)
+        return read_log(options.from_log, **options.log_filters)
     if options.source is None:
         raise DistillError("give a request file or --from-log FILE")
     items, left_out = read_requests(options.source)

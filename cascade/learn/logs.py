@@ -60,13 +60,14 @@ def _usable(row: LogRow, left_out: Counter[str]) -> bool:
     return False
 
 
-def read_log(paths: Iterable[Path]) -> tuple[list[Item], dict[str, Any], dict[str, Any]]:
+def read_log(paths: Iterable[str | Path], *, since: float | None = None, tenant: str | None = None
+             ) -> tuple[list[Item], dict[str, Any], dict[str, Any]]:
     """The items of decision logs (rotated files included, each passed), what was left out,
     and the teacher's identity (its tier names and weight hashes, as the log recorded them)."""
     rows: list[LogRow] = []
     for path in paths:
         try:
-            rows += read_rows(path)
+            rows += read_rows(path, since=since, tenant=tenant)
         except (OSError, ValueError, sqlite3.Error) as exc:
             raise SourceError(f"{path}: {exc}") from exc
     shadow_weight = inverse_shadow_rate(rows)

@@ -16,12 +16,23 @@ from pathlib import Path
 
 from cascade.store.rows import LogRow, NotADecisionLog
 
-__all__ = ["LogRow", "NotADecisionLog", "is_url", "read_rows", "replica_name"]
+__all__ = ["LogRow", "NotADecisionLog", "is_url", "log_source", "missing", "read_rows",
+           "replica_name"]
 
 
 def is_url(target: str | Path) -> bool:
     """Whether a ``--decision-log`` value names a PostgreSQL database (else a file path)."""
     return str(target).startswith(("postgresql://", "postgres://"))
+
+
+def log_source(text: str) -> str | Path:
+    """``--from-log``'s value: a URL kept as written, else a file path (argparse ``type``)."""
+    return text if is_url(text) else Path(text)
+
+
+def missing(sources: list[str | Path]) -> list[str]:
+    """The file sources that are no file (URLs are checked when read)."""
+    return [str(s) for s in sources if not is_url(s) and not Path(s).is_file()]
 
 
 def replica_name() -> str:

@@ -166,7 +166,14 @@ def read_rows(url: str, *, since: float | None = None,
         where.append("d.tenant = %s")
         params.append(tenant)
     query = SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY d.id"
-    with connect(url) as conn:
+    import psycopg
+
+    try:
+        conn = connect(url)
+    except psycopg.OperationalError as exc:
+        raise ConnectionError(f"{safe_url(url)}: cannot connect: "
+                              f"{' '.join(str(exc).split())}") from None
+    with conn:
         _check_version(conn, url)
         with conn.cursor(name="cascade_rows") as cursor:
             cursor.itersize = 2000

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import threading
 import time
 from pathlib import Path
@@ -74,7 +75,8 @@ def test_replicas_booting_at_once_migrate_the_schema_once(postgres: Postgres,
     assert "schema 5, up to date" in capsys.readouterr().out
 
 
-def test_rows_labels_and_filters(postgres: Postgres, tmp_path: Path):
+def test_rows_labels_and_filters(postgres: Postgres, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]):
     url = postgres.database("rows")
     store = _store(url, tmp_path)
     _serve(store, [("ticket-1", "acme"), ("ticket-1", "globex"), ("solo", "acme")])
@@ -101,6 +103,9 @@ def test_rows_labels_and_filters(postgres: Postgres, tmp_path: Path):
     with psycopg.connect(url) as conn:
         conn.execute("UPDATE decisions SET ts = 1000 WHERE request_id = 'solo'")
     assert {r.request_id for r in read_rows(url, since=2000)} == {"ticket-1"}
+    assert main(["usage", "--from-log", url, "--tenant", "globex", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {t["tenant"] for t in report["rows"]} == {"globex"} and report["log_rows"] == 2
 
 
 def test_rows_spool_while_the_server_is_down_and_are_written_once(postgres: Postgres,
