@@ -4,19 +4,22 @@
 data (a choice key, ``true``/``false`` for a noul, the level index for a score), authenticated
 and limited like ``/v1/systemone`` (a call counts against the tenant's ``requests_per_min``),
 at most as many labels as a request may ask questions (``cascade.schema.MAX_ASKED``). The
-labels are stored beside the rows of the tenant's own request in the decision log
-(``DecisionLog.label``, looked up by tenant and request id, through the writer's queue: rows
-queued before the call are found, and the answer goes out once the labels are committed). All
+labels are stored beside the rows of the tenant's own request in the decision store
+(``DecisionStore.label``, looked up by tenant and request id: SQLite through the writer's queue,
+so rows queued before the call are found; PostgreSQL at once, whichever replica served the
+request, its rows being durable before its response). The answer goes out once the labels are
+committed. All
 the call's labels are stored, or none:
 
 - 409 ``conflict_error``: the gateway runs without a decision log;
-- 404 ``not_found_error``: the live log file has no rows of that request id for this tenant
-  (never logged, dropped, rotated out, or another tenant's: the same answer, the same query);
+- 404 ``not_found_error``: the live log has no rows of that request id for this tenant (never
+  logged, dropped, rotated out or pruned, or another tenant's: the same answer, the same query);
 - 422 (``detail[].loc`` = ``["body", "labels", QUESTION]``): a label that does not fit its
   question, or a question id the request did not ask (checked against the tenant's own request
   only); the body's own shape errors as elsewhere;
 - 503 + Retry-After: the log did not commit the labels within ``FEEDBACK_WAIT_S`` (they may
-  still be stored later: a retry stores them again, the latest wins) or failed to write them.
+  still be stored later: a retry stores them again, the latest wins), failed to write them, or
+  (PostgreSQL) is unreachable.
 
 A question labelled again keeps the latest label (``relabelled`` in the answer, counted). The
 labels of cheap answers go, judged, to ``app.state.learner`` when one is set (the live refit),
@@ -72,7 +75,7 @@ Guarded = Callable[[Request, str, Work], Awaitable[Response[bytes]]]
 
 @runtime_checkable
 class LabelStore(Protocol):
-    """Where labels are stored (``cascade.eval.decision_log.DecisionLog``, the gateway's
+    """Where labels are stored (``cascade.store.base.DecisionStore``, the gateway's
     ``decisions``): the future resolves once they are committed; None when the store is full."""
 
     def label(self, request_id: str, labels: Mapping[str, FeedbackLabel], *,
@@ -147,7 +150,7 @@ async def _store(sink: object, asked: FeedbackRequest, tenant: str) -> LabelOutc
     if not outcome.found:
         metrics.FEEDBACK.labels(outcome="unknown_request").inc(n)
         raise NotFound(f"no request {asked.request_id!r} in the decision log (never answered, "
-                       "not logged, or rotated out of the live file)")
+                       "not logged, or rotated or pruned out of the live log)")
     if outcome.unknown or outcome.invalid:
         metrics.FEEDBACK.labels(outcome="invalid").inc(n)
         items = [{"loc": ["body", "labels", q], "msg": f"request {asked.request_id!r} asked "
