@@ -223,16 +223,19 @@ class PostgresStore:
         keep_days: float | None = None, required: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
         from psycopg_pool import ConnectionPool
 
         self.url, self.replica, self.state_mode = url, replica, state_mode
         self.keep_days, self.clock = keep_days, clock
         self.reachable = True
+        conninfo_to_dict(url)  # a malformed URL fails whatever ``required`` says
+        self._migrated = False  # else the writer migrates before its first write
         try:
             migrate(url)
-        except NotADecisionLog:
-            raise
-        except Exception as exc:
+            self._migrated = True
+        except psycopg.OperationalError as exc:  # unreachable (or refused): maybe spool
             if required:
                 raise
             self.reachable = False
@@ -378,6 +381,9 @@ class PostgresStore:
             return False
         try:
             if self._conn is None or self._conn.closed:
+                if not self._migrated:
+                    migrate(self.url)
+                    self._migrated = True
                 self._conn = connect(self.url)
             with self._conn.transaction(), self._conn.cursor() as cur:
                 for kind, values in batch:

@@ -155,6 +155,24 @@ def test_a_spool_left_by_a_killed_replica_is_replayed_once(postgres: Postgres, t
         ("a", "u"), ("a", "v"), ("b", "u"), ("b", "v")]
 
 
+def test_a_replica_booted_without_its_database_migrates_it_when_it_answers(
+        postgres: Postgres, tmp_path: Path):
+    url = postgres.database("late")
+    postgres.stop()
+    try:
+        store = _store(url, tmp_path, required=False)
+        _serve(store, [("early", "")])
+    finally:
+        postgres.start()
+    _serve(store, [("late", "")])
+    deadline = time.monotonic() + 30
+    while store.health()["behind"]:
+        assert time.monotonic() < deadline, store.health()
+        time.sleep(0.1)
+    store.close()
+    assert [r.request_id for r in read_rows(url) if r.question_id == "u"] == ["early", "late"]
+
+
 def test_keep_days_deletes_old_rows_with_their_labels(postgres: Postgres, tmp_path: Path):
     url = postgres.database("keep")
     now = [1_000_000.0]
@@ -183,3 +201,7 @@ def test_a_bad_url_or_an_unreachable_server_at_boot_is_one_line(postgres: Postgr
     store = open_decision_log(settings, lenient)
     assert isinstance(store, PostgresStore) and not store.reachable
     store.close()
+    malformed = Policy(tiers=POLICY.tiers, route=POLICY.route,
+                       decision_log=DecisionLog(file="postgresql://[::1/x", required=False))
+    with pytest.raises(ConfigError, match="CASCADE_DECISION_LOG"):
+        open_decision_log(settings, malformed)
