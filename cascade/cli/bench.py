@@ -119,6 +119,22 @@ def register(groups: dict[str, Any]) -> None:
     tenants.add_argument("--json", type=Path, help="also write the JSON here")
     tenants.set_defaults(func=bench_tenants)
 
+    store = groups["bench"].add_parser(
+        "store", help="the decision store's rows/s and response wait: SQLite vs PostgreSQL",
+        description="In process, no tiers: CLIENTS concurrent clients record answered requests "
+        "(two questions each) for SECONDS through the decision store, which returns once the "
+        "rows are durable. Prints rows/s and the p50/p99 of that wait per backend and client "
+        "count (SQLite in a temporary file; PostgreSQL at --postgres URL), then JSON.",
+    )
+    store.add_argument("--postgres", metavar="URL",
+                       help="a postgresql:// database to write bench rows to (else SQLite only)")
+    store.add_argument("--clients", default="1,8,32",
+                       help="comma-separated client counts (1,8,32)")
+    store.add_argument("--seconds", type=float, default=5.0,
+                       help="per backend and client count (5)")
+    store.add_argument("--json", type=Path, help="also write the JSON here")
+    store.set_defaults(func=bench_store)
+
     bench = groups["bench"].add_parser(
         "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint",
         description="Time cascade's ONNX Laya engine against laya's torch Agent on a random "
@@ -350,6 +366,22 @@ def bench_tenants(args: argparse.Namespace) -> int:
     result = tenants.run(args.url, quiet_key=args.quiet_key, flood_key=args.flood_key,
                          requests=args.requests, rate=args.rate)
     return _report(tenants.table(result), result, args.json)
+
+
+def bench_store(args: argparse.Namespace) -> int:
+    from cascade.bench import store
+    from cascade.store import is_url
+
+    try:
+        clients = [int(c) for c in args.clients.split(",")]
+    except ValueError:
+        raise UsageError(f"--clients {args.clients}: give comma-separated integers") from None
+    if min(clients) < 1 or not args.seconds > 0:
+        raise UsageError("--clients must be >= 1 and --seconds > 0")
+    if args.postgres is not None and not is_url(args.postgres):
+        raise UsageError(f"--postgres {args.postgres!r}: give a postgresql:// URL")
+    result = store.run_bench(postgres=args.postgres, clients=clients, seconds=args.seconds)
+    return _report(store.table(result), result, args.json)
 
 
 def bench_laya(args: argparse.Namespace) -> int:

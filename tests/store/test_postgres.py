@@ -205,3 +205,18 @@ def test_a_bad_url_or_an_unreachable_server_at_boot_is_one_line(postgres: Postgr
                        decision_log=DecisionLog(file="postgresql://[::1/x", required=False))
     with pytest.raises(ConfigError, match="CASCADE_DECISION_LOG"):
         open_decision_log(settings, malformed)
+
+
+def test_bench_store_measures_both_backends(postgres: Postgres,
+                                            capsys: pytest.CaptureFixture[str]):
+    url = postgres.database("bench")
+    assert main(["bench", "store", "--postgres", url, "--clients", "1,4",
+                 "--seconds", "0.3"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    for name in ("sqlite", "postgresql"):
+        rows = result["backends"][name]
+        assert [r["clients"] for r in rows] == [1, 4]
+        assert all(r["requests"] > 0 and r["rows_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"]
+                   for r in rows)
+    written = sum(r["requests"] for r in result["backends"]["postgresql"]) * 2
+    assert sum(1 for _ in read_rows(url)) == written
