@@ -7,7 +7,7 @@ One module, one decoder per body type, built once. Conventions:
 - Requests are tolerant: unknown top-level fields and unknown keys inside a question are ignored,
   as Jev does (``forbid_unknown_fields`` stays off on the wire). Internal files (policies) are
   strict instead.
-- Limits live in ``LIMITS`` (checked by ``cascade.request.validation``) and README's "Limits"
+- Limits live in ``LIMITS`` (checked by ``cascade.request.validation``) and docs/api.md's "Limits"
   table. They are chosen so that no Laya or Jev client regresses: 1-64 questions, choice up to
   255 options, score up to 32 levels (Laya's cap; Jev documents 10).
 - Requests are decoded in two steps (``RequestEnvelope`` with raw questions, then one question at a

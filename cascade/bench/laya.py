@@ -321,7 +321,7 @@ def report(results: dict[str, Any]) -> None:
             print(f"{run}: {ratios} the fp32 engine's rows/s")
     for name, f in results.get("flips", {}).items():
         print(f"{name}: {f['flips']} of {f['questions']} concurrent-run answers differ from "
-              f"fp32, max |Δp| {f['max_dp']:.4f} (random weights: small margins, see README)")
+              f"fp32, max |Δp| {f['max_dp']:.4f} (random weights: small margins, see docs/int8.md)")
     for name, f in results.get("same_rows", {}).items():
         print(f"same rows, fixed batches of 8: {name} changes {f['flips']} of {f['questions']} "
               f"answers, mean |Δp| {f['mean_dp']:.4f}, max {f['max_dp']:.4f}")

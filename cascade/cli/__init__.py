@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cascade", description="A Laya-first cascading router for typed decisions.",
         epilog="`cascade COMMAND --help` describes each command and names the CASCADE_* "
-        "environment variable of each flag that has one (README: Configuration).",
+        "environment variable of each flag that has one (docs/configuration.md).",
     )
     parser.add_argument("--version", action="version", version=f"cascade {version()}")
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

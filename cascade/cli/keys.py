@@ -1,5 +1,5 @@
 """``cascade keys add NAME --file FILE`` and ``cascade keys list --file FILE``: the tenants of
-an API keys file (``CASCADE_API_KEYS_FILE``; README: Tenants). ``add`` prints a new key once on
+an API keys file (``CASCADE_API_KEYS_FILE``; docs/tenants.md). ``add`` prints a new key once on
 stdout and writes only its hash; ``list`` never shows a key."""
 
 from __future__ import annotations

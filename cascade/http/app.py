@@ -406,7 +406,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         await gateway.start()
         # What start-up loaded (modules, tokenizers, engine tables) lives as long as the app:
         # frozen, the cyclic collector stops walking it on every collection a request triggers
-        # (about a tenth of the app's CPU per request, README "Benchmarks"). Unfrozen when the
+        # (about a tenth of the app's CPU per request, docs/benchmarks.md). Unfrozen when the
         # app stops, so a process that outlives it (tests, an embedder) can collect it again.
         gc.collect()
         gc.freeze()

@@ -12,7 +12,8 @@ the answer. Before quantizing, the input of the GEMM kinds in ``RECIPE["row_scal
 product scaled back (``cascade.laya.row_scale``, exact in fp32), so its per-tensor scale is not
 set by the batch's most extreme token: on ``mlp.Wo``'s heavy-tailed input (GELU x gate) that
 scale was the largest source of int8 error measured; scaling the other kinds' inputs too
-flipped a little less but cost about a tenth of the speed-up (README, "Laya in int8").
+flipped a little less but cost about a tenth of the speed-up (docs/benchmarks.md, "Laya int8
+recipes").
 Everything else stays fp32: the embeddings, every LayerNormalization, the rotary tables, the
 attention scores, softmax and the attention-weighted values (activation x activation products).
 The GEMMs are found by graph knowledge (``gemm_kinds``: the order ``cascade.laya.graph`` builds
