@@ -151,6 +151,21 @@ def test_the_docs_show_commands_and_every_skip_is_used() -> None:
                                       "policies.md", "development.md"}
 
 
+def test_the_links_outside_the_site_resolve() -> None:
+    """README.md and CHANGELOG.md are not built by mkdocs: their relative links are checked
+    here, a page's anchor against the page's headings as mkdocs makes them."""
+    for name in ("README.md", "CHANGELOG.md"):
+        text = (REPO / name).read_text()
+        for target in re.findall(r"\]\((?!https?:)([^)#]+)(?:#([^)]+))?\)", text):
+            path, anchor = REPO / target[0], target[1]
+            assert path.is_file(), (name, target)
+            if anchor:
+                headings = re.findall(r"^#+ (.+)$", path.read_text(), re.M)
+                slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
+                         for h in headings}
+                assert anchor in slugs, (name, target)
+
+
 def test_the_parser_reads_continuations_output_and_status(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("```console\n$ echo 'a\nb' |\n  cat   # two lines\n  # more comment\na\n"
