@@ -38,9 +38,7 @@ SKIPS: list[tuple[str, str]] = [
     (r"^ollama\b", "needs Ollama and its 6 GB model download"),
     (r"^\.venv/bin/(ruff|mypy)\b", "`make test` runs them on the repository itself"),
 ]
-# Commands that take more than a few seconds, run only with ``-m slow``; none today.
-SLOW: list[str] = []
-TIMEOUT_S = 60
+TIMEOUT_S = 60  # one command; all of them take about 10 s together, none needs ``slow``
 
 
 @dataclass
@@ -126,17 +124,6 @@ def test_the_commands_of_a_page_run(page: Path, tmp_path: Path) -> None:
     shutil.copytree(REPO / "policies", tmp_path / "policies")
     for command in ALL:
         if command.page == page.name and command.skip_reason() is None:
-            if any(re.search(p, command.text) for p in SLOW):
-                continue  # run by test_the_slow_commands_run
-            run(command, tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("pattern", SLOW)
-def test_the_slow_commands_run(pattern: str, tmp_path: Path) -> None:
-    shutil.copytree(REPO / "policies", tmp_path / "policies")
-    for command in ALL:
-        if re.search(pattern, command.text) and command.skip_reason() is None:
             run(command, tmp_path)
 
 
