@@ -279,8 +279,9 @@ class Health(Base, kw_only=True):
 
 class TierUsage(Base, kw_only=True):
     """One tier's share of a tenant's usage: ``requests`` it ran for (a batch counts its
-    states), ``questions`` whose returned answer was its, the ``input_tokens`` it read and their
-    ``cost`` (``[cost]``: price per 1000 input tokens, ``cascade eval``'s units)."""
+    states), ``questions`` whose returned answer was its, the ``input_tokens`` it read (those
+    answered from the decision cache at ``[cache] charge_cached`` of a token) and their ``cost``
+    (``[cost]``: price per 1000 input tokens, ``cascade eval``'s units)."""
 
     requests: int
     questions: int
