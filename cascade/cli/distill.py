@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from cascade.cli.serve import clef_flags
+from cascade.extras import install_hint
 
 REFUSED = 1
 CANNOT_START = 2
@@ -83,7 +84,7 @@ def run_distill(args: argparse.Namespace) -> int:
         from cascade.learn.train import TrainConfig
     except ImportError as exc:
         print(f"cascade distill needs torch, transformers and tqdm ({exc.name} is missing): "
-              "pip install 'cascade[export,eval]'", file=sys.stderr)
+              f"{install_hint('export', 'eval')}", file=sys.stderr)
         return CANNOT_START
     from cascade.settings import from_env
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from cascade.eval.scores import Scored, reliability
 from cascade.eval.sweep import Sweep
+from cascade.extras import install_hint
 
 FILES = ("reliability.png", "deferral.png", "cost.png")
 
@@ -30,7 +31,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as exc:
-        raise SystemExit("plots need matplotlib: pip install 'cascade[eval]'") from exc
+        raise SystemExit(f"plots need matplotlib: {install_hint('eval')}") from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
