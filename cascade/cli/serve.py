@@ -6,6 +6,7 @@ import argparse
 import errno
 import functools
 import logging
+import os
 import socket
 import typing
 from pathlib import Path
@@ -141,12 +142,15 @@ def listen(settings: Settings) -> socket.socket:
                                     backlog=2048)
     except OSError as exc:
         where = f"{settings.host}:{settings.port}"
+        # Under make (it sets MAKELEVEL) the port is make's PORT: `make serve` passes --port.
+        other = "--port N (CASCADE_PORT" + ("; make serve PORT=N)" if "MAKELEVEL" in os.environ
+                                            else ")")
         if exc.errno == errno.EADDRINUSE:
             why = (f"port {settings.port} is already in use on {settings.host}; stop what "
-                   "listens there or pick another port with --port N (CASCADE_PORT)")
+                   f"listens there or pick another port with {other}")
         elif exc.errno == errno.EACCES:
             why = (f"no permission to listen on {where} (ports under 1024 need privileges); "
-                   "pick another port with --port N (CASCADE_PORT)")
+                   f"pick another port with {other}")
         else:
             why = (f"cannot listen on {where}: {exc.strerror or exc}; check --host "
                    "(CASCADE_HOST) and --port (CASCADE_PORT)")
