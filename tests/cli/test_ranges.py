@@ -79,3 +79,21 @@ def test_a_policy_number_out_of_range_stops_the_boot(table: str, line: str,
     policy.write_text(table)
     out = refused(cascade("serve", "--policy", str(policy)), 1, f"{policy}{line}")
     assert "ready" not in out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["bench", "load", "--url", "http://127.0.0.1:9", "--concurrency", "0"],
+     "argument --concurrency: expected an integer >= 1, got '0'"),
+    (["bench", "load", "--url", "http://127.0.0.1:9", "--duration", "inf"],
+     "argument --duration: expected a finite number of seconds > 0, got 'inf'"),
+    (["bench", "load", "--url", "http://127.0.0.1:9", "--repeat-share", "1.5"],
+     "argument --repeat-share: expected a share in [0, 1], got '1.5'"),
+    (["calibrate", "data.jsonl", "--out", "c.toml", "--target-accuracy", "nan"],
+     "argument --target-accuracy: expected a share in [0, 1], got 'nan'"),
+    (["distill", "data.jsonl", "--epochs", "0"],
+     "argument --epochs: expected an integer >= 1, got '0'"),
+])
+def test_a_command_flag_out_of_range_is_a_usage_error(args: list[str], message: str,
+                                                      tmp_path: Path) -> None:
+    """Before the command reaches a server, a file or a model."""
+    refused(cascade(*args, cwd=tmp_path), 2, message)
