@@ -181,12 +181,12 @@ def control_flags(parser: argparse.ArgumentParser) -> None:
                         "sample, cascade/bench/requests-sample.jsonl)")
     parser.add_argument("--model", default="jev-latest",
                         help="model for items that name none (default jev-latest)")
-    parser.add_argument("--phase-duration", type=seconds, default=120.0, metavar="SECONDS",
+    parser.add_argument("--phase-duration", type=float, default=120.0, metavar="SECONDS",
                         help="seconds per phase (120)")
-    parser.add_argument("--concurrency", type=count, default=4, help="concurrent clients (4)")
+    parser.add_argument("--concurrency", type=int, default=4, help="concurrent clients (4)")
     parser.add_argument("--mix", default="0.2,0.8", metavar="P1,P2",
                         help="share of hard items in phase 1 and phase 2 (default 0.2,0.8)")
-    parser.add_argument("--feedback-share", type=share, default=0.5, metavar="F",
+    parser.add_argument("--feedback-share", type=float, default=0.5, metavar="F",
                         help="share of answers a labeller posts /v1/feedback for (0.5)")
     parser.add_argument("--synthetic-labels", action="store_true",
                         help="labels that make the cheap answer right with probability f(c) = "
@@ -200,24 +200,24 @@ def control_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cheap-tier", default="laya", metavar="TIER",
                         help="the cheap tier's name in x_cascade.tiers; every other tier "
                         "counts as strong (default laya)")
-    parser.add_argument("--max-strong-share", type=share, default=0.25, metavar="S",
+    parser.add_argument("--max-strong-share", type=float, default=0.25, metavar="S",
                         help="the budget the windows are judged against (0.25; a window over "
                         "S + 0.02 is a violation)")
-    parser.add_argument("--target-accuracy", type=share, default=0.9, metavar="A",
+    parser.add_argument("--target-accuracy", type=float, default=0.9, metavar="A",
                         help="the accuracy target of the kept cheap answers (0.9)")
-    parser.add_argument("--window", type=seconds, default=300.0, metavar="SECONDS",
+    parser.add_argument("--window", type=float, default=300.0, metavar="SECONDS",
                         help="sliding window of the strong share, s (300)")
-    parser.add_argument("--refit-every", type=seconds, default=15.0, metavar="SECONDS",
+    parser.add_argument("--refit-every", type=float, default=15.0, metavar="SECONDS",
                         help="[control] refit_interval_s of a demo of its own (15)")
-    parser.add_argument("--scrape-every", type=seconds, default=2.0, metavar="SECONDS",
+    parser.add_argument("--scrape-every", type=float, default=2.0, metavar="SECONDS",
                         help="how often /metrics is read for the thresholds (2)")
-    parser.add_argument("--reloads", type=natural, default=0, metavar="N",
+    parser.add_argument("--reloads", type=int, default=0, metavar="N",
                         help="POST /admin/reload N times, evenly over the run (0)")
     parser.add_argument("--admin-key", help="admin key for --reloads (needed with --url; a "
                         "demo of its own is started with a fresh one)")
     parser.add_argument("--key", help="API key for /v1/systemone, /v1/feedback and /metrics")
     parser.add_argument("--seed", type=int, default=0, help="seed of the mix and the labels (0)")
-    parser.add_argument("--timeout", type=seconds, default=30.0, help="client timeout, s (30)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="client timeout, s (30)")
     parser.add_argument("--plot", type=Path, default=Path("bench-control.png"), metavar="PNG",
                         help="where the threshold trajectories go (bench-control.png)")
     parser.add_argument("--json", type=Path, help="also write the JSON here")

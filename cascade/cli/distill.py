@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from cascade.cli.numbers import count, positive
+from cascade.cli.numbers import count, natural, positive
 from cascade.cli.serve import clef_flags
 from cascade.extras import install_hint
 
@@ -54,7 +54,7 @@ def register(groups: dict[str, Any]) -> None:
                         "resumes)")
     parser.add_argument("--held-back", type=float, default=0.2, metavar="F",
                         help="share of items never trained on, for the figures (default 0.2)")
-    parser.add_argument("--epochs", type=count, default=12, help="passes over the training "
+    parser.add_argument("--epochs", type=natural, default=12, help="passes over the training "
                         "rows (default 12)")
     parser.add_argument("--lr", type=positive, default=2e-3, help="peak learning rate (2e-3)")
     parser.add_argument("--batch-size", type=count, default=16, help="rows per step (16)")

@@ -90,8 +90,8 @@ def test_a_policy_number_out_of_range_stops_the_boot(table: str, line: str,
      "argument --repeat-share: expected a share in [0, 1], got '1.5'"),
     (["calibrate", "data.jsonl", "--out", "c.toml", "--target-accuracy", "nan"],
      "argument --target-accuracy: expected a share in [0, 1], got 'nan'"),
-    (["distill", "data.jsonl", "--epochs", "0"],
-     "argument --epochs: expected an integer >= 1, got '0'"),
+    (["distill", "data.jsonl", "--batch-size", "0"],
+     "argument --batch-size: expected an integer >= 1, got '0'"),
 ])
 def test_a_command_flag_out_of_range_is_a_usage_error(args: list[str], message: str,
                                                       tmp_path: Path) -> None:
