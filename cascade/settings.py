@@ -186,6 +186,12 @@ def env_value(field: str, environ: Mapping[str, str] | None = None) -> str | Non
     return (os.environ if environ is None else environ).get(f"CASCADE_{field.upper()}")
 
 
+def under_make(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``make`` started this process (it sets ``MAKELEVEL``): hints then name make's
+    variables (``make serve PORT=N``) rather than flags."""
+    return "MAKELEVEL" in (os.environ if environ is None else environ)
+
+
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where cascade keeps what it derives from weights (ONNX exports, distill runs):
     ``$CASCADE_CACHE``, else ``~/.cache/cascade``."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.bench.control import Answered, Item, Options, Run, f
-from cascade.extras import install_hint
+from cascade.errors import install_hint
 
 TOLERANCE = 0.02
 GATED = {None, "low_confidence", "low_margin", "budget"}  # reasons of questions the gate judged

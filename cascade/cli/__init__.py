@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from cascade.cli.errors import CONFIGURATION, describe, status, user_errors
-from cascade.extras import missing
+from cascade.errors import missing_extra
 from cascade.settings import env_value
 
 GROUPS = {
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         print(describe(_name(args), exc), file=sys.stderr)
         return status(exc)
     except ModuleNotFoundError as exc:  # an optional package: name the extra that brings it
-        message = missing(exc)
+        message = missing_extra(exc)
         if message is None or _debug(args):
             raise
         print(f"cascade {_name(args)}: error: {message}", file=sys.stderr)

@@ -16,7 +16,7 @@ import msgspec
 
 from cascade.cli.numbers import count, natural, positive
 from cascade.cli.serve import clef_flags
-from cascade.extras import install_hint
+from cascade.errors import install_hint
 
 REFUSED = 1
 CANNOT_START = 2

@@ -6,14 +6,13 @@ import argparse
 import errno
 import functools
 import logging
-import os
 import socket
 import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cascade.cli.errors import ConfigError
-from cascade.settings import LogLevel, Settings, from_env, parse_map
+from cascade.settings import LogLevel, Settings, from_env, parse_map, under_make
 
 if TYPE_CHECKING:
     from cascade.eval.decision_log import DecisionLog
@@ -142,9 +141,8 @@ def listen(settings: Settings) -> socket.socket:
                                     backlog=2048)
     except OSError as exc:
         where = f"{settings.host}:{settings.port}"
-        # Under make (it sets MAKELEVEL) the port is make's PORT: `make serve` passes --port.
-        other = "--port N (CASCADE_PORT" + ("; make serve PORT=N)" if "MAKELEVEL" in os.environ
-                                            else ")")
+        # Under make the port is make's PORT: `make serve` passes --port.
+        other = "--port N (CASCADE_PORT" + ("; make serve PORT=N)" if under_make() else ")")
         if exc.errno == errno.EADDRINUSE:
             why = (f"port {settings.port} is already in use on {settings.host}; stop what "
                    f"listens there or pick another port with {other}")

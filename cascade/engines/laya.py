@@ -24,8 +24,7 @@ from typing import Any, Literal, TypedDict
 from cascade.calls import CallPreview, EngineAnswer, EngineCall
 from cascade.engines.batcher import MicroBatcher
 from cascade.engines.onnx import OnnxSession
-from cascade.errors import EngineUnavailable
-from cascade.extras import install_hint
+from cascade.errors import EngineUnavailable, install_hint
 from cascade.laya import decode
 from cascade.laya.checkpoint import content_hash
 from cascade.laya.decode import RowOut

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cascade.errors import install_hint
 from cascade.eval.scores import Scored, reliability
 from cascade.eval.sweep import Sweep
-from cascade.extras import install_hint
 
 FILES = ("reliability.png", "deferral.png", "cost.png")
 

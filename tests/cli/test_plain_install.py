@@ -1,7 +1,7 @@
 """The plain install (``pip install cascade-router``, no extras) serves ``--upstream`` and a
 pre-exported Laya ONNX, and a command that needs an extra names it in one line.
 
-The gateways run as subprocesses in which every package of the extras (``cascade.extras``)
+The gateways run as subprocesses in which every package of the extras (``cascade.errors``)
 fails to import, as on a machine that never installed them.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cascade.extras import EXTRAS
+from cascade.errors import EXTRAS
 from cascade.laya.export import export
 from cascade.laya.tiny import make_tiny
 from tests.cli.test_errors import cascade, refused
