@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cascade.cli.errors import ConfigError, UsageError
+from cascade.cli.numbers import count, natural, positive, seconds, share
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -25,9 +26,9 @@ def register(groups: dict[str, Any]) -> None:
         description="Start a fake /v1/systemone upstream and a gateway in front of it on "
         "loopback, drive both with the same requests, print a table and JSON.",
     )
-    gateway.add_argument("--requests", type=int, default=500, help="requests per path (500)")
-    gateway.add_argument("--concurrency", type=int, default=8, help="concurrent clients (8)")
-    gateway.add_argument("--repeat", type=int, default=3,
+    gateway.add_argument("--requests", type=count, default=500, help="requests per path (500)")
+    gateway.add_argument("--concurrency", type=count, default=8, help="concurrent clients (8)")
+    gateway.add_argument("--repeat", type=count, default=3,
                          help="rounds; each figure is the median over them (3)")
     gateway.set_defaults(func=_run_gateway)
 
@@ -41,23 +42,23 @@ def register(groups: dict[str, Any]) -> None:
     load.add_argument("--url", required=True, action="append",
                       help="base URL, e.g. http://127.0.0.1:8000; repeat it to run several "
                       "servers back to back, side by side")
-    load.add_argument("--concurrency", type=int, default=8, help="concurrent clients (8)")
-    load.add_argument("--duration", type=float, default=30.0, help="seconds of load (30)")
+    load.add_argument("--concurrency", type=count, default=8, help="concurrent clients (8)")
+    load.add_argument("--duration", type=seconds, default=30.0, help="seconds of load (30)")
     load.add_argument("--requests", type=Path,
                       help="JSONL of requests (the format of the bundled sample, "
                       "cascade/bench/requests-sample.jsonl); default: one "
                       "built-in 3-question request")
-    load.add_argument("--max-state-chars", type=int, default=2000,
+    load.add_argument("--max-state-chars", type=natural, default=2000,
                       help="skip items whose serialized state is longer (default 2000: the "
                       "short text items; 0 keeps all)")
     load.add_argument("--model", default="jev-latest",
                       help="model for items that name none (default jev-latest)")
     load.add_argument("--pid", type=int, help="server pid for RSS (default: the process "
                       "listening on the URL's port)")
-    load.add_argument("--timeout", type=float, default=30.0, help="client timeout, s (30)")
+    load.add_argument("--timeout", type=seconds, default=30.0, help="client timeout, s (30)")
     load.add_argument("--ignore-retry-after", action="store_true",
                       help="send the next request at once even after Retry-After")
-    load.add_argument("--repeat-share", type=float, action="append", metavar="R",
+    load.add_argument("--repeat-share", type=share, action="append", metavar="R",
                       help="share of requests (0-1) that repeat an earlier request's state and "
                       "questions; the others are new (a reference number added to the state). "
                       "Repeat the flag to run each R back to back (e.g. 0 and 0.5)")
@@ -69,7 +70,7 @@ def register(groups: dict[str, Any]) -> None:
         "cache-memory", help="the decision cache's memory at its bound: accounted vs RSS",
         description="Fill an in-memory decision cache past --max-bytes with Laya-shaped "
         "entries and compare the bytes it accounts with this process's RSS growth.")
-    memory.add_argument("--max-bytes", type=int, default=64 << 20,
+    memory.add_argument("--max-bytes", type=count, default=64 << 20,
                         help="the cache's bound, bytes (64 MiB, [cache] max_bytes' default)")
     memory.add_argument("--json", type=Path, help="also write the JSON here")
     memory.set_defaults(func=bench_cache_memory)
@@ -82,9 +83,9 @@ def register(groups: dict[str, Any]) -> None:
         "p50/p99 and the server's RSS floor and peak, then JSON.",
     )
     soak.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
-    soak.add_argument("--duration", type=float, default=600.0, help="seconds (600)")
-    soak.add_argument("--window", type=float, default=120.0, help="report window, s (120)")
-    soak.add_argument("--honest", type=int, default=4, help="honest clients (4)")
+    soak.add_argument("--duration", type=seconds, default=600.0, help="seconds (600)")
+    soak.add_argument("--window", type=seconds, default=120.0, help="report window, s (120)")
+    soak.add_argument("--honest", type=count, default=4, help="honest clients (4)")
     soak.add_argument("--key", help="API key to send (default: none)")
     soak.add_argument("--pid", type=int, help="server pid for RSS (default: the listener's)")
     soak.add_argument("--json", type=Path, help="also write the JSON here")
@@ -112,9 +113,9 @@ def register(groups: dict[str, Any]) -> None:
     tenants.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
     tenants.add_argument("--quiet-key", required=True, help="the quiet tenant's API key")
     tenants.add_argument("--flood-key", required=True, help="the flooding tenant's API key")
-    tenants.add_argument("--requests", type=int, default=300,
+    tenants.add_argument("--requests", type=count, default=300,
                          help="quiet requests per phase (300)")
-    tenants.add_argument("--rate", type=float, default=40.0,
+    tenants.add_argument("--rate", type=positive, default=40.0,
                          help="flood requests per second (40)")
     tenants.add_argument("--json", type=Path, help="also write the JSON here")
     tenants.set_defaults(func=bench_tenants)
@@ -131,16 +132,16 @@ def register(groups: dict[str, Any]) -> None:
         default="base",
         help="ModernBERT shape of the random checkpoint (default base)",
     )
-    bench.add_argument("--threads", type=int, help="threads for both runtimes (default: all)")
+    bench.add_argument("--threads", type=count, help="threads for both runtimes (default: all)")
     bench.add_argument(
         "--requests",
-        type=int,
+        type=count,
         default=24,
         help="requests from the sample mix in the concurrent run (default 24)",
     )
-    bench.add_argument("--clients", type=int, default=8,
+    bench.add_argument("--clients", type=count, default=8,
                        help="concurrent clients in the sample-mix run (default 8)")
-    bench.add_argument("--repeat", type=int, default=5,
+    bench.add_argument("--repeat", type=count, default=5,
                        help="single-request repetitions (default 5)")
     bench.add_argument("--sample", type=Path, help="requests JSONL (default: the bundled "
                        "sample, cascade/bench/requests-sample.jsonl)")
@@ -163,10 +164,10 @@ def register(groups: dict[str, Any]) -> None:
     bench.add_argument("--device", default="auto", help="auto (CUDA if present), cuda or cpu")
     bench.add_argument("--tokens", default="1024,4096,16384",
                        help="comma-separated target state lengths in tokens")
-    bench.add_argument("--repeats", type=int, default=20, help="timed requests per length")
-    bench.add_argument("--concurrency", type=int, default=8,
+    bench.add_argument("--repeats", type=count, default=20, help="timed requests per length")
+    bench.add_argument("--concurrency", type=count, default=8,
                        help="concurrent clients in the throughput run (default 8)")
-    bench.add_argument("--requests", type=int, default=64, help="requests in the throughput run")
+    bench.add_argument("--requests", type=count, default=64, help="requests in the throughput run")
     bench.add_argument("--json", type=Path, default=None, help="also write the JSON here")
     bench.set_defaults(func=bench_clef)
 
@@ -302,9 +303,6 @@ def readable(path: Path | None, flag: str) -> None:
 def bench_load(args: argparse.Namespace) -> int:
     from cascade.bench import load
 
-    for share in args.repeat_share or []:
-        if not 0.0 <= share <= 1.0:
-            raise ConfigError(f"--repeat-share {share}: must be within [0, 1]")
     for url in args.url:
         reachable(url)
     readable(args.requests, "--requests")

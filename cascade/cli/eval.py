@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from cascade.cli.errors import UsageError
+from cascade.cli.numbers import count
 from cascade.cli.summary import rounded
 from cascade.policy.model import Policy
 
@@ -44,7 +45,7 @@ def register(groups: dict[str, Any]) -> None:
 def data_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("data", type=Path, nargs="?", metavar="DATA.jsonl",
                         help='labelled requests: {"id", "state", "questions", "gold"} per line')
-    parser.add_argument("--limit", type=int, metavar="N", help="the first N items only")
+    parser.add_argument("--limit", type=count, metavar="N", help="the first N items only")
     parser.add_argument("--from-log", type=Path, action="append", default=[], metavar="FILE",
                         help="a decision log instead of DATA (repeat for rotated files); "
                         "needs --teacher strong")

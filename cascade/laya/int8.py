@@ -38,7 +38,6 @@ from typing import Any
 
 from cascade.laya.checkpoint import content_hash
 from cascade.laya.export import META_FILE, MODEL_FILE, cache_root, export
-from cascade.laya.row_scale import row_scale
 
 # The weight GEMMs of one encoder layer, of each head layer before the last, and of the last
 # head layer (whose queries and FFN run at the read positions only), then the scorer's and the
@@ -124,6 +123,7 @@ def export_int8(
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from cascade.laya.config import load_config
+    from cascade.laya.row_scale import row_scale
 
     digest = content_hash(ckpt)
     target = out or (cache or cache_root()) / int8_key(digest)

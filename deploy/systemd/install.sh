@@ -152,8 +152,8 @@ host systemctl daemon-reload
 say "
 Next:
   1. Put the weights in $MODELS (the service reads them offline, HF_HUB_OFFLINE=1):
-       huggingface-cli download convaiinnovations/laya --local-dir $MODELS/laya
-       huggingface-cli download Cloudflare/clef-flash --local-dir $MODELS/clef-flash
+       hf download convaiinnovations/laya --local-dir $MODELS/laya
+       hf download Cloudflare/clef-flash --local-dir $MODELS/clef-flash
      then make them readable by $USER_NAME: chown -R $USER_NAME:$USER_NAME $MODELS
   2. Review $ETC/gateway.env, $ETC/clef.env and $ETC/policy.toml.
   3. systemctl enable --now cascade-clef cascade-gateway
