@@ -165,7 +165,6 @@ def build_usage(usage: EngineUsage, profile: Profile) -> Usage:
 
 
 DEMO_PREFIX = "DEMO-random-weights/"
-DEMO_WARNING = "DEMO: tiny random weights, answers are meaningless"
 
 
 def response(call: EngineCall, decision: Decision, timings: dict[str, float], *,

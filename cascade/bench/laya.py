@@ -37,6 +37,7 @@ from cascade.calls import EngineCall
 from cascade.engines.onnx import default_threads
 from cascade.laya.config import LayaConfig
 from cascade.schema import Question
+from cascade.weights import banner, label, random_weights
 
 SHAPES = {
     "tiny": None,
@@ -336,7 +337,9 @@ def main(args: argparse.Namespace) -> int:
         ckpt = write_random(
             root / "ckpt", shape=shape, vocab=50368 if shape else None, agent=ENGLISH_BUDGETS
         )
-        results = asyncio.run(_bench(args, ckpt, root / "onnx"))
+        random = ["laya"] if random_weights(ckpt) else []
+        results = asyncio.run(_bench(args, ckpt, root / "onnx")) | label(random)
+    banner("bench laya", random)
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cascade.weights import MARKER
+
 SPECIAL_TOKENS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -193,7 +195,7 @@ def _write_head(out: Path, seed: int) -> None:
         head.residual_gate.fill_(0.5)
     tensors = {k: v.detach().float().contiguous() for k, v in head.state_dict().items()}
     save_file(tensors, str(out / "joint_head.safetensors"))
-    _dump(out / "joint_head_config.json", HEAD)
+    _dump(out / "joint_head_config.json", HEAD | MARKER)  # random weights: cascade.weights
 
 
 def _discriminating_(name: str, param, generator) -> None:  # noqa: ANN001 (torch types)

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from cascade.cli.serve import clef_flags
+from cascade.weights import banner, label
 
 REFUSED = 1
 CANNOT_START = 2
@@ -112,6 +113,7 @@ def run_distill(args: argparse.Namespace) -> int:
         print(f"cascade distill: the strong tier failed: {exc.message}; run the same command "
               "again to resume", file=sys.stderr)
         return CANNOT_START
+    banner("distill", report.meta.get("random_tiers", []))
     print(as_json(report) if args.json else table(report))
     if not report.written:
         print(f"cascade distill: refused: held-back agreement with the teacher did not improve "
@@ -130,7 +132,8 @@ def as_json(report: Any) -> str:
     figures = {name: rounded(msgspec.to_builtins(getattr(report, name)))
                for name in ("before", "after")}
     return msgspec.json.encode({"out": str(report.out), "written": report.written,
-                                "data": report.meta["data"], **figures}).decode()
+                                "data": report.meta["data"], **figures,
+                                **label(report.meta.get("random_tiers", []))}).decode()
 
 
 def table(report: Any) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 from cascade.laya.checkpoint import content_hash, load_weights
 from cascade.laya.config import LayaConfig, load_config
 from cascade.settings import cache_dir
+from cascade.weights import MARKER, random_weights
 
 LOGITS_TOL = 1e-3
 ACT_TOL = 1e-2
@@ -40,6 +41,11 @@ def cached_export(ckpt: Path, cache: Path | None = None) -> Path | None:
     """The directory of a finished export of ``ckpt`` in ``cache``, if there is one."""
     target = (cache or cache_root()) / content_hash(ckpt)[:16]
     return target if (target / META_FILE).exists() else None
+
+
+def marker_of(ckpt: Path) -> dict[str, str]:
+    """The random-weights marker for an export of ``ckpt`` (empty for real weights)."""
+    return dict(MARKER) if random_weights(ckpt) else {}
 
 
 def sample_feeds(cfg: LayaConfig, batch: int, seq: int, markers: int, seed: int) -> dict:
@@ -134,7 +140,8 @@ def export(
             f"laya export: max |Δlogits| {diffs['logits']:.2e}, "
             f"|Δact_logits| {diffs['act_logits']:.2e}"
         )
-        meta = {"content_hash": digest, "checkpoint": str(ckpt), "self_check": diffs}
+        meta = {"content_hash": digest, "checkpoint": str(ckpt), "self_check": diffs,
+                **marker_of(ckpt)}
         (work / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if target.exists():
             shutil.rmtree(target)

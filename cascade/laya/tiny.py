@@ -29,6 +29,7 @@ from tokenizers import (
 
 from cascade.laya.checkpoint import expected_tensors
 from cascade.laya.config import load_config
+from cascade.weights import MARKER
 
 SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
 _CORPUS = """\
@@ -114,7 +115,7 @@ _AGENT_CONFIG = {
     "max_len": 512,
     "head_max_len": 192,
     "act_costs": {"escalate": 0.5},
-    "model_name": "cascade-tiny-random",
+    **MARKER,  # the random-weights marker (cascade.weights): serve, eval... label it DEMO
     "temperature": [1.3, 0.9, 1.1],
     # Within Laya's clamp range [0.5, 5] (tests write an out-of-range one to check the clamp).
     "temperature_by_options": {"choice:3-5": 1.2, "choice:11+": 0.6, "noul:2": 1.7},
