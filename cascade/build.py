@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import get_args
@@ -39,7 +40,6 @@ from cascade.policy.model import (
 )
 from cascade.policy.precision import check_precision
 from cascade.settings import Settings, env_secret
-from cascade.weights import random_weights
 
 log = logging.getLogger("cascade")
 # policies/default.toml (a link shipped in the package): the demo's policy too.
@@ -47,6 +47,13 @@ DEFAULT_POLICY = Path(__file__).parent / "policy" / "default.toml"
 LAYA_NAMES: tuple[Checkpoint, ...] = get_args(Checkpoint)
 RANDOM_BANNER = ("DEMO MODE: tier(s) {} serve RANDOM weights (a `cascade make-tiny` "
                  "checkpoint). Answers are meaningless; this is not a model.")
+# The random-weights marker ``cascade make-tiny`` writes (cascade.laya.tiny, cascade.clef.tiny),
+# in the JSON file each format owns; a Laya ONNX export (fp32 or int8) copies its checkpoint's.
+RANDOM_MARKER = ("model_name", "cascade-tiny-random")
+MARKED_FILES = ("rl_agent_config.json", "joint_head_config.json", "export.json")
+# A tiny Clef release's head config as make-tiny wrote it before the marker.
+OLD_TINY_CLEF_HEAD = {"hidden_size": 64, "width": 32, "routing_layers": 1, "layers": 1,
+                      "heads": 2, "feedforward": 64}
 DEMO_BANNER = (
     "DEMO MODE: serving TINY RANDOM checkpoints. Answers are meaningless; this is not a model. "
     "Pass --laya/--clef/--policy with real weights (convaiinnovations/laya, Cloudflare/clef-flash)."
@@ -155,9 +162,23 @@ def locate(tier: Tier) -> None:
         resolve_clef(tier.release, tier.download)
 
 
+def random_weights(path: Path | str) -> bool:
+    """Whether the Laya checkpoint, Clef release or Laya ONNX export at ``path`` holds random
+    weights (carries ``RANDOM_MARKER``)."""
+    key, value = RANDOM_MARKER
+    for name in MARKED_FILES:
+        try:
+            found = json.loads((Path(path) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(found, dict) and (found.get(key) == value or found == OLD_TINY_CLEF_HEAD):
+            return True
+    return False
+
+
 def random_tiers(policy: Policy) -> list[str]:
-    """The in-process tiers whose weights carry the random-weights marker (``cascade.weights``;
-    an upstream's weights are not visible from here): labelled DEMO as ``--demo`` is."""
+    """The in-process tiers whose weights carry the random-weights marker (an upstream's
+    weights are not visible from here): labelled DEMO as ``--demo`` is."""
     return [name for name, tier in policy.tiers.items() if is_random(tier)]
 
 

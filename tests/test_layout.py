@@ -10,7 +10,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "cascade"
 BASE = {"cascade", "cascade.schema", "cascade.errors", "cascade.settings", "cascade.metrics",
-        "cascade.questions", "cascade.calls", "cascade.weights"}
+        "cascade.questions", "cascade.calls"}
 FORMATS = ("cascade.laya", "cascade.clef")
 # README's Code map, top to bottom: a module imports only from its own layer or the ones below.
 # The model formats are one rank: neither may import the other. ``cascade.__main__`` is the

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cascade.weights import MARKER
-
 SPECIAL_TOKENS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -40,6 +38,8 @@ CORPUS = (
     'choice score noul {"description":"The proposition is true or the answer is yes.",'
     '"option_id":"true"} false no billing technical charged twice',
 )
+# The random-weights marker (``cascade.build.random_weights``): labelled DEMO everywhere.
+RANDOM_MARKER = {"model_name": "cascade-tiny-random"}
 VOCAB_SIZE = 512
 TEXT = {
     "hidden_size": 64,
@@ -195,7 +195,7 @@ def _write_head(out: Path, seed: int) -> None:
         head.residual_gate.fill_(0.5)
     tensors = {k: v.detach().float().contiguous() for k, v in head.state_dict().items()}
     save_file(tensors, str(out / "joint_head.safetensors"))
-    _dump(out / "joint_head_config.json", HEAD | MARKER)  # random weights: cascade.weights
+    _dump(out / "joint_head_config.json", HEAD | RANDOM_MARKER)
 
 
 def _discriminating_(name: str, param, generator) -> None:  # noqa: ANN001 (torch types)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cascade.answers import demo_banner, demo_label
 from cascade.cli.errors import ConfigError, UsageError
-from cascade.weights import banner, label, random_weights
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -377,12 +377,11 @@ def bench_clef(args: argparse.Namespace) -> int:
     except ValueError:
         raise UsageError(f"--tokens {args.tokens}: give comma-separated integers, e.g. "
                          "1024,4096") from None
-    random = (["clef"] if args.shape == "9b" or args.release is None
-              or random_weights(args.release) else [])
     result = bench.run(args.shape, release=args.release, device=args.device, tokens=tokens,
                        repeats=args.repeats, concurrency=args.concurrency,
                        requests=args.requests)
-    return _report(bench.table(result), result, args.json, _said("bench clef", random))
+    # Random weights by design: 9b-shaped random bf16, or a tiny release.
+    return _report(bench.table(result), result, args.json, _said("bench clef", ["clef"]))
 
 
 def _served_random(command: str, urls: list[str], *, key: str | None = None,
@@ -395,7 +394,7 @@ def _served_random(command: str, urls: list[str], *, key: str | None = None,
 
 
 def _said(command: str, random: list[str]) -> list[str]:
-    banner(command, random)
+    demo_banner(command, random)
     return random
 
 
@@ -404,7 +403,7 @@ def _report(table: str, result: dict[str, Any], json_path: Path | None,
     """Print the table and the JSON line (and write it to ``json_path`` when given), labelled
     DEMO when ``random`` names what serves random weights."""
     print(table)
-    line = json.dumps({**result, **label(random or [])})
+    line = json.dumps({**result, **demo_label(random or [])})
     print(line)
     if json_path is not None:
         json_path.write_text(line + "\n")

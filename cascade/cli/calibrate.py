@@ -16,10 +16,10 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import demo_label
 from cascade.cli.errors import UsageError
 from cascade.cli.eval import check_source, data_flags, random_of, tier_flags, tier_policy
 from cascade.cli.summary import rounded
-from cascade.weights import label
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -105,7 +105,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         header += "\nDEMO: fitted on tiny random weights; it means nothing."
     write_calibration(args.out, cal, header)
     summary = {"out": str(args.out), "target": target, "value": value,
-               "gated_questions": gated, "cells": diagnostics, **label(random)}
+               "gated_questions": gated, "cells": diagnostics, **demo_label(random)}
     print(msgspec.json.encode(rounded(msgspec.to_builtins(summary))).decode() if args.json
           else table(summary))
     return 0

@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import demo_banner, demo_label
 from cascade.cli.serve import clef_flags
-from cascade.weights import banner, label
 
 REFUSED = 1
 CANNOT_START = 2
@@ -113,7 +113,7 @@ def run_distill(args: argparse.Namespace) -> int:
         print(f"cascade distill: the strong tier failed: {exc.message}; run the same command "
               "again to resume", file=sys.stderr)
         return CANNOT_START
-    banner("distill", report.meta.get("random_tiers", []))
+    demo_banner("distill", report.meta.get("random_tiers", []))
     print(as_json(report) if args.json else table(report))
     if not report.written:
         print(f"cascade distill: refused: held-back agreement with the teacher did not improve "
@@ -133,7 +133,7 @@ def as_json(report: Any) -> str:
                for name in ("before", "after")}
     return msgspec.json.encode({"out": str(report.out), "written": report.written,
                                 "data": report.meta["data"], **figures,
-                                **label(report.meta.get("random_tiers", []))}).decode()
+                                **demo_label(report.meta.get("random_tiers", []))}).decode()
 
 
 def table(report: Any) -> str:

@@ -115,16 +115,16 @@ def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
 def random_of(args: argparse.Namespace, policy: Policy) -> list[str]:
     """The tiers this run serves on random weights (none read from a decision log), said on
     stderr."""
+    from cascade.answers import demo_banner
     from cascade.build import random_tiers
-    from cascade.weights import banner
 
     found = [] if args.from_log else random_tiers(policy)
-    banner(args.command, found)
+    demo_banner(args.command, found)
     return found
 
 
 def meta(args: argparse.Namespace, policy: Policy) -> dict[str, Any]:
-    from cascade.weights import DEMO_WARNING
+    from cascade.answers import DEMO_WARNING
 
     source = ", ".join(map(str, args.from_log)) if args.from_log else str(args.data)
     described = ("the demo tiers" if args.demo else f"`{args.policy}`" if args.policy

@@ -29,7 +29,6 @@ from cascade.policy.flow import preview_call
 from cascade.policy.model import Checkpoint, Checkpoints, LayaTier, Policy
 from cascade.policy.routing import PreRoute, pre_route
 from cascade.request.decode import text_call
-from cascade.weights import banner, label, random_weights
 
 SUBDIRS: dict[Checkpoint, str] = {"multilingual": "multilingual",
                                   "typed-decisions": "typed-decisions"}
@@ -109,9 +108,12 @@ def route_command(args: argparse.Namespace) -> int:
             print(f"{args.requests}:{lineno}: refused: {exc}", file=sys.stderr)
             continue
         _count(split, policy, source, pre)
+    from cascade.answers import demo_banner, demo_label
+    from cascade.build import random_weights
+
     random = [policy.route.cheap or ""] if any(map(random_weights, checkpoints.values())) else []
-    banner("route", random)
-    print(msgspec.json.encode({**msgspec.to_builtins(split), **label(random)}).decode()
+    demo_banner("route", random)
+    print(msgspec.json.encode({**msgspec.to_builtins(split), **demo_label(random)}).decode()
           if args.json else render(split, policy))
     return 0
 

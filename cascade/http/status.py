@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cascade import __version__
+from cascade.answers import DEMO_WARNING
 from cascade.schema import ModelCard
-from cascade.weights import DEMO_WARNING
 
 if TYPE_CHECKING:
     from cascade.gateway import Gateway

@@ -14,13 +14,13 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from cascade.laya.checkpoint import content_hash, load_weights
 from cascade.laya.config import LayaConfig, load_config
 from cascade.settings import cache_dir
-from cascade.weights import MARKER, random_weights
 
 LOGITS_TOL = 1e-3
 ACT_TOL = 1e-2
@@ -43,9 +43,11 @@ def cached_export(ckpt: Path, cache: Path | None = None) -> Path | None:
     return target if (target / META_FILE).exists() else None
 
 
-def marker_of(ckpt: Path) -> dict[str, str]:
-    """The random-weights marker for an export of ``ckpt`` (empty for real weights)."""
-    return dict(MARKER) if random_weights(ckpt) else {}
+def model_name_of(ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's ``model_name``, for its export's ``export.json``: an export of random
+    weights carries their marker (``cascade.build.random_weights``) as its checkpoint does."""
+    agent = json.loads((ckpt / "rl_agent_config.json").read_text(encoding="utf-8"))
+    return {"model_name": agent["model_name"]} if "model_name" in agent else {}
 
 
 def sample_feeds(cfg: LayaConfig, batch: int, seq: int, markers: int, seed: int) -> dict:
@@ -141,7 +143,7 @@ def export(
             f"|Δact_logits| {diffs['act_logits']:.2e}"
         )
         meta = {"content_hash": digest, "checkpoint": str(ckpt), "self_check": diffs,
-                **marker_of(ckpt)}
+                **model_name_of(ckpt)}
         (work / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if target.exists():
             shutil.rmtree(target)

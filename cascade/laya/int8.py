@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.laya.checkpoint import content_hash
-from cascade.laya.export import META_FILE, MODEL_FILE, cache_root, export, marker_of
+from cascade.laya.export import META_FILE, MODEL_FILE, cache_root, export, model_name_of
 from cascade.laya.row_scale import row_scale
 
 # The weight GEMMs of one encoder layer, of each head layer before the last, and of the last
@@ -167,7 +167,7 @@ def export_int8(
             "precision": "int8",
             "recipe": RECIPE,
             "model_hash": model_hash(work / MODEL_FILE),
-            **marker_of(ckpt),
+            **model_name_of(ckpt),
         }
         (work / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if target.exists():

@@ -29,7 +29,6 @@ from tokenizers import (
 
 from cascade.laya.checkpoint import expected_tensors
 from cascade.laya.config import load_config
-from cascade.weights import MARKER
 
 SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
 _CORPUS = """\
@@ -115,7 +114,8 @@ _AGENT_CONFIG = {
     "max_len": 512,
     "head_max_len": 192,
     "act_costs": {"escalate": 0.5},
-    **MARKER,  # the random-weights marker (cascade.weights): serve, eval... label it DEMO
+    # The random-weights marker (``cascade.build.random_weights``): labelled DEMO everywhere.
+    "model_name": "cascade-tiny-random",
     "temperature": [1.3, 0.9, 1.1],
     # Within Laya's clamp range [0.5, 5] (tests write an out-of-range one to check the clamp).
     "temperature_by_options": {"choice:3-5": 1.2, "choice:11+": 0.6, "noul:2": 1.7},

@@ -22,7 +22,14 @@ import msgspec
 import torch
 
 from cascade import __version__
-from cascade.build import build_engine, is_random, policy_from_settings, resolve_laya
+from cascade.answers import demo_label
+from cascade.build import (
+    build_engine,
+    is_random,
+    policy_from_settings,
+    random_weights,
+    resolve_laya,
+)
 from cascade.eval.data import Item
 from cascade.eval.tiers import identity, identity_of
 from cascade.laya.checkpoint import content_hash
@@ -36,7 +43,6 @@ from cascade.learn.train import TrainConfig, train
 from cascade.learn.write import META_FILE, refuse_existing, write_checkpoint
 from cascade.policy.model import Checkpoints, ClefTier, LayaTier, Policy, UpstreamTier
 from cascade.settings import Settings
-from cascade.weights import label, random_weights
 
 
 class DistillError(RuntimeError):
@@ -208,7 +214,7 @@ def run(options: Options) -> Report:
     meta = {
         "format": "cascade-distill/1",
         "cascade_version": __version__,
-        **label(random_roles(options, policy, source)),
+        **demo_label(random_roles(options, policy, source)),
         "source": {"path": str(source), "content_hash": source_hash, "checkpoint": name},
         "teacher": about_teacher,
         "data": {"source": [str(p) for p in options.from_log] or str(options.source),
