@@ -47,10 +47,11 @@ DEFAULT_POLICY = Path(__file__).parent / "policy" / "default.toml"
 LAYA_NAMES: tuple[Checkpoint, ...] = get_args(Checkpoint)
 RANDOM_BANNER = ("DEMO MODE: tier(s) {} serve RANDOM weights (a `cascade make-tiny` "
                  "checkpoint). Answers are meaningless; this is not a model.")
-# The random-weights marker ``cascade make-tiny`` writes (cascade.laya.tiny, cascade.clef.tiny),
-# in the JSON file each format owns; a Laya ONNX export (fp32 or int8) copies its checkpoint's.
+# The random-weights marker ``cascade make-tiny`` writes (cascade.laya.tiny, cascade.clef.tiny):
+# in a Laya checkpoint's rl_agent_config.json, a Clef release's config.json; a Laya ONNX export
+# (fp32 or int8) copies its checkpoint's into export.json.
 RANDOM_MARKER = ("model_name", "cascade-tiny-random")
-MARKED_FILES = ("rl_agent_config.json", "joint_head_config.json", "export.json")
+MARKED_FILES = ("rl_agent_config.json", "config.json", "export.json", "joint_head_config.json")
 # A tiny Clef release's head config as make-tiny wrote it before the marker.
 OLD_TINY_CLEF_HEAD = {"hidden_size": 64, "width": 32, "routing_layers": 1, "layers": 1,
                       "heads": 2, "feedforward": 64}

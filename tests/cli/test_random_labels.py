@@ -264,8 +264,8 @@ def test_the_marker_is_read_from_every_format(tiny: Tiny, tmp_path: Path) -> Non
     real_fp32 = export(tiny.real, progress=str)
     old_clef = tmp_path / "old-clef"
     shutil.copytree(tiny.clef, old_clef)
-    head = json.loads((old_clef / "joint_head_config.json").read_text())
-    del head["model_name"]
-    (old_clef / "joint_head_config.json").write_text(json.dumps(head))
+    config = json.loads((old_clef / "config.json").read_text())
+    del config["model_name"]
+    (old_clef / "config.json").write_text(json.dumps(config))
     assert [random_weights(p) for p in (tiny.laya, tiny.clef, fp32, int8, old_clef)] == [True] * 5
     assert [random_weights(p) for p in (tiny.real, real_fp32, tmp_path)] == [False] * 3
