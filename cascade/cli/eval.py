@@ -113,12 +113,15 @@ def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
 
 
 def random_of(args: argparse.Namespace, policy: Policy) -> list[str]:
-    """The tiers this run serves on random weights (none read from a decision log), said on
-    stderr."""
+    """The tiers this run serves on random weights (none read from a decision log; ``--url``:
+    the server, when it says so), said on stderr."""
     from cascade.answers import demo_banner
+    from cascade.bench.served import served_demo
     from cascade.build import random_tiers
 
-    found = [] if args.from_log else random_tiers(policy)
+    url = getattr(args, "url", None)
+    found = ([] if args.from_log else [url] if url and served_demo(url) else [] if url
+             else random_tiers(policy))
     demo_banner(args.command, found)
     return found
 

@@ -177,8 +177,8 @@ def _written(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-COMMANDS = ["eval", "calibrate", "distill", "route", "bench laya", "bench clef", "bench load",
-            "bench soak", "bench tenants", "bench control"]
+COMMANDS = ["eval", "eval --url", "calibrate", "distill", "route", "bench laya", "bench clef",
+            "bench load", "bench soak", "bench tenants", "bench control"]
 
 
 @pytest.fixture(scope="module")
@@ -197,10 +197,13 @@ def test_every_command_prints_and_writes_the_label(command: str, tiny: Tiny, tmp
     label in its JSON and in the files it writes. Before: nothing said DEMO."""
     out, report = tmp_path / "out", tmp_path / "report.json"
     url = request.getfixturevalue("random_server") if command.startswith(
-        ("bench load", "bench soak", "bench tenants", "bench control")) else ""
+        ("bench load", "bench soak", "bench tenants", "bench control")) or "--url" in command \
+        else ""
     args: list[str | Path] = {
         "eval": ["eval", tiny.data, "--policy", tiny.policy, "--out", out, "--no-progress",
                  "--json"],
+        "eval --url": ["eval", tiny.data, "--url", url, "--model", "laya", "--out", out,
+                       "--no-progress", "--json"],
         "calibrate": ["calibrate", tiny.data, "--policy", tiny.policy, "--out", out,
                       "--target-escalation", "0.3", "--min-cell", "5", "--no-progress",
                       "--json"],
@@ -224,11 +227,12 @@ def test_every_command_prints_and_writes_the_label(command: str, tiny: Tiny, tmp
     }[command]
     done = _run(*args)
     assert done.returncode in ((0, 1) if command == "distill" else (0,)), done.stderr[-3000:]
-    assert f"cascade {command}: {BANNER}" in done.stderr, done.stderr[-3000:]
+    assert f"cascade {command.split(' --')[0]}: {BANNER}" in done.stderr, done.stderr[-3000:]
     printed = _last_json(done.stdout)
     assert printed.get("demo") is (None if command == "bench laya" else True), printed
     written = {
         "eval": lambda: _written(out / "summary.json"),
+        "eval --url": lambda: _written(out / "summary.json"),
         "calibrate": lambda: {"demo": "DEMO: fitted on tiny random weights" in out.read_text()},
         "distill": lambda: _written(tmp_path / "run" / "distill.json"),
         "route": lambda: printed,  # route writes nothing but what it prints
