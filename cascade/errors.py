@@ -156,6 +156,11 @@ class BreakerOpen(EngineUnavailable):
     """The gateway's breaker for a tier is open: no call was made."""
 
 
+class StartupRefused(Exception):
+    """The gateway did not start: what its start-up raised (an engine that cannot load, with
+    what to do), as the command line reports a configuration error (exit status 1)."""
+
+
 class EngineTimeout(EngineError):
     error_type = "timeout"
 

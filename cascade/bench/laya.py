@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import demo_banner, demo_label
 from cascade.bench.sample import SAMPLE
 from cascade.calls import EngineCall
 from cascade.engines.onnx import default_threads
@@ -336,7 +337,8 @@ def main(args: argparse.Namespace) -> int:
         ckpt = write_random(
             root / "ckpt", shape=shape, vocab=50368 if shape else None, agent=ENGLISH_BUDGETS
         )
-        results = asyncio.run(_bench(args, ckpt, root / "onnx"))
+        results = asyncio.run(_bench(args, ckpt, root / "onnx")) | demo_label(["laya"])
+    demo_banner("bench laya", ["laya"])  # random weights by design
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

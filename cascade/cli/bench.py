@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cascade.answers import demo_banner, demo_label
 from cascade.cli.errors import ConfigError, UsageError
 from cascade.cli.numbers import count, natural, positive, seconds, share
 
@@ -257,12 +258,15 @@ def bench_control(args: argparse.Namespace) -> int:
         scrape_every_s=args.scrape_every, reloads=args.reloads, admin_key=args.admin_key,
         key=args.key, seed=args.seed, timeout_s=args.timeout, control=control.control_table(
             args.max_strong_share, args.target_accuracy, args.window, args.refit_every))
+    random = (_served_random("bench control", [args.url], key=args.key,
+                             admin_key=args.admin_key) if args.url
+              else _said("bench control", ["a demo of its own (`cascade serve --demo`)"]))
     items, run = control.run(args.url, requests=args.requests, opts=opts, model=args.model)
     result = control_report.summarize(run, items, opts, max_share=args.max_strong_share,
                                       target=args.target_accuracy, window_s=args.window,
                                       plot=args.plot)
     control_report.write_plot(args.plot, result, run)
-    return _report(control_report.table(result), result, args.json)
+    return _report(control_report.table(result), result, args.json, random)
 def _precisions(text: str) -> list[str]:
     """``fp32,int8`` -> ["fp32", "int8"] (each once, in the given order)."""
     found = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
@@ -310,14 +314,15 @@ def bench_load(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, duration_s=args.duration, requests=args.requests,
         model=args.model, max_state_chars=args.max_state_chars, pid=args.pid,
         timeout_s=args.timeout, honour_retry_after=not args.ignore_retry_after, seed=args.seed)
+    random = _served_random("bench load", args.url)
     if len(args.url) > 1 or len(args.repeat_share or []) > 1:
         if args.pid is not None:
             raise ConfigError("--pid names one server: leave it out with several --url")
         matrix = load.run_matrix(args.url, args.repeat_share or [None], **options)
-        return _report(load.matrix_table(matrix), matrix, args.json)
+        return _report(load.matrix_table(matrix), matrix, args.json, random)
     share = args.repeat_share[0] if args.repeat_share else None
     result = load.run(args.url[0], repeat_share=share, **options)
-    return _report(load.table(result), result, args.json)
+    return _report(load.table(result), result, args.json, random)
 
 
 def bench_cache_memory(args: argparse.Namespace) -> int:
@@ -333,10 +338,10 @@ def bench_soak(args: argparse.Namespace) -> int:
     from cascade.bench import soak
 
     reachable(args.url)
-
+    random = _served_random("bench soak", [args.url], key=args.key)
     result = soak.run(args.url, duration_s=args.duration, window_s=args.window,
                       honest_clients=args.honest, key=args.key, pid=args.pid)
-    return _report(soak.table(result), result, args.json)
+    return _report(soak.table(result), result, args.json, random)
 
 
 def bench_tenants(args: argparse.Namespace) -> int:
@@ -345,9 +350,10 @@ def bench_tenants(args: argparse.Namespace) -> int:
     reachable(args.url)
     if args.requests < 1 or not args.rate > 0:
         raise UsageError("--requests must be >= 1 and --rate > 0")
+    random = _served_random("bench tenants", [args.url], key=args.quiet_key)
     result = tenants.run(args.url, quiet_key=args.quiet_key, flood_key=args.flood_key,
                          requests=args.requests, rate=args.rate)
-    return _report(tenants.table(result), result, args.json)
+    return _report(tenants.table(result), result, args.json, random)
 
 
 def bench_laya(args: argparse.Namespace) -> int:
@@ -372,13 +378,30 @@ def bench_clef(args: argparse.Namespace) -> int:
     result = bench.run(args.shape, release=args.release, device=args.device, tokens=tokens,
                        repeats=args.repeats, concurrency=args.concurrency,
                        requests=args.requests)
-    return _report(bench.table(result), result, args.json)
+    # Random weights by design: 9b-shaped random bf16, or a tiny release.
+    return _report(bench.table(result), result, args.json, _said("bench clef", ["clef"]))
 
 
-def _report(table: str, result: dict[str, Any], json_path: Path | None) -> int:
-    """Print the table and the JSON line (and write it to ``json_path`` when given)."""
+def _served_random(command: str, urls: list[str], *, key: str | None = None,
+                   admin_key: str | None = None) -> list[str]:
+    """The servers of ``urls`` that say they serve random weights, said on stderr."""
+    from cascade.bench.served import served_demo
+
+    return _said(command, [url for url in urls
+                           if served_demo(url, key=key, admin_key=admin_key)])
+
+
+def _said(command: str, random: list[str]) -> list[str]:
+    demo_banner(command, random)
+    return random
+
+
+def _report(table: str, result: dict[str, Any], json_path: Path | None,
+            random: list[str] | None = None) -> int:
+    """Print the table and the JSON line (and write it to ``json_path`` when given), labelled
+    DEMO when ``random`` names what serves random weights."""
     print(table)
-    line = json.dumps(result)
+    line = json.dumps({**result, **demo_label(random or [])})
     print(line)
     if json_path is not None:
         json_path.write_text(line + "\n")

@@ -16,8 +16,9 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import demo_label
 from cascade.cli.errors import UsageError
-from cascade.cli.eval import check_source, data_flags, tier_flags, tier_policy
+from cascade.cli.eval import check_source, data_flags, random_of, tier_flags, tier_policy
 from cascade.cli.numbers import count, share
 from cascade.cli.summary import rounded
 
@@ -98,11 +99,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
     header = (f"cascade calibration: target {target} {value}, fitted on {gated} gated questions "
               f"of {n_items} items ({source}).\nUse it with `[calibration] file = \"...\"` in a "
               "policy, or --calibration FILE on serve, eval and route.")
-    if args.demo:
+    random = random_of(args, policy)
+    if args.demo or random:
         header += "\nDEMO: fitted on tiny random weights; it means nothing."
     write_calibration(args.out, cal, header)
     summary = {"out": str(args.out), "target": target, "value": value,
-               "gated_questions": gated, "cells": diagnostics}
+               "gated_questions": gated, "cells": diagnostics, **demo_label(random)}
     print(msgspec.json.encode(rounded(msgspec.to_builtins(summary))).decode() if args.json
           else table(summary))
     return 0

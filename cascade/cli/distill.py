@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import demo_banner, demo_label
 from cascade.cli.numbers import count, natural, positive
 from cascade.cli.serve import clef_flags
 from cascade.errors import install_hint
@@ -114,6 +115,7 @@ def run_distill(args: argparse.Namespace) -> int:
         print(f"cascade distill: the strong tier failed: {exc.message}; run the same command "
               "again to resume", file=sys.stderr)
         return CANNOT_START
+    demo_banner("distill", report.meta.get("random_tiers", []))
     print(as_json(report) if args.json else table(report))
     if not report.written:
         print(f"cascade distill: refused: held-back agreement with the teacher did not improve "
@@ -132,7 +134,8 @@ def as_json(report: Any) -> str:
     figures = {name: rounded(msgspec.to_builtins(getattr(report, name)))
                for name in ("before", "after")}
     return msgspec.json.encode({"out": str(report.out), "written": report.written,
-                                "data": report.meta["data"], **figures}).decode()
+                                "data": report.meta["data"], **figures,
+                                **demo_label(report.meta.get("random_tiers", []))}).decode()
 
 
 def table(report: Any) -> str:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.laya.checkpoint import content_hash
-from cascade.laya.export import META_FILE, MODEL_FILE, cache_root, export
+from cascade.laya.export import META_FILE, MODEL_FILE, cache_root, export, model_name_of
 
 # The weight GEMMs of one encoder layer, of each head layer before the last, and of the last
 # head layer (whose queries and FFN run at the read positions only), then the scorer's and the
@@ -168,6 +168,7 @@ def export_int8(
             "precision": "int8",
             "recipe": RECIPE,
             "model_hash": model_hash(work / MODEL_FILE),
+            **model_name_of(ckpt),
         }
         (work / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if target.exists():

@@ -79,3 +79,15 @@ def test_a_missing_extra_is_named_with_the_distribution(
     out = refused(cascade(*args, str(target), env=plain), 1,
                   f"{package} is not installed", f"pip install 'cascade-router[{extra}]'")
     assert len(out.strip().splitlines()) == 1, out
+
+
+def test_serving_a_laya_with_no_export_on_a_plain_install_says_which_extra(
+        plain: dict[str, str], tmp_path: Path) -> None:
+    """The export runs at start-up, in the app: its refusal is the command's one error (exit 1),
+    not uvicorn's traceback of the app's start-up."""
+    ckpt = make_tiny(tmp_path / "laya")
+    fresh = plain | {"CASCADE_CACHE": str(tmp_path / "cache")}  # no export another test made
+    out = refused(cascade("serve", "--laya", str(ckpt), "--port", str(free_port()), env=fresh),
+                  1, "cascade serve: error: the gateway did not start: ONNX export of",
+                  "pip install 'cascade-router[export]'")
+    assert "Traceback" not in out and "Exception Group" not in out, out
