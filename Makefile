@@ -4,9 +4,16 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-HOST ?= 127.0.0.1
-PORT ?= 8000
+# `make serve PORT=N HOST=ADDR`; without them CASCADE_PORT and CASCADE_HOST, as for `cascade serve`.
+HOST ?= $(or $(CASCADE_HOST),127.0.0.1)
+PORT ?= $(or $(CASCADE_PORT),8000)
 LOCKS := deploy/lock
+# PyTorch's CPU wheel index: the locks' torch (2.13.0+cpu) is there, not on PyPI (which has no
+# local versions). Only the pins with a local version (+cpu) are installed from it, first; the
+# rest come from PyPI alone, so an index that cannot be reached costs one lookup, not one per pin.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# The lock's pins with a local version (`torch==2.13.0+cpu \` and its hash lines).
+LOCAL_PINS = awk '/^[^ \#]+\+[a-z0-9.]+ /{p=1} p{print} !/\\$$/{p=0}'
 # The lock files are compiled for this platform; torch is the CPU build.
 UV_COMPILE = $(VENV)-lock/bin/uv pip compile pyproject.toml --generate-hashes --quiet \
 	--python-version 3.11 --python-platform x86_64-manylinux_2_28 --find-links /opt/wheels
@@ -16,6 +23,9 @@ UV_COMPILE = $(VENV)-lock/bin/uv pip compile pyproject.toml --generate-hashes --
 $(VENV)/.installed-%: $(LOCKS)/%.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# --no-deps: the lock is complete (clef-finetune's torchvision is left out on purpose).
+	$(LOCAL_PINS) $< > $(VENV)/local-pins.txt
+	test ! -s $(VENV)/local-pins.txt || $(BIN)/pip install -q --no-deps --require-hashes \
+		--index-url $(TORCH_INDEX) -r $(VENV)/local-pins.txt
 	$(BIN)/pip install -q --no-deps --require-hashes -r $<
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-*
@@ -30,6 +40,8 @@ test: $(VENV)/.installed-test
 	bash tests/system-tools.sh
 	$(BIN)/ruff check cascade tests
 	$(BIN)/mypy cascade
+	# The docs site (mkdocs.yml): a broken link or anchor fails; written to .cache/site (ignored).
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q
 
 bench: $(VENV)/.installed-test

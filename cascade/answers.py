@@ -20,6 +20,7 @@ headers. They shape only what the flow decided.
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -166,6 +167,19 @@ def build_usage(usage: EngineUsage, profile: Profile) -> Usage:
 
 DEMO_PREFIX = "DEMO-random-weights/"
 DEMO_WARNING = "DEMO: tiny random weights, answers are meaningless"
+
+
+def demo_label(tiers: list[str]) -> dict[str, Any]:
+    """The fields a command's JSON output carries when ``tiers`` (those serving random
+    weights: ``cascade.build.random_tiers``) is not empty."""
+    return {"demo": True, "random_tiers": tiers, "warning": DEMO_WARNING} if tiers else {}
+
+
+def demo_banner(command: str, tiers: list[str]) -> None:
+    """Say on stderr that ``tiers`` serve random weights (nothing when none does)."""
+    if tiers:
+        print(f"cascade {command}: DEMO: tiny RANDOM weights ({', '.join(tiers)}); the "
+              "figures mean nothing", file=sys.stderr)
 
 
 def response(call: EngineCall, decision: Decision, timings: dict[str, float], *,

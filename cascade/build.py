@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import get_args
@@ -45,6 +46,16 @@ log = logging.getLogger("cascade")
 # policies/default.toml (a link shipped in the package): the demo's policy too.
 DEFAULT_POLICY = Path(__file__).parent / "policy" / "default.toml"
 LAYA_NAMES: tuple[Checkpoint, ...] = get_args(Checkpoint)
+RANDOM_BANNER = ("DEMO MODE: tier(s) {} serve RANDOM weights (a `cascade make-tiny` "
+                 "checkpoint). Answers are meaningless; this is not a model.")
+# The random-weights marker ``cascade make-tiny`` writes (cascade.laya.tiny, cascade.clef.tiny):
+# in a Laya checkpoint's rl_agent_config.json, a Clef release's config.json; a Laya ONNX export
+# (fp32 or int8) copies its checkpoint's into export.json.
+RANDOM_MARKER = ("model_name", "cascade-tiny-random")
+MARKED_FILES = ("rl_agent_config.json", "config.json", "export.json", "joint_head_config.json")
+# A tiny Clef release's head config as make-tiny wrote it before the marker.
+OLD_TINY_CLEF_HEAD = {"hidden_size": 64, "width": 32, "routing_layers": 1, "layers": 1,
+                      "heads": 2, "feedforward": 64}
 DEMO_BANNER = (
     "DEMO MODE: serving TINY RANDOM checkpoints. Answers are meaningless; this is not a model. "
     "Pass --laya/--clef/--policy with real weights (convaiinnovations/laya, Cloudflare/clef-flash)."
@@ -153,14 +164,43 @@ def locate(tier: Tier) -> None:
         resolve_clef(tier.release, tier.download)
 
 
+def random_weights(path: Path | str) -> bool:
+    """Whether the Laya checkpoint, Clef release or Laya ONNX export at ``path`` holds random
+    weights (carries ``RANDOM_MARKER``)."""
+    key, value = RANDOM_MARKER
+    for name in MARKED_FILES:
+        try:
+            found = json.loads((Path(path) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(found, dict) and (found.get(key) == value or found == OLD_TINY_CLEF_HEAD):
+            return True
+    return False
+
+
+def random_tiers(policy: Policy) -> list[str]:
+    """The in-process tiers whose weights carry the random-weights marker (an upstream's
+    weights are not visible from here): labelled DEMO as ``--demo`` is."""
+    return [name for name, tier in policy.tiers.items() if is_random(tier)]
+
+
+def is_random(tier: Tier) -> bool:
+    if isinstance(tier, LayaTier):
+        return any(random_weights(resolve_laya(ref)) for ref in tier.checkpoints.named().values())
+    if isinstance(tier, ClefTier):
+        return random_weights(resolve_clef(tier.release, tier.download))
+    return False
+
+
 def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
+    demo = settings.demo or is_random(tier)
     if isinstance(tier, LayaTier):
         from cascade.engines.laya import LayaEngine
 
         checkpoints: dict[str, Path] = {
             n: resolve_laya(ref) for n, ref in tier.checkpoints.named().items()}
         return LayaEngine(
-            name, checkpoints, demo=settings.demo, intra_op_threads=tier.intra_op_threads,
+            name, checkpoints, demo=demo, intra_op_threads=tier.intra_op_threads,
             max_batch_rows=tier.max_batch_size, max_wait_s=tier.max_wait_s,
             max_queue_rows=tier.max_queue, default_checkpoint=tier.default_checkpoint,
             precision=tier.precision,
@@ -169,7 +209,7 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
         from cascade.engines.clef import ClefEngine
 
         return ClefEngine(
-            name, resolve_clef(tier.release, tier.download), device=tier.device, demo=settings.demo,
+            name, resolve_clef(tier.release, tier.download), device=tier.device, demo=demo,
             max_length=tier.max_length, overlong=tier.overlong,
             max_batch_requests=tier.max_batch_size, max_batch_tokens=tier.max_batch_tokens,
             max_queue=tier.max_queue, memory_budget_bytes=tier.memory_budget_bytes,
@@ -284,16 +324,20 @@ def build_gateway(settings: Settings, *, policy: Policy | None = None,
     """The gateway of ``settings`` (its ``policy``, when already read), logging to
     ``decisions``. Raises ``CalibrationMismatch`` (exits, naming both hashes) when the policy's
     calibration was fitted for other weights, ``FlipGateRefused`` when an int8 Laya tier has no
-    passing flip report for its weights."""
+    passing flip report for its weights. Random weights (``random_tiers``) are labelled DEMO
+    as ``--demo`` is: the log, ``/health``, metrics, every answer's model and header."""
     policy = policy or policy_from_settings(settings)
     if settings.demo:
         log.warning(DEMO_BANNER)
     check_checkpoints(policy, located(policy))
+    random = random_tiers(policy)
+    if random and not settings.demo:
+        log.warning(RANDOM_BANNER.format(", ".join(random)))
     check_precision(policy, resolve_laya, laya_hashes(policy))
     engines = {name: build_engine(name, tier, settings) for name, tier in policy.tiers.items()}
     cache = build_cache(policy.cache, tier_ids=tier_ids)
     if cache is not None:
         cache.version(policy)  # the weights are hashed now, not on the first request
-    return Gateway(policy, engines, profile=settings.profile, demo=settings.demo,
+    return Gateway(policy, engines, profile=settings.profile, demo=settings.demo or bool(random),
                    admission_deadline_s=settings.admission_deadline_s, decisions=decisions,
                    cache=cache, weights=None if decisions is None else fingerprints(policy))

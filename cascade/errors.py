@@ -156,6 +156,11 @@ class BreakerOpen(EngineUnavailable):
     """The gateway's breaker for a tier is open: no call was made."""
 
 
+class StartupRefused(Exception):
+    """The gateway did not start: what its start-up raised (an engine that cannot load, with
+    what to do), as the command line reports a configuration error (exit status 1)."""
+
+
 class EngineTimeout(EngineError):
     error_type = "timeout"
 
@@ -193,3 +198,36 @@ class TenantLimited(RateLimited):
     """A tenant over one of its own limits (``cascade.tenants.limits``): 429 + Retry-After."""
 
     error_type = "rate_limit_exceeded"
+
+
+# ---------------------------------------------------------------- optional packages
+# The plain install (no extras) serves ``--upstream`` and pre-exported Laya ONNX; code that needs
+# an extra imports it where it runs, and the command line reports a missing one in one line
+# naming the extra (``missing_extra``), never a traceback.
+DISTRIBUTION = "cascade-router"
+# Top-level import name -> the extras that bring it (the first is the one to suggest).
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "torch": ("export", "gpu"),
+    "transformers": ("export", "gpu"),
+    "onnx": ("export",),
+    "onnxscript": ("export",),
+    "accelerate": ("gpu",),
+    "matplotlib": ("eval",),
+    "tqdm": ("eval",),
+}
+
+
+def install_hint(*extras: str) -> str:
+    """``pip install 'cascade-router[export,eval]'``."""
+    return f"pip install '{DISTRIBUTION}[{','.join(extras)}]'"
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one-line message for an optional package that is not installed (None: ``exc`` is
+    about another module, a bug to show with its traceback)."""
+    package = (exc.name or "").partition(".")[0]
+    extras = EXTRAS.get(package)
+    if extras is None:
+        return None
+    hints = " or ".join(install_hint(extra) for extra in extras)
+    return f"{package} is not installed (the {' or '.join(extras)} extra): {hints}"

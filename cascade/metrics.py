@@ -306,7 +306,7 @@ TENANT_QUESTIONS = Counter(
 )
 TENANT_TOKENS = Counter(
     "cascade_tenant_input_tokens_total",
-    "Input tokens each tier processed for a tenant.",
+    "Input tokens each tier processed for a tenant (cached ones at [cache] charge_cached).",
     ["tenant", "tier"],
 )
 TENANT_COST = Counter(

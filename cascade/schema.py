@@ -7,7 +7,7 @@ One module, one decoder per body type, built once. Conventions:
 - Requests are tolerant: unknown top-level fields and unknown keys inside a question are ignored,
   as Jev does (``forbid_unknown_fields`` stays off on the wire). Internal files (policies) are
   strict instead.
-- Limits live in ``LIMITS`` (checked by ``cascade.request.validation``) and README's "Limits"
+- Limits live in ``LIMITS`` (checked by ``cascade.request.validation``) and docs/api.md's "Limits"
   table. They are chosen so that no Laya or Jev client regresses: 1-64 questions, choice up to
   255 options, score up to 32 levels (Laya's cap; Jev documents 10).
 - Requests are decoded in two steps (``RequestEnvelope`` with raw questions, then one question at a
@@ -280,8 +280,9 @@ class Health(Base, kw_only=True):
 
 class TierUsage(Base, kw_only=True):
     """One tier's share of a tenant's usage: ``requests`` it ran for (a batch counts its
-    states), ``questions`` whose returned answer was its, the ``input_tokens`` it read and their
-    ``cost`` (``[cost]``: price per 1000 input tokens, ``cascade eval``'s units)."""
+    states), ``questions`` whose returned answer was its, the ``input_tokens`` it read (those
+    answered from the decision cache at ``[cache] charge_cached`` of a token) and their ``cost``
+    (``[cost]``: price per 1000 input tokens, ``cascade eval``'s units)."""
 
     requests: int
     questions: int

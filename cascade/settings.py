@@ -21,6 +21,14 @@ ADMISSION_DEADLINE_S = 8.0  # under the 10 s timeout of the official SDKs
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
+# The ranges of numeric settings (docs/configuration.md), checked by ``from_env`` before anything
+# loads: a setting that cannot work stops the boot instead of serving 503 to every request.
+DAY_S = 86400.0
+Count = Annotated[int, msgspec.Meta(ge=1)]  # a limit, a size or a pool: at least one
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=DAY_S)]  # a timeout or a window: finite, > 0
+Wait = Annotated[float, msgspec.Meta(ge=0, le=DAY_S)]  # a wait that may be none
+Rate = Annotated[float, msgspec.Meta(gt=0, le=float(1 << 40))]  # per second: finite, > 0
+
 
 class SettingsError(ValueError):
     """A setting that cannot be used; the message names its environment variable or flag."""
@@ -50,7 +58,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # In-process Clef release directory.
     clef: str | None = None
     clef_overlong: Literal["reject", "truncate"] = "reject"
-    clef_max_length: int = 16384
+    clef_max_length: Count = 16384
     # Tiny random checkpoints of both tiers; labelled as a demo everywhere.
     demo: bool = False
     demo_dir: str = ".cache/demo"
@@ -66,48 +74,48 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     public_metrics: bool = False
     public_docs: bool = False
     # Admission: requests in flight before new ones get 503 + Retry-After.
-    max_inflight: int = 256
+    max_inflight: Count = 256
     # Admission by expected wait: a request the tiers' measured work ahead would keep waiting
     # longer than this (seconds) gets 503 + Retry-After at once; accepted work runs to the end.
-    admission_deadline_s: float = ADMISSION_DEADLINE_S
-    max_body_bytes: int = 16 * 1024 * 1024
-    body_read_timeout_s: float = 10.0
+    admission_deadline_s: Seconds = ADMISSION_DEADLINE_S
+    max_body_bytes: Count = 16 * 1024 * 1024
+    body_read_timeout_s: Seconds = 10.0
     # Client texts besides the state (characters; structured JSON: serialized), checked before
     # any tier tokenizes: one label, one question's instructions, one option text, all question
     # texts together, and the state(s) with them (422 at the text, 413 for the totals). A batch
     # whose answers could pass max_batch_answer_bytes is refused (413) before any work.
-    max_label_chars: int = LIMITS.max_label_chars
-    max_instructions_chars: int = LIMITS.max_instructions_chars
-    max_option_chars: int = LIMITS.max_option_chars
-    max_question_text_chars: int = LIMITS.max_question_text_chars
-    max_request_text_chars: int = LIMITS.max_request_text_chars
-    max_batch_answer_bytes: int = LIMITS.max_batch_answer_bytes
+    max_label_chars: Count = LIMITS.max_label_chars
+    max_instructions_chars: Count = LIMITS.max_instructions_chars
+    max_option_chars: Count = LIMITS.max_option_chars
+    max_question_text_chars: Count = LIMITS.max_question_text_chars
+    max_request_text_chars: Count = LIMITS.max_request_text_chars
+    max_batch_answer_bytes: Count = LIMITS.max_batch_answer_bytes
     # Bodies are read before admission, under a budget of their own (cascade.http.reading): a
     # body not complete at its first read takes one of max_body_reads slots, at most
     # max_body_reads_per_client per client address (over them: 503 / 429 + Retry-After), and
     # must arrive at min_body_rate bytes/s on average once body_rate_grace_s has passed (408).
-    max_body_reads: int = 128
-    max_body_reads_per_client: int = 16
-    min_body_rate: float = 1024.0
-    body_rate_grace_s: float = 2.0
+    max_body_reads: Count = 128
+    max_body_reads_per_client: Count = 16
+    min_body_rate: Rate = 1024.0
+    body_rate_grace_s: Wait = 2.0
     # A client that reads nothing of its answer for send_timeout_s while the answer waits in
     # the server's write buffer (over the transport's high-water mark) is disconnected.
-    send_timeout_s: float = 30.0
+    send_timeout_s: Seconds = 30.0
     # Threads that decode and validate bodies and images (apart from the engines' threads), and
     # how many bodies may wait for one before new ones get 503 + Retry-After.
-    decode_threads: int = 2
-    decode_queue: int = 32
+    decode_threads: Count = 2
+    decode_queue: Annotated[int, msgspec.Meta(ge=0)] = 32
     # The request head (request line and header fields): over either limit is 431. A connection
     # that has not sent a whole head this long after opening (or after its next request's
     # first byte) is closed; an idle keep-alive connection is closed after keep_alive_s.
-    max_header_bytes: int = 64 * 1024
-    max_headers: int = 128
-    header_timeout_s: float = 10.0
-    keep_alive_s: float = 5.0
+    max_header_bytes: Count = 64 * 1024
+    max_headers: Count = 128
+    header_timeout_s: Seconds = 10.0
+    keep_alive_s: Seconds = 5.0
     # SIGTERM: /ready answers 503 for drain_s while requests are still served, then in-flight
     # requests get grace_s to finish before the process exits.
-    drain_s: float = 5.0
-    grace_s: float = 20.0
+    drain_s: Wait = 5.0
+    grace_s: Wait = 20.0
     log_level: LogLevel = "info"
     # text: "TIME LEVEL LOGGER: message" lines; json: one object per line (cascade.http.logs).
     log_format: Literal["text", "json"] = "text"
@@ -124,8 +132,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     decision_log_password_file: str | None = None
     # Repeated log lines: the first log_repeat_burst of each kind per log_repeat_interval_s pass;
     # the rest are counted and reported with the next line of that kind.
-    log_repeat_burst: int = 5
-    log_repeat_interval_s: float = 10.0
+    log_repeat_burst: Count = 5
+    log_repeat_interval_s: Seconds = 10.0
     # Admin keys (POST /admin/reload, cascade.http.admin): never client keys, and client keys
     # never open /admin; with none configured the admin routes answer 403. The file as for
     # api_keys_file. A reload (SIGHUP, /admin/reload) reads both key files again.
@@ -174,12 +182,21 @@ def key_file(path: str, variable: str) -> list[str]:
 _LISTS = {"api_keys", "admin_keys"}
 _SECRETS = {"api_keys", "upstream_api_key", "admin_keys"}
 _MAPS = {"laya"}
+# Flags whose name is not the field's (``cascade serve``), so an error names what was typed.
+_FLAGS = {"admission_deadline_s": "--admission-deadline", "clef_max_length": "--max-length",
+          "clef_overlong": "--overlong"}
 
 
 def env_value(field: str, environ: Mapping[str, str] | None = None) -> str | None:
     """The raw ``CASCADE_<FIELD>`` value, for the few choices made before ``Settings`` can be
     built (whether an error keeps its traceback; a command's own default port)."""
     return (os.environ if environ is None else environ).get(f"CASCADE_{field.upper()}")
+
+
+def under_make(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``make`` started this process (it sets ``MAKELEVEL``): hints then name make's
+    variables (``make serve PORT=N``) rather than flags."""
+    return "MAKELEVEL" in (os.environ if environ is None else environ)
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -220,7 +237,8 @@ def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> S
             raw[field.name] = value
     flags = {k: v for k, v in overrides.items() if v is not None}
     raw.update(flags)
-    sources.update({k: f"--{k.replace('_', '-')} {v}" for k, v in flags.items()})
+    sources.update({k: f"{_FLAGS.get(k, '--' + k.replace('_', '-'))} {v}"
+                    for k, v in flags.items()})
     try:
         return msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:

@@ -104,7 +104,8 @@ def require_tool(name: str) -> str:
     (``.ci/run`` installs them)."""
     path = shutil.which(name)
     if path is None:
-        raise RuntimeError(f"{name} is not installed; .ci/run installs it (see README)")
+        raise RuntimeError(f"{name} is not installed; .ci/run installs it "
+                           "(see docs/development.md)")
     return path
 
 

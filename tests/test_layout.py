@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).parents[1] / "cascade"
 BASE = {"cascade", "cascade.schema", "cascade.errors", "cascade.settings", "cascade.metrics",
         "cascade.questions", "cascade.calls"}
 FORMATS = ("cascade.laya", "cascade.clef")
-# README's Code map, top to bottom: a module imports only from its own layer or the ones below.
+# docs/code-map.md, top to bottom: a module imports only from its own layer or the ones below.
 # The model formats are one rank: neither may import the other. ``cascade.__main__`` is the
 # entry point above everything.
 LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
@@ -58,7 +58,7 @@ def _rank(module: str) -> int:
         if any(module == top or module.startswith(top + ".")
                for top in (layer if isinstance(layer, tuple) else (layer,))):
             return rank
-    raise AssertionError(f"{module} is in no layer of README's Code map")
+    raise AssertionError(f"{module} is in no layer of docs/code-map.md")
 
 
 def test_imports_follow_the_readme_layer_order():

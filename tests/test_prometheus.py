@@ -2,7 +2,7 @@
 
 The cascade here runs two fake tiers with unique names, so the label sets are this test's own
 even though the metric registry is process-wide; expected values are deltas from a baseline
-read before the traffic. Without a ``prometheus`` binary the test fails (README:
+read before the traffic. Without a ``prometheus`` binary the test fails (docs/development.md:
 ``apt-get install prometheus``); ``.ci/run`` installs it.
 """
 

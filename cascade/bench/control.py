@@ -367,7 +367,7 @@ def gauges(text: str) -> dict[str, float]:
 async def _scrape(client: httpx.AsyncClient, opts: Options, run: Run) -> None:
     while run.now() < 2 * opts.phase_s:
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            # /metrics is the operator's: the admin key when there is one (README, Metrics)
+            # /metrics is the operator's: the admin key when there is one (docs/metrics.md)
             response = await client.get("/metrics", headers=_headers(opts.admin_key or opts.key))
             if response.status_code == 200:
                 run.scrapes.append((run.now(), gauges(response.text)))

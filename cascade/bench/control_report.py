@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.bench.control import Answered, Item, Options, Run, f
+from cascade.errors import install_hint
 
 TOLERANCE = 0.02
 GATED = {None, "low_confidence", "low_margin", "budget"}  # reasons of questions the gate judged
@@ -221,7 +222,7 @@ def write_plot(path: Path, result: dict[str, Any], run: Run) -> Path:
     try:
         import matplotlib
     except ImportError as exc:
-        raise SystemExit("the plot needs matplotlib: pip install 'cascade[eval]'") from exc
+        raise SystemExit(f"the plot needs matplotlib: {install_hint('eval')}") from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

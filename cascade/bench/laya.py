@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import demo_banner, demo_label
 from cascade.bench.sample import SAMPLE
 from cascade.calls import EngineCall
 from cascade.engines.onnx import default_threads
@@ -321,7 +322,7 @@ def report(results: dict[str, Any]) -> None:
             print(f"{run}: {ratios} the fp32 engine's rows/s")
     for name, f in results.get("flips", {}).items():
         print(f"{name}: {f['flips']} of {f['questions']} concurrent-run answers differ from "
-              f"fp32, max |Δp| {f['max_dp']:.4f} (random weights: small margins, see README)")
+              f"fp32, max |Δp| {f['max_dp']:.4f} (random weights: small margins, see docs/int8.md)")
     for name, f in results.get("same_rows", {}).items():
         print(f"same rows, fixed batches of 8: {name} changes {f['flips']} of {f['questions']} "
               f"answers, mean |Δp| {f['mean_dp']:.4f}, max {f['max_dp']:.4f}")
@@ -336,7 +337,8 @@ def main(args: argparse.Namespace) -> int:
         ckpt = write_random(
             root / "ckpt", shape=shape, vocab=50368 if shape else None, agent=ENGLISH_BUDGETS
         )
-        results = asyncio.run(_bench(args, ckpt, root / "onnx"))
+        results = asyncio.run(_bench(args, ckpt, root / "onnx")) | demo_label(["laya"])
+    demo_banner("bench laya", ["laya"])  # random weights by design
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

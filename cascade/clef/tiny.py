@@ -38,6 +38,9 @@ CORPUS = (
     'choice score noul {"description":"The proposition is true or the answer is yes.",'
     '"option_id":"true"} false no billing technical charged twice',
 )
+# The random-weights marker (``cascade.build.random_weights``): labelled DEMO everywhere. In
+# config.json, which transformers reads whole; joint_head_config.json is the head's kwargs.
+RANDOM_MARKER = {"model_name": "cascade-tiny-random"}
 VOCAB_SIZE = 512
 TEXT = {
     "hidden_size": 64,
@@ -175,6 +178,8 @@ def _write_backbone(out: Path, ids: dict[str, int], seed: int) -> None:
         for name, param in model.named_parameters():
             _discriminating_(name, param, generator)
     model.save_pretrained(out)
+    config_file = out / "config.json"
+    _dump(config_file, json.loads(config_file.read_text()) | RANDOM_MARKER)
 
 
 def _write_head(out: Path, seed: int) -> None:

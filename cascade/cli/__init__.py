@@ -15,7 +15,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from cascade.cli.errors import describe, status, user_errors
+from cascade.cli.errors import CONFIGURATION, describe, status, user_errors
+from cascade.errors import missing_extra
 from cascade.settings import env_value
 
 GROUPS = {
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cascade", description="A Laya-first cascading router for typed decisions.",
         epilog="`cascade COMMAND --help` describes each command and names the CASCADE_* "
-        "environment variable of each flag that has one (README: Configuration).",
+        "environment variable of each flag that has one (docs/configuration.md).",
     )
     parser.add_argument("--version", action="version", version=f"cascade {version()}")
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -88,9 +89,18 @@ def run(args: argparse.Namespace) -> int:
     except user_errors() as exc:
         if _debug(args):
             raise
-        name = " ".join(filter(None, (args.command, getattr(args, "target", None))))
-        print(describe(name, exc), file=sys.stderr)
+        print(describe(_name(args), exc), file=sys.stderr)
         return status(exc)
+    except ModuleNotFoundError as exc:  # an optional package: name the extra that brings it
+        message = missing_extra(exc)
+        if message is None or _debug(args):
+            raise
+        print(f"cascade {_name(args)}: error: {message}", file=sys.stderr)
+        return CONFIGURATION
+
+
+def _name(args: argparse.Namespace) -> str:
+    return " ".join(filter(None, (args.command, getattr(args, "target", None))))
 
 
 def _debug(args: argparse.Namespace) -> bool:

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cascade.answers import demo_banner, demo_label
 from cascade.cli.errors import ConfigError, UsageError
+from cascade.cli.numbers import count, natural, positive, seconds, share
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -25,9 +27,9 @@ def register(groups: dict[str, Any]) -> None:
         description="Start a fake /v1/systemone upstream and a gateway in front of it on "
         "loopback, drive both with the same requests, print a table and JSON.",
     )
-    gateway.add_argument("--requests", type=int, default=500, help="requests per path (500)")
-    gateway.add_argument("--concurrency", type=int, default=8, help="concurrent clients (8)")
-    gateway.add_argument("--repeat", type=int, default=3,
+    gateway.add_argument("--requests", type=count, default=500, help="requests per path (500)")
+    gateway.add_argument("--concurrency", type=count, default=8, help="concurrent clients (8)")
+    gateway.add_argument("--repeat", type=count, default=3,
                          help="rounds; each figure is the median over them (3)")
     gateway.set_defaults(func=_run_gateway)
 
@@ -41,23 +43,23 @@ def register(groups: dict[str, Any]) -> None:
     load.add_argument("--url", required=True, action="append",
                       help="base URL, e.g. http://127.0.0.1:8000; repeat it to run several "
                       "servers back to back, side by side")
-    load.add_argument("--concurrency", type=int, default=8, help="concurrent clients (8)")
-    load.add_argument("--duration", type=float, default=30.0, help="seconds of load (30)")
+    load.add_argument("--concurrency", type=count, default=8, help="concurrent clients (8)")
+    load.add_argument("--duration", type=seconds, default=30.0, help="seconds of load (30)")
     load.add_argument("--requests", type=Path,
                       help="JSONL of requests (the format of the bundled sample, "
                       "cascade/bench/requests-sample.jsonl); default: one "
                       "built-in 3-question request")
-    load.add_argument("--max-state-chars", type=int, default=2000,
+    load.add_argument("--max-state-chars", type=natural, default=2000,
                       help="skip items whose serialized state is longer (default 2000: the "
                       "short text items; 0 keeps all)")
     load.add_argument("--model", default="jev-latest",
                       help="model for items that name none (default jev-latest)")
     load.add_argument("--pid", type=int, help="server pid for RSS (default: the process "
                       "listening on the URL's port)")
-    load.add_argument("--timeout", type=float, default=30.0, help="client timeout, s (30)")
+    load.add_argument("--timeout", type=seconds, default=30.0, help="client timeout, s (30)")
     load.add_argument("--ignore-retry-after", action="store_true",
                       help="send the next request at once even after Retry-After")
-    load.add_argument("--repeat-share", type=float, action="append", metavar="R",
+    load.add_argument("--repeat-share", type=share, action="append", metavar="R",
                       help="share of requests (0-1) that repeat an earlier request's state and "
                       "questions; the others are new (a reference number added to the state). "
                       "Repeat the flag to run each R back to back (e.g. 0 and 0.5)")
@@ -69,7 +71,7 @@ def register(groups: dict[str, Any]) -> None:
         "cache-memory", help="the decision cache's memory at its bound: accounted vs RSS",
         description="Fill an in-memory decision cache past --max-bytes with Laya-shaped "
         "entries and compare the bytes it accounts with this process's RSS growth.")
-    memory.add_argument("--max-bytes", type=int, default=64 << 20,
+    memory.add_argument("--max-bytes", type=count, default=64 << 20,
                         help="the cache's bound, bytes (64 MiB, [cache] max_bytes' default)")
     memory.add_argument("--json", type=Path, help="also write the JSON here")
     memory.set_defaults(func=bench_cache_memory)
@@ -82,9 +84,9 @@ def register(groups: dict[str, Any]) -> None:
         "p50/p99 and the server's RSS floor and peak, then JSON.",
     )
     soak.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
-    soak.add_argument("--duration", type=float, default=600.0, help="seconds (600)")
-    soak.add_argument("--window", type=float, default=120.0, help="report window, s (120)")
-    soak.add_argument("--honest", type=int, default=4, help="honest clients (4)")
+    soak.add_argument("--duration", type=seconds, default=600.0, help="seconds (600)")
+    soak.add_argument("--window", type=seconds, default=120.0, help="report window, s (120)")
+    soak.add_argument("--honest", type=count, default=4, help="honest clients (4)")
     soak.add_argument("--key", help="API key to send (default: none)")
     soak.add_argument("--pid", type=int, help="server pid for RSS (default: the listener's)")
     soak.add_argument("--json", type=Path, help="also write the JSON here")
@@ -112,9 +114,9 @@ def register(groups: dict[str, Any]) -> None:
     tenants.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
     tenants.add_argument("--quiet-key", required=True, help="the quiet tenant's API key")
     tenants.add_argument("--flood-key", required=True, help="the flooding tenant's API key")
-    tenants.add_argument("--requests", type=int, default=300,
+    tenants.add_argument("--requests", type=count, default=300,
                          help="quiet requests per phase (300)")
-    tenants.add_argument("--rate", type=float, default=40.0,
+    tenants.add_argument("--rate", type=positive, default=40.0,
                          help="flood requests per second (40)")
     tenants.add_argument("--json", type=Path, help="also write the JSON here")
     tenants.set_defaults(func=bench_tenants)
@@ -147,16 +149,16 @@ def register(groups: dict[str, Any]) -> None:
         default="base",
         help="ModernBERT shape of the random checkpoint (default base)",
     )
-    bench.add_argument("--threads", type=int, help="threads for both runtimes (default: all)")
+    bench.add_argument("--threads", type=count, help="threads for both runtimes (default: all)")
     bench.add_argument(
         "--requests",
-        type=int,
+        type=count,
         default=24,
         help="requests from the sample mix in the concurrent run (default 24)",
     )
-    bench.add_argument("--clients", type=int, default=8,
+    bench.add_argument("--clients", type=count, default=8,
                        help="concurrent clients in the sample-mix run (default 8)")
-    bench.add_argument("--repeat", type=int, default=5,
+    bench.add_argument("--repeat", type=count, default=5,
                        help="single-request repetitions (default 5)")
     bench.add_argument("--sample", type=Path, help="requests JSONL (default: the bundled "
                        "sample, cascade/bench/requests-sample.jsonl)")
@@ -179,10 +181,10 @@ def register(groups: dict[str, Any]) -> None:
     bench.add_argument("--device", default="auto", help="auto (CUDA if present), cuda or cpu")
     bench.add_argument("--tokens", default="1024,4096,16384",
                        help="comma-separated target state lengths in tokens")
-    bench.add_argument("--repeats", type=int, default=20, help="timed requests per length")
-    bench.add_argument("--concurrency", type=int, default=8,
+    bench.add_argument("--repeats", type=count, default=20, help="timed requests per length")
+    bench.add_argument("--concurrency", type=count, default=8,
                        help="concurrent clients in the throughput run (default 8)")
-    bench.add_argument("--requests", type=int, default=64, help="requests in the throughput run")
+    bench.add_argument("--requests", type=count, default=64, help="requests in the throughput run")
     bench.add_argument("--json", type=Path, default=None, help="also write the JSON here")
     bench.set_defaults(func=bench_clef)
 
@@ -272,12 +274,15 @@ def bench_control(args: argparse.Namespace) -> int:
         scrape_every_s=args.scrape_every, reloads=args.reloads, admin_key=args.admin_key,
         key=args.key, seed=args.seed, timeout_s=args.timeout, control=control.control_table(
             args.max_strong_share, args.target_accuracy, args.window, args.refit_every))
+    random = (_served_random("bench control", [args.url], key=args.key,
+                             admin_key=args.admin_key) if args.url
+              else _said("bench control", ["a demo of its own (`cascade serve --demo`)"]))
     items, run = control.run(args.url, requests=args.requests, opts=opts, model=args.model)
     result = control_report.summarize(run, items, opts, max_share=args.max_strong_share,
                                       target=args.target_accuracy, window_s=args.window,
                                       plot=args.plot)
     control_report.write_plot(args.plot, result, run)
-    return _report(control_report.table(result), result, args.json)
+    return _report(control_report.table(result), result, args.json, random)
 def _precisions(text: str) -> list[str]:
     """``fp32,int8`` -> ["fp32", "int8"] (each once, in the given order)."""
     found = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
@@ -318,9 +323,6 @@ def readable(path: Path | None, flag: str) -> None:
 def bench_load(args: argparse.Namespace) -> int:
     from cascade.bench import load
 
-    for share in args.repeat_share or []:
-        if not 0.0 <= share <= 1.0:
-            raise ConfigError(f"--repeat-share {share}: must be within [0, 1]")
     for url in args.url:
         reachable(url)
     readable(args.requests, "--requests")
@@ -328,14 +330,15 @@ def bench_load(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, duration_s=args.duration, requests=args.requests,
         model=args.model, max_state_chars=args.max_state_chars, pid=args.pid,
         timeout_s=args.timeout, honour_retry_after=not args.ignore_retry_after, seed=args.seed)
+    random = _served_random("bench load", args.url)
     if len(args.url) > 1 or len(args.repeat_share or []) > 1:
         if args.pid is not None:
             raise ConfigError("--pid names one server: leave it out with several --url")
         matrix = load.run_matrix(args.url, args.repeat_share or [None], **options)
-        return _report(load.matrix_table(matrix), matrix, args.json)
+        return _report(load.matrix_table(matrix), matrix, args.json, random)
     share = args.repeat_share[0] if args.repeat_share else None
     result = load.run(args.url[0], repeat_share=share, **options)
-    return _report(load.table(result), result, args.json)
+    return _report(load.table(result), result, args.json, random)
 
 
 def bench_cache_memory(args: argparse.Namespace) -> int:
@@ -351,10 +354,10 @@ def bench_soak(args: argparse.Namespace) -> int:
     from cascade.bench import soak
 
     reachable(args.url)
-
+    random = _served_random("bench soak", [args.url], key=args.key)
     result = soak.run(args.url, duration_s=args.duration, window_s=args.window,
                       honest_clients=args.honest, key=args.key, pid=args.pid)
-    return _report(soak.table(result), result, args.json)
+    return _report(soak.table(result), result, args.json, random)
 
 
 def bench_tenants(args: argparse.Namespace) -> int:
@@ -363,9 +366,10 @@ def bench_tenants(args: argparse.Namespace) -> int:
     reachable(args.url)
     if args.requests < 1 or not args.rate > 0:
         raise UsageError("--requests must be >= 1 and --rate > 0")
+    random = _served_random("bench tenants", [args.url], key=args.quiet_key)
     result = tenants.run(args.url, quiet_key=args.quiet_key, flood_key=args.flood_key,
                          requests=args.requests, rate=args.rate)
-    return _report(tenants.table(result), result, args.json)
+    return _report(tenants.table(result), result, args.json, random)
 
 
 def bench_store(args: argparse.Namespace) -> int:
@@ -406,13 +410,30 @@ def bench_clef(args: argparse.Namespace) -> int:
     result = bench.run(args.shape, release=args.release, device=args.device, tokens=tokens,
                        repeats=args.repeats, concurrency=args.concurrency,
                        requests=args.requests)
-    return _report(bench.table(result), result, args.json)
+    # Random weights by design: 9b-shaped random bf16, or a tiny release.
+    return _report(bench.table(result), result, args.json, _said("bench clef", ["clef"]))
 
 
-def _report(table: str, result: dict[str, Any], json_path: Path | None) -> int:
-    """Print the table and the JSON line (and write it to ``json_path`` when given)."""
+def _served_random(command: str, urls: list[str], *, key: str | None = None,
+                   admin_key: str | None = None) -> list[str]:
+    """The servers of ``urls`` that say they serve random weights, said on stderr."""
+    from cascade.bench.served import served_demo
+
+    return _said(command, [url for url in urls
+                           if served_demo(url, key=key, admin_key=admin_key)])
+
+
+def _said(command: str, random: list[str]) -> list[str]:
+    demo_banner(command, random)
+    return random
+
+
+def _report(table: str, result: dict[str, Any], json_path: Path | None,
+            random: list[str] | None = None) -> int:
+    """Print the table and the JSON line (and write it to ``json_path`` when given), labelled
+    DEMO when ``random`` names what serves random weights."""
     print(table)
-    line = json.dumps(result)
+    line = json.dumps({**result, **demo_label(random or [])})
     print(line)
     if json_path is not None:
         json_path.write_text(line + "\n")

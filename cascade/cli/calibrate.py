@@ -16,8 +16,10 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import demo_label
 from cascade.cli.errors import UsageError
-from cascade.cli.eval import check_source, data_flags, tier_flags, tier_policy
+from cascade.cli.eval import check_source, data_flags, random_of, tier_flags, tier_policy
+from cascade.cli.numbers import count, share
 from cascade.cli.summary import rounded
 
 
@@ -34,12 +36,12 @@ def register(groups: dict[str, Any]) -> None:
     tier_flags(cal, url=False, policy_help="the policy file whose cheap tier is calibrated (only "
                "that tier runs)")
     target = cal.add_mutually_exclusive_group(required=True)
-    target.add_argument("--target-escalation", type=float, metavar="R",
+    target.add_argument("--target-escalation", type=share, metavar="R",
                         help="escalate a share R of the questions the cheap tier answers")
-    target.add_argument("--target-accuracy", type=float, metavar="A",
+    target.add_argument("--target-accuracy", type=share, metavar="A",
                         help="the lowest escalation whose kept answers reach accuracy A "
                         "(one-sided 95 %% Clopper-Pearson lower bound)")
-    cal.add_argument("--min-cell", type=int, default=30, metavar="N",
+    cal.add_argument("--min-cell", type=count, default=30, metavar="N",
                      help="a (type x band) with fewer questions gets the pooled fit (default 30)")
     cal.add_argument("--cache", type=Path, metavar="DIR",
                      help="cache the cheap tier's outputs here (e.g. an eval --out DIR)")
@@ -64,8 +66,6 @@ def calibrate_command(args: argparse.Namespace) -> int:
         raise UsageError("calibrate fits a new calibration; drop --calibration")
     target: Target = "escalation" if args.target_escalation is not None else "accuracy"
     value = args.target_escalation if target == "escalation" else args.target_accuracy
-    if not 0.0 <= value <= 1.0:
-        raise UsageError(f"the target must be in [0, 1], got {value}")
     policy, settings = tier_policy(args)
     # Fit on the raw gate: no earlier calibration, no confidence or margin threshold.
     thresholds = msgspec.structs.replace(policy.thresholds, confidence=Thresholds().confidence,
@@ -100,11 +100,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
     header = (f"cascade calibration: target {target} {value}, fitted on {gated} gated questions "
               f"of {n_items} items ({source}).\nUse it with `[calibration] file = \"...\"` in a "
               "policy, or --calibration FILE on serve, eval and route.")
-    if args.demo:
+    random = random_of(args, policy)
+    if args.demo or random:
         header += "\nDEMO: fitted on tiny random weights; it means nothing."
     write_calibration(args.out, cal, header)
     summary = {"out": str(args.out), "target": target, "value": value,
-               "gated_questions": gated, "cells": diagnostics}
+               "gated_questions": gated, "cells": diagnostics, **demo_label(random)}
     print(msgspec.json.encode(rounded(msgspec.to_builtins(summary))).decode() if args.json
           else table(summary))
     return 0

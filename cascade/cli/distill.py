@@ -14,8 +14,11 @@ from typing import Any
 
 import msgspec
 
+from cascade.answers import demo_banner, demo_label
+from cascade.cli.numbers import count, natural, positive
 from cascade.cli.serve import clef_flags
 from cascade.cli.usage import filter_flags, filters
+from cascade.errors import install_hint
 from cascade.store import log_source, missing
 
 REFUSED = 1
@@ -55,17 +58,17 @@ def register(groups: dict[str, Any]) -> None:
                         "resumes)")
     parser.add_argument("--held-back", type=float, default=0.2, metavar="F",
                         help="share of items never trained on, for the figures (default 0.2)")
-    parser.add_argument("--epochs", type=int, default=12, help="passes over the training "
+    parser.add_argument("--epochs", type=natural, default=12, help="passes over the training "
                         "rows (default 12)")
-    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (2e-3)")
-    parser.add_argument("--batch-size", type=int, default=16, help="rows per step (16)")
+    parser.add_argument("--lr", type=positive, default=2e-3, help="peak learning rate (2e-3)")
+    parser.add_argument("--batch-size", type=count, default=16, help="rows per step (16)")
     parser.add_argument("--train", choices=["all", "head"], default="all",
                         help="tensors to train: all (default) or head (everything after the "
                         "encoder)")
     parser.add_argument("--seed", type=int, default=0, help="shuffling seed (0)")
     parser.add_argument("--device", default="auto",
                         help="where to train: auto (CUDA when present, default), cpu, cuda")
-    parser.add_argument("--threads", type=int, metavar="N", help="torch CPU threads for training "
+    parser.add_argument("--threads", type=count, metavar="N", help="torch CPU threads for training "
                         "(default: one per 256 hidden units of the student, at most the cores "
                         "available)")
     clef_flags(parser)
@@ -86,7 +89,7 @@ def run_distill(args: argparse.Namespace) -> int:
         from cascade.learn.train import TrainConfig
     except ImportError as exc:
         print(f"cascade distill needs torch, transformers and tqdm ({exc.name} is missing): "
-              "pip install 'cascade[export,eval]'", file=sys.stderr)
+              f"{install_hint('export', 'eval')}", file=sys.stderr)
         return CANNOT_START
     from cascade.settings import from_env
 
@@ -115,6 +118,7 @@ def run_distill(args: argparse.Namespace) -> int:
         print(f"cascade distill: the strong tier failed: {exc.message}; run the same command "
               "again to resume", file=sys.stderr)
         return CANNOT_START
+    demo_banner("distill", report.meta.get("random_tiers", []))
     print(as_json(report) if args.json else table(report))
     if not report.written:
         print(f"cascade distill: refused: held-back agreement with the teacher did not improve "
@@ -133,7 +137,8 @@ def as_json(report: Any) -> str:
     figures = {name: rounded(msgspec.to_builtins(getattr(report, name)))
                for name in ("before", "after")}
     return msgspec.json.encode({"out": str(report.out), "written": report.written,
-                                "data": report.meta["data"], **figures}).decode()
+                                "data": report.meta["data"], **figures,
+                                **demo_label(report.meta.get("random_tiers", []))}).decode()
 
 
 def table(report: Any) -> str:

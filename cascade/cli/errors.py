@@ -23,6 +23,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that are the user's to fix. Imported when an error is being reported,
     so that the parser stays light."""
     from cascade.clef.release import ReleaseError
+    from cascade.errors import StartupRefused
     from cascade.eval.data import DataError
     from cascade.laya.config import CheckpointError
     from cascade.policy.calibration import CalibrationError
@@ -30,8 +31,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from cascade.settings import SettingsError
 
     return (UsageError, ConfigError, SettingsError, PolicyError, CheckpointError,
-            CalibrationError, ReleaseError, DataError, FileNotFoundError, IsADirectoryError,
-            NotADirectoryError, PermissionError, FileExistsError)
+            CalibrationError, ReleaseError, DataError, StartupRefused, FileNotFoundError,
+            IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)
 
 
 def describe(command: str, exc: BaseException) -> str:

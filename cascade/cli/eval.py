@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from cascade.cli.errors import UsageError
+from cascade.cli.numbers import count
 from cascade.cli.summary import rounded
 from cascade.cli.usage import filter_flags, filters
 from cascade.policy.model import Policy
@@ -46,7 +47,7 @@ def register(groups: dict[str, Any]) -> None:
 def data_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("data", type=Path, nargs="?", metavar="DATA.jsonl",
                         help='labelled requests: {"id", "state", "questions", "gold"} per line')
-    parser.add_argument("--limit", type=int, metavar="N", help="the first N items only")
+    parser.add_argument("--limit", type=count, metavar="N", help="the first N items only")
     parser.add_argument("--from-log", type=log_source, action="append", default=[],
                         metavar="FILE|URL", help="a decision log instead of DATA (repeat for "
                         "rotated files), or a fleet's postgresql:// URL; needs --teacher strong")
@@ -116,15 +117,32 @@ def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
     return policy, settings
 
 
+def random_of(args: argparse.Namespace, policy: Policy) -> list[str]:
+    """The tiers this run serves on random weights (none read from a decision log; ``--url``:
+    the server, when it says so), said on stderr."""
+    from cascade.answers import demo_banner
+    from cascade.bench.served import served_demo
+    from cascade.build import random_tiers
+
+    url = getattr(args, "url", None)
+    found = ([] if args.from_log else [url] if url and served_demo(url) else [] if url
+             else random_tiers(policy))
+    demo_banner(args.command, found)
+    return found
+
+
 def meta(args: argparse.Namespace, policy: Policy) -> dict[str, Any]:
     from cascade.answers import DEMO_WARNING
 
     source = ", ".join(map(str, args.from_log)) if args.from_log else str(args.data)
     described = ("the demo tiers" if args.demo else f"`{args.policy}`" if args.policy
                  else f"the server at {getattr(args, 'url', '')}")
+    random = random_of(args, policy)
+    demo = bool(args.demo or random)
     return {
-        "demo": bool(args.demo),
-        **({"warning": DEMO_WARNING} if args.demo else {}),
+        "demo": demo,
+        **({"warning": DEMO_WARNING} if demo else {}),
+        **({"random_tiers": random} if random else {}),
         "data": source + (" (teacher: the strong tier's shadow answers)" if args.from_log else ""),
         "policy": described,
         "calibration": str(args.calibration) if args.calibration else None,

@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from cascade.cli.numbers import count, share
+
 DEFAULT_MAX_FLIP_RATE = 0.005  # the default of [tiers.laya] max_flip_rate
 
 
@@ -48,10 +50,10 @@ def register(groups: dict[str, Any]) -> None:
     export.add_argument("--policy", type=Path, metavar="FILE",
                         help="the policy whose confidence gate the flips are counted through "
                         "(default: policies/default.toml)")
-    export.add_argument("--max-flip-rate", type=float, metavar="RATE",
+    export.add_argument("--max-flip-rate", type=share, metavar="RATE",
                         default=DEFAULT_MAX_FLIP_RATE,
                         help="largest share of changed answers that passes (default 0.005)")
-    export.add_argument("--clients", type=int, default=8,
+    export.add_argument("--clients", type=count, default=8,
                         help="concurrent requests while timing each precision (default 8)")
     export.set_defaults(func=run_export)
 
@@ -70,8 +72,6 @@ def run_export(args: argparse.Namespace) -> int:
     if args.out and (args.check or args.from_log):
         raise SystemExit("--check runs the exports in the cache, where the gateway finds them; "
                          "leave out --out")
-    if not 0.0 <= args.max_flip_rate <= 1.0:
-        raise SystemExit(f"--max-flip-rate {args.max_flip_rate} is outside [0, 1]")
     from cascade.laya.int8 import export_int8
 
     target = export_int8(ckpt, args.out)

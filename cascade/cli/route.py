@@ -108,7 +108,13 @@ def route_command(args: argparse.Namespace) -> int:
             print(f"{args.requests}:{lineno}: refused: {exc}", file=sys.stderr)
             continue
         _count(split, policy, source, pre)
-    print(msgspec.json.encode(split).decode() if args.json else render(split, policy))
+    from cascade.answers import demo_banner, demo_label
+    from cascade.build import random_weights
+
+    random = [policy.route.cheap or ""] if any(map(random_weights, checkpoints.values())) else []
+    demo_banner("route", random)
+    print(msgspec.json.encode({**msgspec.to_builtins(split), **demo_label(random)}).decode()
+          if args.json else render(split, policy))
     return 0
 
 

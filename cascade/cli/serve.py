@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cascade.cli.errors import ConfigError
-from cascade.settings import LogLevel, Settings, from_env, parse_map
+from cascade.settings import LogLevel, Settings, from_env, parse_map, under_make
 
 if TYPE_CHECKING:
     from cascade.policy.model import Policy
@@ -138,12 +138,14 @@ def listen(settings: Settings) -> socket.socket:
                                     backlog=2048)
     except OSError as exc:
         where = f"{settings.host}:{settings.port}"
+        # Under make the port is make's PORT: `make serve` passes --port.
+        other = "--port N (CASCADE_PORT" + ("; make serve PORT=N)" if under_make() else ")")
         if exc.errno == errno.EADDRINUSE:
             why = (f"port {settings.port} is already in use on {settings.host}; stop what "
-                   "listens there or pick another port with --port N (CASCADE_PORT)")
+                   f"listens there or pick another port with {other}")
         elif exc.errno == errno.EACCES:
             why = (f"no permission to listen on {where} (ports under 1024 need privileges); "
-                   "pick another port with --port N (CASCADE_PORT)")
+                   f"pick another port with {other}")
         else:
             why = (f"cannot listen on {where}: {exc.strerror or exc}; check --host "
                    "(CASCADE_HOST) and --port (CASCADE_PORT)")

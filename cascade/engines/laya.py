@@ -24,7 +24,7 @@ from typing import Any, Literal, TypedDict
 from cascade.calls import CallPreview, EngineAnswer, EngineCall
 from cascade.engines.batcher import MicroBatcher
 from cascade.engines.onnx import OnnxSession
-from cascade.errors import EngineUnavailable
+from cascade.errors import EngineUnavailable, install_hint
 from cascade.laya import decode
 from cascade.laya.checkpoint import content_hash
 from cascade.laya.decode import RowOut
@@ -48,7 +48,7 @@ WARMUP_TOKENS = (16, 128, 512)
 def export_in_child(ckpt: Path, cache: Path) -> Path:
     """Export ``ckpt`` with ``cascade export laya`` in a child process; progress goes to the log."""
     target = cache / content_hash(ckpt)[:16]
-    log.info("laya: no ONNX export of %s in %s; exporting (needs cascade[export])", ckpt, cache)
+    log.info("laya: no ONNX export of %s in %s; exporting (needs the export extra)", ckpt, cache)
     cmd = [sys.executable, "-m", "cascade", "export", "laya", str(ckpt), "--out", str(target)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
@@ -59,7 +59,7 @@ def export_in_child(ckpt: Path, cache: Path) -> Path:
     if proc.wait() != 0:
         tail = "\n".join(lines[-5:])
         raise EngineUnavailable(
-            f"ONNX export of {ckpt} failed (install cascade[export] or run "
+            f"ONNX export of {ckpt} failed ({install_hint('export')}, or run "
             f"`cascade export laya {ckpt} --out {target}` where torch is available):\n{tail}"
         )
     return target

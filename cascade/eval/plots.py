@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cascade.errors import install_hint
 from cascade.eval.scores import Scored, reliability
 from cascade.eval.sweep import Sweep
 
@@ -30,7 +31,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as exc:
-        raise SystemExit("plots need matplotlib: pip install 'cascade[eval]'") from exc
+        raise SystemExit(f"plots need matplotlib: {install_hint('eval')}") from exc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -4,7 +4,7 @@ Every route of ``router`` passes ``require_admin``: an admin key (``CASCADE_ADMI
 ``CASCADE_ADMIN_KEYS_FILE``) as ``Authorization: Bearer <key>``. A client key is refused (403),
 no or a wrong key is 401, and with no admin key configured every admin route answers 403 (the
 routes are off; client auth being off does not open them). They are left out of the public
-OpenAPI document (README, "Live control"). A new admin route goes into ``ROUTES``
+OpenAPI document (docs/live-control.md). A new admin route goes into ``ROUTES``
 (``admin_router`` wires them into each app).
 
 The operator's views of the front door, ``/metrics`` and ``/health``'s details (every tenant's

@@ -54,7 +54,7 @@ from cascade.http.openapi import (
     document,
     operation,
 )
-from cascade.http.permits import Admission
+from cascade.http.permits import InflightLimit
 from cascade.http.reading import BodyReads, ClientGone, closes_connection
 from cascade.http.reload import reloadable
 from cascade.http.workers import DecodePool
@@ -406,7 +406,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         await gateway.start()
         # What start-up loaded (modules, tokenizers, engine tables) lives as long as the app:
         # frozen, the cyclic collector stops walking it on every collection a request triggers
-        # (about a tenth of the app's CPU per request, README "Benchmarks"). Unfrozen when the
+        # (about a tenth of the app's CPU per request, docs/benchmarks.md). Unfrozen when the
         # app stops, so a process that outlives it (tests, an embedder) can collect it again.
         gc.collect()
         gc.freeze()
@@ -440,7 +440,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
     app.state.settings = settings
     app.state.gateway = gateway
     app.state.tenants = tenants or load_tenants(settings, gateway.policy)
-    app.state.admission = Admission(settings.max_inflight)
+    app.state.admission = InflightLimit(settings.max_inflight)
     app.state.limits = limits_of(settings)
     app.state.body_reads = BodyReads(settings.max_body_reads, settings.max_body_reads_per_client)
     app.state.ready = False

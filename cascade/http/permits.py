@@ -22,7 +22,7 @@ from cascade.errors import Overloaded
 WAITING_S = 5.0  # a refused tenant counts as waiting this long (a few of its Retry-Afters)
 
 
-class Admission:
+class InflightLimit:
     """A non-blocking in-flight limit over every tenant, with fair shares while one waits."""
 
     def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:

@@ -50,8 +50,9 @@ from litestar.types import (
     Scope,
     Send,
 )
+from uvicorn.config import STARTUP_FAILURE
 
-from cascade.errors import ConfigRejected
+from cascade.errors import CascadeError, ConfigRejected, StartupRefused
 from cascade.http.drain import Drain
 from cascade.http.logs import access_logged
 from cascade.http.protocol import HeadLimits, guarded
@@ -192,6 +193,46 @@ def served(app: ASGIApp) -> Any:
     return serve_http
 
 
+def start_refusals(app: ASGIApp, refusals: list[str]) -> ASGIApp:
+    """``app`` whose start-up failing on a ``CascadeError`` (an engine that cannot load, with
+    what to do) is reported as that error's text in ``refusals``, not as a traceback in uvicorn's
+    log; any other failure keeps its traceback."""
+
+    async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await app(scope, receive, send)
+            return
+        held: list[Any] = []
+
+        async def hold_failure(message: Any) -> None:
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)  # sent below, once the exception is known
+            else:
+                await send(message)
+
+        try:
+            await app(scope, receive, hold_failure)
+        except BaseException as exc:
+            refused = _cascade_error(exc)
+            if refused is not None:
+                refusals.append(str(refused))
+            for message in held:
+                if refused is not None:
+                    message["message"] = ""  # the traceback uvicorn would log
+                await send(message)
+            raise
+
+    return lifespan
+
+
+def _cascade_error(exc: BaseException) -> CascadeError | None:
+    """``exc`` when it is a ``CascadeError``, or one such raised alone in an exception group
+    (the app's lifespan runs in a task group)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, CascadeError) else None
+
+
 def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain,
           sockets: list[socket.socket] | None = None) -> None:
     """Run ``app`` (built with ``drain``) until a signal ends it, reloading on SIGHUP (see the
@@ -201,9 +242,16 @@ def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain,
     # uvicorn annotates both timeouts as int and uses them as float seconds.
     timeouts: dict[str, Any] = {"timeout_keep_alive": settings.keep_alive_s,
                                 "timeout_graceful_shutdown": settings.grace_s}
+    refusals: list[str] = []
     config = uvicorn.Config(
-        access_logged(served(app)), host=settings.host, port=settings.port, log_level=log_level,
-        log_config=None, access_log=False, workers=1, lifespan="on", http=protocol, **timeouts,
+        start_refusals(access_logged(served(app)), refusals), host=settings.host,
+        port=settings.port, log_level=log_level, log_config=None, access_log=False, workers=1,
+        lifespan="on", http=protocol, **timeouts,
     )
-    DrainingServer(config, drain, settings.drain_s,
-                   reload=app.state.reloader.reload).run(sockets=sockets)
+    try:
+        DrainingServer(config, drain, settings.drain_s,
+                       reload=app.state.reloader.reload).run(sockets=sockets)
+    except SystemExit as exc:  # uvicorn's exit when the app did not start
+        if exc.code == STARTUP_FAILURE and refusals:
+            raise StartupRefused(f"the gateway did not start: {refusals[0]}") from None
+        raise

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,13 @@ def cached_export(ckpt: Path, cache: Path | None = None) -> Path | None:
     """The directory of a finished export of ``ckpt`` in ``cache``, if there is one."""
     target = (cache or cache_root()) / content_hash(ckpt)[:16]
     return target if (target / META_FILE).exists() else None
+
+
+def model_name_of(ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's ``model_name``, for its export's ``export.json``: an export of random
+    weights carries their marker (``cascade.build.random_weights``) as its checkpoint does."""
+    agent = json.loads((ckpt / "rl_agent_config.json").read_text(encoding="utf-8"))
+    return {"model_name": agent["model_name"]} if "model_name" in agent else {}
 
 
 def sample_feeds(cfg: LayaConfig, batch: int, seq: int, markers: int, seed: int) -> dict:
@@ -134,7 +142,8 @@ def export(
             f"laya export: max |Δlogits| {diffs['logits']:.2e}, "
             f"|Δact_logits| {diffs['act_logits']:.2e}"
         )
-        meta = {"content_hash": digest, "checkpoint": str(ckpt), "self_check": diffs}
+        meta = {"content_hash": digest, "checkpoint": str(ckpt), "self_check": diffs,
+                **model_name_of(ckpt)}
         (work / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if target.exists():
             shutil.rmtree(target)

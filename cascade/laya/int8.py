@@ -12,7 +12,8 @@ the answer. Before quantizing, the input of the GEMM kinds in ``RECIPE["row_scal
 product scaled back (``cascade.laya.row_scale``, exact in fp32), so its per-tensor scale is not
 set by the batch's most extreme token: on ``mlp.Wo``'s heavy-tailed input (GELU x gate) that
 scale was the largest source of int8 error measured; scaling the other kinds' inputs too
-flipped a little less but cost about a tenth of the speed-up (README, "Laya in int8").
+flipped a little less but cost about a tenth of the speed-up (docs/benchmarks.md, "Laya int8
+recipes").
 Everything else stays fp32: the embeddings, every LayerNormalization, the rotary tables, the
 attention scores, softmax and the attention-weighted values (activation x activation products).
 The GEMMs are found by graph knowledge (``gemm_kinds``: the order ``cascade.laya.graph`` builds
@@ -36,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.laya.checkpoint import content_hash
-from cascade.laya.export import META_FILE, MODEL_FILE, cache_root, export
-from cascade.laya.row_scale import row_scale
+from cascade.laya.export import META_FILE, MODEL_FILE, cache_root, export, model_name_of
 
 # The weight GEMMs of one encoder layer, of each head layer before the last, and of the last
 # head layer (whose queries and FFN run at the read positions only), then the scorer's and the
@@ -123,6 +123,7 @@ def export_int8(
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from cascade.laya.config import load_config
+    from cascade.laya.row_scale import row_scale
 
     digest = content_hash(ckpt)
     target = out or (cache or cache_root()) / int8_key(digest)
@@ -167,6 +168,7 @@ def export_int8(
             "precision": "int8",
             "recipe": RECIPE,
             "model_hash": model_hash(work / MODEL_FILE),
+            **model_name_of(ckpt),
         }
         (work / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if target.exists():

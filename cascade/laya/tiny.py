@@ -114,6 +114,7 @@ _AGENT_CONFIG = {
     "max_len": 512,
     "head_max_len": 192,
     "act_costs": {"escalate": 0.5},
+    # The random-weights marker (``cascade.build.random_weights``): labelled DEMO everywhere.
     "model_name": "cascade-tiny-random",
     "temperature": [1.3, 0.9, 1.1],
     # Within Laya's clamp range [0.5, 5] (tests write an out-of-range one to check the clamp).

@@ -22,7 +22,14 @@ import msgspec
 import torch
 
 from cascade import __version__
-from cascade.build import build_engine, policy_from_settings, resolve_laya
+from cascade.answers import demo_label
+from cascade.build import (
+    build_engine,
+    is_random,
+    policy_from_settings,
+    random_weights,
+    resolve_laya,
+)
 from cascade.eval.data import Item
 from cascade.eval.tiers import identity, identity_of
 from cascade.laya.checkpoint import content_hash
@@ -153,6 +160,15 @@ def routing_view(policy: Policy, name: str, student: Path) -> Policy:
     return msgspec.structs.replace(policy, tiers={**policy.tiers, policy.route.cheap: tier})
 
 
+def random_roles(options: Options, policy: Policy, student: Path) -> list[str]:
+    """Which of the student and the teacher (a tier run here, not a log) are random weights."""
+    strong = policy.route.strong
+    teacher_random = not options.from_log and strong is not None and is_random(
+        policy.tiers[strong])
+    return [role for role, random in (("student", random_weights(student)),
+                                      ("teacher", teacher_random)) if random]
+
+
 def run(options: Options) -> Report:
     """Distil; the report says whether NEWDIR was written (``DistillError`` when it cannot
     start)."""
@@ -199,6 +215,7 @@ def run(options: Options) -> Report:
     meta = {
         "format": "cascade-distill/1",
         "cascade_version": __version__,
+        **demo_label(random_roles(options, policy, source)),
         "source": {"path": str(source), "content_hash": source_hash, "checkpoint": name},
         "teacher": about_teacher,
         "data": {"source": [str(p) for p in options.from_log] or str(options.source),

@@ -326,12 +326,15 @@ def _tier_findings(name: str, tier: Tier) -> Iterator[Finding]:
                        f"default_checkpoint `{tier.default_checkpoint}` is not in checkpoints")
         if not 0.0 <= tier.max_flip_rate <= 1.0:
             yield _err((*base, "max_flip_rate"), "max_flip_rate must be in [0, 1]")
+        if tier.max_wait_s < 0:
+            yield _err((*base, "max_wait_s"), "max_wait_s must be >= 0")
+        yield from _at_least_one(base, tier, "max_batch_size", "intra_op_threads")
         if tier.flip_report is not None and len(named) > 1:
             yield _err((*base, "flip_report"), "flip_report names one report: with several "
                        "checkpoints, leave it out (each report lies next to its int8 export)")
     elif isinstance(tier, ClefTier):
-        if tier.max_length < 1:
-            yield _err((*base, "max_length"), "max_length must be >= 1")
+        yield from _at_least_one(base, tier, "max_length", "max_batch_size", "max_batch_tokens",
+                                 "memory_budget_bytes")
     else:
         if not tier.urls:
             yield _err((*base, "urls"), "an upstream tier needs at least one URL")
@@ -340,6 +343,16 @@ def _tier_findings(name: str, tier: Tier) -> Iterator[Finding]:
                 yield _err((*base, "urls"), f"`{url}` is not an http(s) URL")
         if tier.connect_timeout_s <= 0 or tier.read_timeout_s <= 0:
             yield _err((*base, "read_timeout_s"), "connect/read timeouts must be > 0")
+        if tier.health_interval_s <= 0:
+            yield _err((*base, "health_interval_s"), "health_interval_s must be > 0")
+
+
+def _at_least_one(base: KeyPath, tier: Tier, *keys: str) -> Iterator[Finding]:
+    """A count or size of ``tier`` below 1 (None: the key's default, not a number)."""
+    for key in keys:
+        value = getattr(tier, key)
+        if value is not None and value < 1:
+            yield _err((*base, key), f"{key} must be >= 1")
 
 
 def _breaker_findings(name: str, config: BreakerConfig) -> Iterator[Finding]:

@@ -1,9 +1,12 @@
 """What a tenant spent on one decided request, into the ``cascade_tenant_*`` counters and the
 tenant's ``UsageBook`` (``GET /v1/usage``): per tier that ran, a request, its input tokens and
-their cost (``cascade.policy.costs``); per tier whose answer was returned, its questions."""
+their cost (``cascade.policy.costs``), tokens answered from the decision cache counted at
+``[cache] charge_cached`` of a token, as the tenant's ``input_tokens_per_min`` is charged; per
+tier whose answer was returned, its questions."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from cascade import metrics
@@ -16,7 +19,8 @@ from cascade.tenants.usage import Tally, UsageBook
 def record(tenant: str, policy: Policy, decision: Decision, book: UsageBook) -> None:
     tiers: dict[str, Tally] = {}
     for tier, answer in decision.answers.items():
-        tokens = answer.usage.input_tokens
+        cached = answer.usage.cached_tokens
+        tokens = answer.usage.input_tokens - cached + math.ceil(cached * policy.cache.charge_cached)
         cost = tokens * price(policy, tier) / 1000
         tiers[tier] = Tally(requests=1, input_tokens=tokens, cost=cost)
         metrics.TENANT_REQUESTS.labels(tenant=tenant, tier=tier).inc()

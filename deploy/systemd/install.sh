@@ -89,7 +89,7 @@ directory 0750 "$USER_NAME" "$USER_NAME" "$STATE"
 directory 0750 "$USER_NAME" "$USER_NAME" "$MODELS"
 directory 0750 "$USER_NAME" "$USER_NAME" "$CACHE"
 directory 0750 "$USER_NAME" "$USER_NAME" "$CACHE/hf"
-install -d -m 0755 "$DESTDIR$UNITDIR" "$DESTDIR$PREFIX/share/doc/cascade"
+install -d -m 0755 "$DESTDIR$UNITDIR" "$DESTDIR$PREFIX/share/doc/cascade/docs"
 
 # The virtualenv: an existing one, or one from the serving lock.
 if [ -n "$VENV" ]; then
@@ -133,13 +133,15 @@ key_file() {
     host chown "root:$USER_NAME" "$ETC/$1"
     say "installed $ETC/$1 with a new random key (read it as root)"
 }
-key_file api-keys "# Bearer keys for the cascade gateway, one per line (README, Configuration)."
+key_file api-keys "# Bearer keys for the cascade gateway, one per line (docs/configuration.md)."
 # The admin key (/metrics, /health's details, /admin): the key alone, so a Prometheus can send
 # the file as its authorization credentials_file.
 key_file admin-keys ""
 
-# The README the units' Documentation= points to, and the units, with PREFIX substituted.
+# The README and the reference pages the units' Documentation= points to, and the units, with
+# PREFIX substituted.
 install -m 0644 "$SRC/README.md" "$DESTDIR$PREFIX/share/doc/cascade/README.md"
+install -m 0644 "$SRC"/docs/*.md "$DESTDIR$PREFIX/share/doc/cascade/docs/"
 for unit in cascade-gateway.service cascade-clef.service; do
     sed "s|/opt/cascade/|$PREFIX/|g" "$SRC/deploy/systemd/$unit" >"$DESTDIR$UNITDIR/$unit"
     chmod 0644 "$DESTDIR$UNITDIR/$unit"
@@ -150,8 +152,8 @@ host systemctl daemon-reload
 say "
 Next:
   1. Put the weights in $MODELS (the service reads them offline, HF_HUB_OFFLINE=1):
-       huggingface-cli download convaiinnovations/laya --local-dir $MODELS/laya
-       huggingface-cli download Cloudflare/clef-flash --local-dir $MODELS/clef-flash
+       hf download convaiinnovations/laya --local-dir $MODELS/laya
+       hf download Cloudflare/clef-flash --local-dir $MODELS/clef-flash
      then make them readable by $USER_NAME: chown -R $USER_NAME:$USER_NAME $MODELS
   2. Review $ETC/gateway.env, $ETC/clef.env and $ETC/policy.toml.
   3. systemctl enable --now cascade-clef cascade-gateway

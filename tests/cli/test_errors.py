@@ -89,7 +89,7 @@ def test_debug_log_level_keeps_the_traceback(bad_policy: Path) -> None:
     (["calibrate", "data.jsonl", "--demo", "--out", "c.toml", "--target-escalation", "3"],
      2, ["target", "3"]),
     (["distill", "/missing.jsonl", "--demo", "--out", "new"], 2, ["/missing.jsonl"]),
-    (["bench", "load", "--url", "http://127.0.0.1:9", "--repeat-share", "2"], 1,
+    (["bench", "load", "--url", "http://127.0.0.1:9", "--repeat-share", "2"], 2,
      ["--repeat-share", "2"]),
     (["bench", "load", "--url", "http://127.0.0.1:9", "--duration", "1"], 1,
      ["--url http://127.0.0.1:9", "start the server"]),

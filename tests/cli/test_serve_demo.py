@@ -119,6 +119,7 @@ def quickstart_examples() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     for (_, code), (next_lang, printed) in zip(blocks, blocks[1:], strict=False):
         if "curl" not in code or next_lang != "json":
             continue
+        code = code.removeprefix("$ ")  # a console block's prompt
         producer = re.match(r"python3 -c '(.*?)' \|", code, re.S)
         if producer:
             out = subprocess.run([sys.executable, "-c", producer.group(1)], check=True,

@@ -61,7 +61,7 @@ def test_psi_stays_low_on_an_unshifted_sample_and_crosses_025_on_a_shifted_one()
     def against(a: float, b: float, n: int) -> float:
         return psi(reference.counts, counted(reference.edges, draw(rng, a, b, n)))
 
-    # measured (README, Drift): 0.0074, 0.42, 1.08; at 300 questions 0.033 and 0.55
+    # measured (docs/live-control.md, Drift): 0.0074, 0.42, 1.08; at 300 questions 0.033 and 0.55
     assert against(5, 2, 1000) < 0.05
     assert against(3, 2, 1000) > 0.25
     assert against(2, 2, 1000) > 0.9

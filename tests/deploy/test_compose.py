@@ -1,5 +1,5 @@
 """docker-compose.yml validates against the Compose Specification, and its services are
-complete: health checks everywhere, pinned images, the profiles the README names, mounts that
+complete: health checks everywhere, pinned images, the profiles docs/deploy.md names, mounts that
 exist. No Docker engine runs on these machines: this is what validates the file.
 
 The validator is ``compose-spec`` from PyPI (bindings to the maintained ``compose_spec`` Rust

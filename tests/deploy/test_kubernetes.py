@@ -35,13 +35,13 @@ VALIDATE = Path(sys.executable).parent / "kubernetes-validate"
 # Pod volume sources that name another object of the overlay: (its kind, the naming field).
 REFERENCES = {"configMap": ("ConfigMap", "name"), "secret": ("Secret", "secretName"),
               "persistentVolumeClaim": ("PersistentVolumeClaim", "claimName")}
-# The Kubernetes versions the README says the manifests are validated against: 1.29 (an old
+# The Kubernetes versions docs/deploy.md says the manifests are validated against: 1.29 (an old
 # release still widely run) and kubernetes-validate's newest schemas.
 VERSIONS = ("1.29", "1.37")
 
 
 def render(path: Path) -> list[dict[str, Any]]:
-    """Plain ``kubectl kustomize`` (README, Deploy)."""
+    """Plain ``kubectl kustomize`` (docs/deploy.md)."""
     result = subprocess.run(
         [require_tool("kubectl"), "kustomize", str(path)],
         capture_output=True, text=True, timeout=60,

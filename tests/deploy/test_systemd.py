@@ -87,8 +87,9 @@ def test_units_load_models_restart_and_are_hardened() -> None:
 
 
 def test_environment_files_set_only_documented_variables() -> None:
-    """Every CASCADE_* variable in the example environment files is in the README's table."""
-    readme = (promql.REPO / "README.md").read_text()
+    """Every CASCADE_* variable in the example environment files is in docs/configuration.md's
+    table."""
+    readme = (promql.REPO / "docs" / "configuration.md").read_text()
     for name in ("gateway.env", "clef.env"):
         for line in (SYSTEMD / name).read_text().splitlines():
             if line and not line.startswith("#"):
@@ -217,6 +218,8 @@ def test_staging_without_a_venv_prints_how_it_is_built(tmp_path: Path) -> None:
     assert "/opt/cascade" not in unit
     assert "ExecStart=/srv/cascade/.venv/bin/cascade serve" in unit
     assert (tmp_path / "srv/cascade/share/doc/cascade/README.md").exists()
+    assert (tmp_path / "srv/cascade/share/doc/cascade/docs/deploy.md").exists()
+    assert "/srv/cascade/share/doc/cascade/docs/deploy.md" in unit
 
 
 def test_systemd_analyze_verify_accepts_the_installed_units(

@@ -49,7 +49,11 @@ def test_laya_clients_model_names_under_the_default_policy(
         def model_of(name: str) -> str:
             response = ask(url, {"u": {"type": "noul", "instructions": "Urgent?"}}, model=name)
             assert response.status_code == 200, (name, response.text)
-            return str(response.json()["model"])
+            # make-tiny weights are labelled as --demo labels them (issue 29): the checkpoint
+            # name is inside the label
+            labelled = str(response.json()["model"])
+            assert labelled.startswith("DEMO-random-weights/"), labelled
+            return labelled.removeprefix("DEMO-random-weights/").removesuffix("-demo-random")
 
         assert model_of("convaiinnovations/laya-multilingual") == "multilingual"
         assert model_of("ConvaiInnovations/Laya-Multilingual") == "multilingual"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cascade.errors import Overloaded
-from cascade.http.permits import WAITING_S, Admission
+from cascade.http.permits import WAITING_S, InflightLimit
 
 
 class Clock:
@@ -18,7 +18,7 @@ class Clock:
 
 
 def test_alone_a_tenant_may_take_every_permit() -> None:
-    permits = Admission(8, Clock())
+    permits = InflightLimit(8, Clock())
     permits.take("a", 8)
     with pytest.raises(Overloaded, match=r"gateway busy \(8 requests in flight\)"):
         permits.take("a", 1)
@@ -27,7 +27,7 @@ def test_alone_a_tenant_may_take_every_permit() -> None:
 
 def test_while_another_waits_a_tenant_over_its_share_gets_no_more() -> None:
     clock = Clock()
-    permits = Admission(8, clock)
+    permits = InflightLimit(8, clock)
     permits.take("a", 8)
     with pytest.raises(Overloaded, match="gateway busy"):
         permits.take("b", 1)  # full: b waits
@@ -53,7 +53,7 @@ def test_while_another_waits_a_tenant_over_its_share_gets_no_more() -> None:
 
 
 def test_a_tenant_holding_nothing_may_take_a_request_larger_than_its_share() -> None:
-    permits = Admission(8, Clock())
+    permits = InflightLimit(8, Clock())
     permits.take("a", 2)
     with pytest.raises(Overloaded):
         permits.take("b", 7)  # 9 > 8: b waits
@@ -64,7 +64,7 @@ def test_a_tenant_holding_nothing_may_take_a_request_larger_than_its_share() -> 
 
 def test_permits_are_given_back_and_waiting_marks_expire_oldest_first() -> None:
     clock = Clock()
-    permits = Admission(2, clock)
+    permits = InflightLimit(2, clock)
     with permits.permit(2, tenant="a"):
         for name in ("b", "c"):
             with pytest.raises(Overloaded):

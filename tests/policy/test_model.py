@@ -56,6 +56,21 @@ def test_default_policy_shape() -> None:
         policy.route.cheap = "x"  # type: ignore[misc]
 
 
+def test_the_ollama_policy_puts_laya_in_front_of_ollama() -> None:
+    """``policies/ollama.toml`` (README, Serving real models): Laya in process is the cheap
+    tier, Ollama's clef-flash on loopback the strong one, health-checked on Ollama's own path."""
+    policy = load_policy(Path(__file__).parents[2] / "policies" / "ollama.toml")
+    laya, clef = policy.tiers[policy.route.cheap], policy.tiers[policy.route.strong]
+    assert isinstance(laya, LayaTier)
+    assert laya.checkpoints.named() == {
+        "english": "convaiinnovations/laya", "multilingual": "convaiinnovations/laya/multilingual"}
+    assert isinstance(clef, UpstreamTier)
+    assert clef.urls == ["http://127.0.0.1:11434"]
+    assert (clef.model, clef.health_path) == ("clef-flash:9b", "/api/version")
+    assert resolve_model(policy, "jev-latest") == "cascade"
+    assert resolve_model(policy, "clef-flash") == "strong_only"
+
+
 def test_defaults_of_a_minimal_policy() -> None:
     policy, found = check_text(GOOD)
     assert found == [] and policy is not None

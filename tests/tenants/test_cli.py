@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from cascade.settings import Settings
-from cascade.tenants.files import load_tenants
+from cascade.tenants.files import load_tenants, parse
 from tests.cli.test_errors import ROOT, cascade, refused
 
 
@@ -93,16 +93,16 @@ sys.exit(run(args))
 """
 
 
-def test_concurrent_adds_keep_every_key_they_print(tmp_path: Path) -> None:
-    path = tmp_path / "keys.toml"
-    names = [f"t{i % 3}" for i in range(10)]  # three tenants: new ones and existing ones
+def at_once(runs: list[list[str]]) -> list[tuple[int, str, str]]:
+    """``cascade ARGS...`` for each of ``runs``, all started, then let go at the same moment:
+    each one's status, stdout and stderr."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     env["PYTHONPATH"] = str(ROOT)
     with contextlib.ExitStack() as stack:  # each Popen closes its pipes and is waited for
         procs = [stack.enter_context(subprocess.Popen(
-            [sys.executable, "-c", AT_ONCE, "keys", "add", name, "--file", str(path)],
+            [sys.executable, "-c", AT_ONCE, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=env)) for name in names]
+            env=env)) for args in runs]
         for proc in procs:
             assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         for proc in procs:
@@ -112,7 +112,69 @@ def test_concurrent_adds_keep_every_key_they_print(tmp_path: Path) -> None:
                 if proc.stdout is not None and proc.stderr is not None]
         for proc in procs:
             proc.wait(timeout=120)
-    assert [proc.returncode for proc in procs] == [0] * 10, outs
+    return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outs, strict=True)]
+
+
+def test_concurrent_adds_keep_every_key_they_print(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    names = [f"t{i % 3}" for i in range(10)]  # three tenants: new ones and existing ones
+    ran = at_once([["keys", "add", name, "--file", str(path)] for name in names])
+    assert [status for status, _, _ in ran] == [0] * 10, ran
     tenants = load_tenants(Settings(api_keys_file=str(path)))
-    found = [tenants.find(out.strip()) for out, _ in outs]
+    found = [tenants.find(out.strip()) for _, out, _ in ran]
     assert [t.name if t else None for t in found] == names
+
+
+def test_remove_takes_one_key_or_one_tenant_and_keeps_every_other_byte(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    key_a1, key_a2, key_b = (cascade("keys", "add", name, "--file", str(path)).stdout.strip()
+                             for name in ("acme", "acme", "beta"))
+    path.write_text(path.read_text() + '\n[limits]\nbackend = "local"  # per replica\n')
+    before = path.read_text()
+    prefix = hashlib.sha256(key_a1.encode()).hexdigest()[:8]
+    done = cascade("keys", "remove", "acme", "--key", prefix, "--file", str(path))
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    hashed = f'"sha256:{hashlib.sha256(key_a1.encode()).hexdigest()}"'
+    assert hashed in before  # `add` put the newer key first: the item and its comma go
+    assert path.read_text() == before.replace(f", {hashed}", "").replace(f"{hashed}, ", "")
+    tenants = load_tenants(Settings(api_keys_file=str(path)))
+    assert tenants.find(key_a1) is None
+    found = [tenants.find(k) for k in (key_a2, key_b)]
+    assert [t.name if t else None for t in found] == ["acme", "beta"]
+    done = cascade("keys", "remove", "beta", "--file", str(path))
+    assert done.returncode == 0, done.stderr
+    tenants = load_tenants(Settings(api_keys_file=str(path)))
+    assert tenants.find(key_b) is None and tenants.find(key_a2) is not None
+    assert path.read_text().endswith(']\n\n[limits]\nbackend = "local"  # per replica\n')
+
+
+def test_remove_refuses_what_it_cannot_do_and_leaves_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    key = cascade("keys", "add", "acme", "--file", str(path)).stdout.strip()
+    text = path.read_text()
+    digits = hashlib.sha256(key.encode()).hexdigest()[:8]
+    refused(cascade("keys", "remove", "acme", "--key", digits, "--file", str(path)), 1,
+            "only key", "cascade keys remove acme")
+    refused(cascade("keys", "remove", "globex", "--file", str(path)), 1, "no tenant `globex`")
+    other = "0" * 8 if digits != "0" * 8 else "1" * 8
+    refused(cascade("keys", "remove", "acme", "--key", other, "--file", str(path)), 1,
+            "no key whose hash starts with")
+    refused(cascade("keys", "remove", "acme", "--key", "xyz", "--file", str(path)), 2,
+            "--key xyz")
+    refused(cascade("keys", "remove", "acme", "--file", str(tmp_path / "none.toml")), 1,
+            "no such keys file")
+    assert path.read_text() == text
+
+
+def test_concurrent_adds_and_removes_each_apply(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    for i in range(5):
+        cascade("keys", "add", f"old{i}", "--file", str(path))
+    runs = [["keys", "remove", f"old{i}", "--file", str(path)] for i in range(5)]
+    runs += [["keys", "add", f"new{i}", "--file", str(path)] for i in range(5)]
+    ran = at_once(runs)
+    assert [status for status, _, _ in ran] == [0] * 10, ran
+    tenants = load_tenants(Settings(api_keys_file=str(path)))
+    names = [e.name for e in parse(path.read_text(), str(path)).entries]
+    assert sorted(names) == [f"new{i}" for i in range(5)]
+    assert all(tenants.find(out.strip()) is not None for _, out, _ in ran[5:])

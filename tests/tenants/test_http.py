@@ -147,6 +147,8 @@ def test_a_cache_hit_is_charged_at_charge_cached_and_reported_as_cached(
             assert first.headers["x-ratelimit-remaining-tokens"] == str(left)
             left -= math.ceil(tokens * rate)
             assert again.headers["x-ratelimit-remaining-tokens"] == str(left)
+        own = http.get("/v1/usage", headers=auth("k")).json()["total"]  # and so is its spend
+        assert own["input_tokens"] == 6000 - left
 
 
 def test_a_batch_counts_every_question_of_every_state(tmp_path: Path) -> None:
