@@ -6,8 +6,9 @@ tier name), ``type`` (choice/score/noul), ``band`` (2, 3-5, 6-10, 11+), ``reason
 from ``cascade.policy.routing``), ``state``. Never question ids, model names from clients, or
 free text.
 
-The registry is the process default, except for the gauges that read one gateway's tiers at
-scrape time (``GatewayGauges``): each app registers its own (``cascade.http.gauges``). cascade runs
+The registry is the process default, except for the gauges that read one gateway at scrape
+time (``GatewayGauges``, ``ControlGauges``, ``CacheGauges``, ``DriftGauges``, ``ConfigInfo``):
+each app registers its own gateway's (``cascade.http.gauges``). cascade runs
 as one worker process per container: the engines live in process (one ONNX session and one GPU
 model per process), so more workers would mean more model copies; scale out with more
 containers, each scraped on its own ``/metrics``.
@@ -207,16 +208,6 @@ SEND_TIMEOUTS = Counter(
 )
 
 # ---------------------------------------------------------------- live control (cascade.control)
-GATE_THRESHOLD = Gauge(
-    "cascade_gate_threshold",
-    "The confidence threshold the gate applies now, by type and band: the configured (or refit) "
-    "one, lowered where the strong tier's budget or capacity binds.",
-    ["type", "band"],
-)
-STRONG_SHARE = Gauge(
-    "cascade_strong_share",
-    "Share of the answered questions the strong tier answered over [control] window_s.",
-)
 BUDGET_FLAGGED = Counter(
     "cascade_budget_flagged_total",
     "Questions the gate's thresholds would have escalated but the live gate kept on the cheap "
@@ -270,11 +261,6 @@ CACHE_BYPASS = Counter(
     "cascade_cache_bypass_total",
     "Requests that skipped the cache (cache-control: no-cache or no-store).",
 )
-CACHE_BYTES = Gauge(
-    "cascade_cache_bytes", "Bytes the in-memory decision cache accounts for (keys, values and "
-    "a fixed overhead per entry)."
-)
-CACHE_ENTRIES = Gauge("cascade_cache_entries", "Entries in the in-memory decision cache.")
 CACHE_EVICTIONS = Counter(
     "cascade_cache_evictions_total",
     "Entries dropped from the in-memory decision cache: size (least recently used, over "
@@ -370,6 +356,45 @@ CONFIG_RELOADS = Counter(
 )
 for _outcome in ("applied", "unchanged", "rejected", "restart_needed"):
     CONFIG_RELOADS.labels(outcome=_outcome)
+
+
+class ControlGauges(Collector):
+    """``cascade_gate_threshold{type,band}`` and ``cascade_strong_share``: one gateway's live
+    gate (``cascade.control.live``), read at scrape time."""
+
+    def __init__(self, thresholds: Callable[[], Mapping[tuple[str, str], float]],
+                 share: Callable[[], float]) -> None:
+        self._thresholds, self._share = thresholds, share
+
+    def collect(self) -> Iterator[Metric]:
+        gate = GaugeMetricFamily(
+            "cascade_gate_threshold",
+            "The confidence threshold the gate applies now, by type and band: the configured (or "
+            "refit) one, lowered where the strong tier's budget or capacity binds.",
+            labels=["type", "band"])
+        for (qtype, band), value in self._thresholds().items():
+            gate.add_metric([qtype, band], value)
+        yield gate
+        yield GaugeMetricFamily(
+            "cascade_strong_share",
+            "Share of the answered questions the strong tier answered over [control] window_s.",
+            value=self._share())
+
+
+class CacheGauges(Collector):
+    """``cascade_cache_bytes`` and ``cascade_cache_entries``: one gateway's in-memory decision
+    cache (``cascade.cache.store.MemoryStore``; 0 without one), read at scrape time."""
+
+    def __init__(self, sizes: Callable[[], tuple[int, int]]) -> None:
+        self._sizes = sizes
+
+    def collect(self) -> Iterator[Metric]:
+        size, entries = self._sizes()
+        yield GaugeMetricFamily(
+            "cascade_cache_bytes", "Bytes the in-memory decision cache accounts for (keys, values "
+            "and a fixed overhead per entry).", value=size)
+        yield GaugeMetricFamily(
+            "cascade_cache_entries", "Entries in the in-memory decision cache.", value=entries)
 
 
 class ConfigInfo(Collector):

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +38,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(app: Any, *, timeout_s: float = 60.0, **options: Any) -> Iterator[str]:
+def serve_app(app: Any, *, timeout_s: float = 60.0,
+              server_class: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server,
+              **options: Any) -> Iterator[str]:
     """Run an ASGI app under uvicorn in a thread on 127.0.0.1; yield its base URL.
-    ``options``: more ``uvicorn.Config`` arguments (``http=`` a protocol class)."""
+    ``server_class``: the server (or a factory of one); ``options``: more ``uvicorn.Config``
+    arguments (``http=`` a protocol class)."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
                             **options)
-    server = uvicorn.Server(config)
+    server = server_class(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

@@ -36,7 +36,8 @@ def entry_bytes(key: str, value: bytes) -> int:
 class MemoryStore:
     """Least recently used entries go first once ``max_bytes`` would be exceeded; an entry
     older than ``ttl_s`` (on ``clock``) is a miss and is dropped when met. A value larger than
-    the whole bound is not stored."""
+    the whole bound is not stored. ``bytes`` and ``len()`` are what its gateway's registry
+    exports (``cascade_cache_bytes``, ``cascade_cache_entries``)."""
 
     def __init__(self, *, max_bytes: int, ttl_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -56,7 +57,6 @@ class MemoryStore:
         expires, value = found
         if self.clock() >= expires:
             self._drop(key, "ttl")
-            self._gauge()
             return None
         self._entries.move_to_end(key)
         return value
@@ -70,7 +70,6 @@ class MemoryStore:
                 self._drop(next(iter(self._entries)), "size")
             self._entries[key] = (self.clock() + self.ttl_s, value)
             self.bytes += size
-        self._gauge()
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         return [self.get(key) for key in keys]
@@ -82,14 +81,9 @@ class MemoryStore:
     async def aclose(self) -> None:
         self._entries.clear()
         self.bytes = 0
-        self._gauge()
 
     def _drop(self, key: str, reason: str | None) -> None:
         _, value = self._entries.pop(key)
         self.bytes -= entry_bytes(key, value)
         if reason is not None:
             metrics.CACHE_EVICTIONS.labels(reason=reason).inc()
-
-    def _gauge(self) -> None:
-        metrics.CACHE_BYTES.set(self.bytes)
-        metrics.CACHE_ENTRIES.set(len(self._entries))

@@ -14,7 +14,8 @@ counted). With it, on the injected clock:
   way the conflict is logged and counted once each time it starts.
 
 Every change is logged with its evidence (cell, old -> new, labels and bound, or the share and
-the aim) and exported (``cascade_gate_threshold``, ``cascade_strong_share``). ``frozen`` (the
+the aim); ``thresholds()`` and ``strong_share`` are what the gateway's registry exports
+(``cascade_gate_threshold``, ``cascade_strong_share``). ``frozen`` (the
 policy's, or ``freeze()``) holds every threshold where it is; observations still accrue.
 ``rebase`` takes a reloaded policy and keeps the observations, except confidences and labels
 read under calibration temperatures no longer in force.
@@ -22,7 +23,6 @@ read under calibration temperatures no longer in force.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -74,6 +74,7 @@ class LiveControl:
         self._cut_fitted: set[Cell] = set()  # refit cells the budget cuts (prefer = "budget")
         self._target_won = False  # the budget could not be met (prefer = "accuracy")
         self._wait: Callable[[], float] | None = None
+        self.strong_share = 0.0  # the last share the pacer measured (``cascade_strong_share``)
         self._apply(policy, engines or {}, old=None)
 
     # ------------------------------------------------------------ what the gateway asks
@@ -202,12 +203,16 @@ class LiveControl:
         return {
             "frozen": self.frozen, "strong_share": pace.share, "aim": pace.aim,
             "capacity_binds": pace.capped,
-            "thresholds": {f"{t}:{b}": live for t, b in CELLS
-                           if (live := self._gate.live(t, b)) is not None},
+            "thresholds": {f"{t}:{b}": live for (t, b), live in self.thresholds().items()},
             "refit": {f"{f.cell[0]}:{f.cell[1]}": {"threshold": f.threshold, "n": f.n,
                                                    "bound": f.bound, "source": f.sources}
                       for f in self._fitted.values()},
         }
+
+    def thresholds(self) -> dict[Cell, float]:
+        """The threshold the gate applies now in each cell that has one
+        (``cascade_gate_threshold``)."""
+        return {(t, b): live for t, b in CELLS if (live := self._gate.live(t, b)) is not None}
 
     # ------------------------------------------------------------ the schedule
 
@@ -264,7 +269,7 @@ class LiveControl:
                 log.debug("gate %s:%s %s -> %s (%s)", *cell, _fmt(old), _fmt(new), why)
         self._conflict(pace, protected)
         if pace.share is not None:
-            metrics.STRONG_SHARE.set(pace.share)
+            self.strong_share = pace.share
         self._publish()
 
     def _conflict(self, pace: Pace, protected: set[Cell]) -> None:
@@ -285,19 +290,11 @@ class LiveControl:
         self._cut_fitted = cut
 
     def _publish(self) -> None:
-        """Build the gate from the thresholds and cuts, and export it."""
+        """Build the gate from the thresholds and cuts."""
         wanted = self._thresholds()
         margin = self.policy.thresholds.margin
         self._gate = Gate(confidence=bands_of(wanted), margin=margin,
                           budget=bands_of(self._pace.cuts))
-        for qtype, band in CELLS:
-            live = self._gate.live(qtype, band)
-            gauge = metrics.GATE_THRESHOLD
-            if live is None:
-                with contextlib.suppress(KeyError):
-                    gauge.remove(qtype, band)
-            else:
-                gauge.labels(type=qtype, band=band).set(live)
 
     def _seen(self, result: QuestionResult) -> tuple[QuestionType, Band, float]:
         """A cheap answer's cell (type, band) and the confidence the gate read."""

@@ -10,7 +10,6 @@ before any weights load), else read here (``cascade.tenants.files.load_tenants``
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 import uuid
@@ -404,19 +403,12 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
         app.state.tenant_admission = tenancy.admission_for(app.state.tenants.backend)
         await gateway.start()
-        # What start-up loaded (modules, tokenizers, engine tables) lives as long as the app:
-        # frozen, the cyclic collector stops walking it on every collection a request triggers
-        # (about a tenth of the app's CPU per request, docs/benchmarks.md). Unfrozen when the
-        # app stops, so a process that outlives it (tests, an embedder) can collect it again.
-        gc.collect()
-        gc.freeze()
         app.state.ready = True
         log.info("cascade %s ready: %s", __version__, status.describe(gateway))
         try:
             yield
         finally:
             app.state.ready = False
-            gc.unfreeze()
             await gateway.aclose()
             app.state.decode_pool.close()
             await app.state.tenant_admission.store.aclose()

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
+from cascade.cache.store import MemoryStore
 from cascade.http import status
-from cascade.metrics import DriftGauges, GatewayGauges
+from cascade.metrics import CacheGauges, ConfigInfo, ControlGauges, DriftGauges, GatewayGauges
 
 if TYPE_CHECKING:
     from cascade.gateway import Gateway
@@ -34,4 +35,11 @@ def registry_of(gateway: Gateway) -> CollectorRegistry:
         build=build,
     ))
     registry.register(DriftGauges(lambda: {cell: v for cell, v in gateway.drift.psi().items()}))
+    registry.register(ControlGauges(gateway.control.thresholds,
+                                    lambda: gateway.control.strong_share))
+    store = gateway.cache.store if gateway.cache is not None else None
+    registry.register(CacheGauges(
+        lambda: (store.bytes, len(store)) if isinstance(store, MemoryStore) else (0, 0)))
+    registry.register(ConfigInfo(
+        lambda: (gateway.serving.policy_hash, gateway.serving.calibration_hash)))
     return registry

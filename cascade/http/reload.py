@@ -42,12 +42,9 @@ NO_POLICY_FILE = ("no policy file (the policy is built from --demo, --upstream o
 
 
 def reloadable(state: State, settings: Settings, gateway: Gateway) -> None:
-    """Give an app's ``state`` what reloads use: its admin keys, a ``reloader``, and
-    ``cascade_config_info`` on its gauges' registry."""
+    """Give an app's ``state`` what reloads use: its admin keys and a ``reloader``."""
     state.admin_keys = settings.admin_key_set()
     state.reloader = Reloader(state, settings, gateway)
-    state.gauges.register(metrics.ConfigInfo(
-        lambda: (gateway.serving.policy_hash, gateway.serving.calibration_hash)))
 
 
 def limits_restart(old: LimitsBackend, new: LimitsBackend) -> list[str]:

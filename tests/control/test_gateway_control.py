@@ -12,6 +12,7 @@ from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.engines.fake import FakeEngine
 from cascade.gateway import Gateway
+from cascade.http.gauges import registry_of
 from cascade.policy.model import Shadow
 from cascade.schema import ChoiceQuestion
 from tests.control.load import Clock, policy
@@ -56,8 +57,10 @@ def test_a_binding_budget_flags_answers_budget_and_moves_the_metrics() -> None:
     assert strong < 0.3  # unpaced: 60 %
     assert flagged._value.get() - before == sum(r == {"q": "budget"} for r in reasons)
     assert escalations._value.get() == before_esc  # never counted as escalations
-    assert metrics.STRONG_SHARE._value.get() < 0.3
-    assert metrics.GATE_THRESHOLD.labels(type="choice", band="2")._value.get() < 0.75
+    exported = registry_of(gateway)  # the gateway's own gauges, as its app's /metrics reads them
+    assert exported.get_sample_value("cascade_strong_share") < 0.3
+    cell = {"type": "choice", "band": "2"}
+    assert exported.get_sample_value("cascade_gate_threshold", cell) < 0.75
 
 
 def test_escalate_false_keeps_the_answer_cheap_without_a_control_table() -> None:

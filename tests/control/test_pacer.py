@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import msgspec
 
-from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.control.live import LiveControl
 from cascade.control.pacer import Pacer
@@ -27,14 +26,14 @@ def test_the_budget_holds_over_every_five_minutes_through_a_mix_change_then_rela
     events = replay(control, clock, [(600, 10, HARD), (600, 20, MIXED)])
     binding = control.gate()
     assert binding.live("choice", "2") < 0.8 and binding.live("noul", "2") < 0.7
-    assert metrics.STRONG_SHARE._value.get() <= BUDGET + 0.02
+    assert control.strong_share <= BUDGET + 0.02
     events += replay(control, clock, [(600, 4, EASY)], seed=1)  # load falls: 2 % + ~12 %
     worst = max_window_share(events)
     print(f"max 5-minute strong share {worst:.4f} for a budget of {BUDGET}")
     assert worst <= BUDGET + 0.02
     assert control.gate().confidence == CONFIGURED and control.gate().budget.choice.two is None
     assert control.gate().live("choice", "2") == 0.8 and control.gate().live("noul", "2") == 0.7
-    assert metrics.GATE_THRESHOLD.labels(type="choice", band="2")._value.get() == 0.8
+    assert control.thresholds()[("choice", "2")] == 0.8
 
 
 def test_only_the_least_confident_escalate_when_it_binds() -> None:

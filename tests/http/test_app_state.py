@@ -1,12 +1,14 @@
 """An app holds everything it was built with: its gateway's gauges (not the last gateway's of
 the process), the drain flag the server begins, the model cards' release date from the policy;
-what its start-up loaded is frozen out of the garbage collector while it serves, and only then."""
+its gate and cache gauges (not the process's); what start-up loaded is frozen out of the garbage
+collector by the server that runs the app (``cascade serve``), never by the app factory."""
 
 from __future__ import annotations
 
 import datetime
 import gc
 
+import httpx
 import msgspec
 from litestar.testing import TestClient
 
@@ -14,8 +16,12 @@ from cascade.engines.fake import FakeEngine
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.http.drain import Drain
-from cascade.policy.model import Models, Policy, UpstreamTier
+from cascade.http.server import DrainingServer
+from cascade.policy.model import Models, Policy, TypeBands, UpstreamTier
 from cascade.settings import Settings
+from tests.cache.helpers import Counting, cheap_policy, per_question
+from tests.cache.helpers import gateway as cache_gateway
+from tests.servers import serve_app
 
 
 def gateway(tier: str, **models: object) -> Gateway:
@@ -27,6 +33,11 @@ def gateway(tier: str, **models: object) -> Gateway:
 
 def samples(text: str, family: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(family + "{")]
+
+
+def plain(text: str, family: str) -> list[str]:
+    """The samples of a family without labels."""
+    return [line for line in text.splitlines() if line.startswith(family + " ")]
 
 
 def test_each_app_reports_its_own_gateways_gauges() -> None:
@@ -66,8 +77,38 @@ def test_a_one_tier_gateway_does_not_describe_a_cascade() -> None:
     assert cards and all(c["description"] == "one tier (upstream), no escalation" for c in cards)
 
 
-def test_start_up_is_frozen_out_of_the_collector_while_the_app_serves() -> None:
+def test_the_server_freezes_what_start_up_loaded_and_the_app_factory_does_not() -> None:
     with TestClient(create_app(Settings(), gateway("fake"))) as client:
         assert client.get("/ready").status_code == 200
-        assert gc.get_freeze_count() > 0
-    assert gc.get_freeze_count() == 0  # stopped: a process that goes on can collect it again
+        assert gc.get_freeze_count() == 0  # an embedder's process collects as it did
+    try:
+        with serve_app(create_app(Settings(), gateway("fake")),
+                       server_class=lambda config: DrainingServer(config, Drain(), 0.0)) as url:
+            assert httpx.get(url + "/ready").status_code == 200
+            assert gc.get_freeze_count() > 0  # cascade serve's process: frozen once started
+    finally:
+        gc.unfreeze()
+
+
+def gated(tier: str, threshold: float) -> Gateway:
+    """A gateway with a memory cache whose noul cell gates at ``threshold``."""
+    policy = cheap_policy(enabled=True)
+    policy = msgspec.structs.replace(policy, thresholds=msgspec.structs.replace(
+        policy.thresholds, confidence=TypeBands(noul={"2": threshold})))
+    return cache_gateway(policy, Counting(tier, per_question, independent=True))
+
+
+def test_two_apps_in_one_process_export_their_own_gate_and_cache_gauges() -> None:
+    body = {"model": "jev-latest", "state": "charged twice",
+            "questions": {"urgent": {"type": "noul", "instructions": "Urgent?"}}}
+    with TestClient(create_app(Settings(), gated("laya", 0.3))) as first, \
+            TestClient(create_app(Settings(), gated("laya", 0.9))) as second:
+        assert first.post("/v1/systemone", json=body).status_code == 200
+        texts = [first.get("/metrics").text, second.get("/metrics").text]
+    gates = [samples(text, "cascade_gate_threshold") for text in texts]
+    assert gates == [['cascade_gate_threshold{band="2",type="noul"} 0.3'],
+                     ['cascade_gate_threshold{band="2",type="noul"} 0.9']]
+    assert [plain(text, "cascade_cache_entries") for text in texts] == [
+        ["cascade_cache_entries 1.0"], ["cascade_cache_entries 0.0"]]
+    assert [plain(text, "cascade_strong_share") for text in texts] == [
+        ["cascade_strong_share 0.0"]] * 2
