@@ -88,10 +88,9 @@ class Gateway(Reconfigurable):
                  admission_deadline_s: float = ADMISSION_DEADLINE_S,
                  decisions: DecisionStore | None = None, cache: DecisionCache | None = None,
                  weights: Mapping[str, str] | None = None):
-        super().__init__(policy, engines)
+        super().__init__(policy, engines, clock=clock)  # budgets use time.monotonic, as engines
         self.profile = profile
         self.demo = demo
-        self.clock = clock  # the breakers' clock; budgets use time.monotonic, as engines do
         self.admission_deadline_s = admission_deadline_s
         self.decisions, self.cache = decisions, cache  # the decision log; the decision cache
         self.weights = dict(weights or {})  # {tier: weights' content hash}, fixed per process
@@ -275,3 +274,20 @@ class Gateway(Reconfigurable):
         if self.decisions is not None:
             self.decisions.shadowed(shadow.call, strong, stamp)
         self.control.shadowed(shadow, strong)  # agreement metrics; the teacher's labels
+
+    # ---------------- what the front door reads (cascade.http.view.GatewayView; tiers: the base)
+
+    def decision_log_health(self) -> dict[str, Any] | None:
+        return None if self.decisions is None else self.decisions.health()
+
+    def psi(self) -> dict[tuple[str, str], float]:
+        return {(qtype, band): v for (qtype, band), v in self.drift.psi().items()}
+
+    def gate_thresholds(self) -> dict[tuple[str, str], float]:
+        return dict(self.control.thresholds())
+
+    def strong_share(self) -> float:
+        return self.control.strong_share
+
+    def cache_size(self) -> tuple[int, int]:
+        return self.cache.size() if self.cache is not None else (0, 0)

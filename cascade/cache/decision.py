@@ -109,6 +109,11 @@ class DecisionCache:
         return Lookup(self, self.version(serving.policy), driver, serving, namespace=namespace,
                       control=control)
 
+    def size(self) -> tuple[int, int]:
+        """The in-memory store's bytes and entries (0, 0 for another store)."""
+        store = self.store
+        return (store.bytes, len(store)) if isinstance(store, MemoryStore) else (0, 0)
+
     async def aclose(self) -> None:
         await self.store.aclose()
 

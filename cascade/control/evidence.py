@@ -2,8 +2,8 @@
 
 Feedback labels (``POST /v1/feedback``) and shadow answers of the strong tier (the teacher,
 where the policy allows) both become ``Labelled`` answers; the refit reads only these. A
-``Learner`` takes them as they come (``app.state.learner``); ``cascade.eval.labelled`` reads a
-decision log's back (a warm start at boot).
+``Learner`` takes them as they come (the app's ``Services.learner``); ``cascade.eval.labelled``
+reads a decision log's back (a warm start at boot).
 """
 
 from __future__ import annotations

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import hmac
 
-from litestar import Request, Response, Router, get, post
+from litestar import Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
 from cascade.errors import ConfigRejected, Forbidden, Unauthorized
 from cascade.http.errors import status_of
-from cascade.http.reload import Reloader
+from cascade.http.reload import Access
+from cascade.http.services import Services, services_of
 from cascade.http.tenancy import bearer
 from cascade.schema import ConfigErrorBody, ConfigErrorDetail, encoder
 
@@ -36,51 +37,50 @@ def _holds(connection: ASGIConnection, keys: frozenset[str]) -> bool:
     return bool(sent) and any(hmac.compare_digest(sent, key.encode()) for key in keys)
 
 
-def _is_client(connection: ASGIConnection) -> bool:
-    tenants = connection.app.state.tenants
+def _is_client(connection: ASGIConnection, access: Access) -> bool:
+    tenants = access.tenants
     return bool(tenants.enabled and tenants.find(bearer(connection)) is not None)
 
 
 def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """The guard of every admin route (see the module docstring)."""
-    state = connection.app.state
-    if not state.admin_keys:
+    access = services_of(connection.app).access
+    if not access.admin_keys:
         raise Forbidden("the admin routes are off: no admin key is configured (set "
                         "CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)")
-    if _holds(connection, state.admin_keys):
+    if _holds(connection, access.admin_keys):
         return
-    if _is_client(connection):
+    if _is_client(connection, access):
         raise Forbidden("a client API key cannot use the admin routes; send an admin key")
     raise Unauthorized("missing or invalid admin key (send Authorization: Bearer <admin key>)")
 
 
-def operator_view(connection: ASGIConnection) -> bool:
+def operator_view(connection: ASGIConnection, access: Access) -> bool:
     """Whether the request may read the operator's views: it holds an admin key, or no key of
     either kind is configured."""
-    state = connection.app.state
-    if not state.admin_keys:
-        return not state.tenants.enabled
-    return _holds(connection, state.admin_keys)
+    if not access.admin_keys:
+        return not access.tenants.enabled
+    return _holds(connection, access.admin_keys)
 
 
-def require_operator(connection: ASGIConnection, what: str) -> None:
+def require_operator(connection: ASGIConnection, access: Access, what: str) -> None:
     """``operator_view``, else 403 for a client key and 401 for no or a wrong key; the message
     says how to configure an admin key when none is."""
-    if operator_view(connection):
+    if operator_view(connection, access):
         return
-    how = "" if connection.app.state.admin_keys else (
+    how = "" if access.admin_keys else (
         " (none is configured: set CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)")
-    if _is_client(connection):
+    if _is_client(connection, access):
         raise Forbidden(f"{what} needs an admin key, not a client API key{how}")
     raise Unauthorized(f"{what} needs an admin key (send Authorization: Bearer <admin key>){how}")
 
 
 @post("/reload", status_code=200)
-async def reload(request: Request) -> Response[bytes]:
+async def reload(services: Services) -> Response[bytes]:
     """Read the policy, calibration and key files again and swap them in, all or nothing
     (``cascade.http.reload``): 200 with a ``ReloadReport``; 422 (a file fails its checks) or
     409 (a restart is needed) with the ``FILE[:LINE]: error: ...`` lines, nothing changed."""
-    reloader: Reloader = request.app.state.reloader
+    reloader = services.reloader
     try:
         report = await reloader.reload()
     except ConfigRejected as exc:
@@ -94,27 +94,27 @@ async def reload(request: Request) -> Response[bytes]:
 
 
 @get("/control")
-async def control(request: Request) -> Response[bytes]:
+async def control(services: Services) -> Response[bytes]:
     """What the live gate applies now and why (``cascade.control.live.LiveControl.status``)."""
-    return _control_status(request)
+    return _control_status(services)
 
 
 @post("/control/freeze", status_code=200)
-async def freeze(request: Request) -> Response[bytes]:
+async def freeze(services: Services) -> Response[bytes]:
     """Hold every threshold where it is: no pacing, no refit, until ``unfreeze``."""
-    request.app.state.gateway.control.freeze()
-    return _control_status(request)
+    services.control.freeze()
+    return _control_status(services)
 
 
 @post("/control/unfreeze", status_code=200)
-async def unfreeze(request: Request) -> Response[bytes]:
+async def unfreeze(services: Services) -> Response[bytes]:
     """Let the pacer and the refit move the thresholds again (unless the policy freezes them)."""
-    request.app.state.gateway.control.unfreeze()
-    return _control_status(request)
+    services.control.unfreeze()
+    return _control_status(services)
 
 
-def _control_status(request: Request) -> Response[bytes]:
-    status = request.app.state.gateway.control.status()
+def _control_status(services: Services) -> Response[bytes]:
+    status = services.control.status()
     return Response(content=encoder.encode(status), status_code=200, media_type=JSON)
 
 

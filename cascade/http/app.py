@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.connection import ASGIConnection
+from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.handlers import BaseRouteHandler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -40,6 +40,7 @@ from cascade.errors import (
 from cascade.gateway import Gateway
 from cascade.http import feedback, status, tenancy, usage
 from cascade.http.admin import admin_router, operator_view, require_operator
+from cascade.http.context import context_of
 from cascade.http.drain import Drain
 from cascade.http.errors import decisions_status, retry_after_header, status_of
 from cascade.http.gauges import registry_of
@@ -55,7 +56,10 @@ from cascade.http.openapi import (
 )
 from cascade.http.permits import InflightLimit
 from cascade.http.reading import BodyReads, ClientGone, closes_connection
-from cascade.http.reload import reloadable
+from cascade.http.reload import Access, Reloader
+from cascade.http.services import KEY as SERVICES
+from cascade.http.services import Services, services_of
+from cascade.http.view import GatewayView
 from cascade.http.workers import DecodePool
 from cascade.request.decode import limits_of
 from cascade.schema import (
@@ -83,10 +87,10 @@ T = TypeVar("T")
 WATCH_AFTER_S = 0.05  # a request still running after this is watched for its client leaving
 
 
-def require_auth(request: Request) -> None:
-    """``Unauthorized`` without a valid key; the tenant goes in the request's scope
+def require_auth(request: Request, services: Services) -> None:
+    """``Unauthorized`` without a valid key; the tenant goes in the request's context
     (``cascade.http.tenancy``; without keys auth is off)."""
-    tenancy.tenant_of(request)
+    tenancy.tenant_of(request, services.access)
 
 
 def _error_headers(exc: CascadeError) -> dict[str, str]:
@@ -152,11 +156,7 @@ def _handle_unexpected(request: Request, exc: Exception) -> Response[bytes]:
 
 def request_id(scope: Any) -> str:
     """The request's id: the client's ``x-request-id`` when sane, else a new one (once)."""
-    if "request_id" not in scope:
-        incoming = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
-        ok = 0 < len(incoming) <= 128 and incoming.isprintable()
-        scope["request_id"] = incoming if ok else uuid.uuid4().hex
-    return str(scope["request_id"])
+    return context_of(scope).request_id
 
 
 async def echo_request_id(message: Any, scope: Any) -> None:
@@ -167,19 +167,18 @@ async def echo_request_id(message: Any, scope: Any) -> None:
     if message["type"] == "http.response.start":
         rid = request_id(scope).encode()
         extra = [(b"x-request-id", rid), (b"x-typesafe-request-id", rid)]
-        if scope["app"].state.drain.active or closes_connection(scope):
+        if services_of(scope["app"]).drain.active or closes_connection(scope):
             extra.append((b"connection", b"close"))
         message["headers"] = [*(message.get("headers") or []), *extra]
 
 
 @contextmanager
-def _permits(request: Request, count: int) -> Iterator[None]:
+def _permits(request: Request, services: Services, count: int) -> Iterator[None]:
     """``count`` more states in flight for the request's tenant: against its ``max_inflight``
     (429), then the gateway's permits, shared fairly between tenants (503)."""
-    state = request.app.state
     tenant = tenancy.tenant_in(request)
-    with state.tenant_admission.permit(tenant, count), \
-            state.admission.permit(count, tenant=tenant.name):
+    with services.tenant_admission.permit(tenant, count), \
+            services.admission.permit(count, tenant=tenant.name):
         yield
 
 
@@ -233,14 +232,15 @@ def _json(payload: Any, headers: dict[str, str] | None = None) -> Response[bytes
     return Response(content=content, status_code=200, media_type=JSON, headers=headers or {})
 
 
-async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
+async def _guarded(request: Request, services: Services, route: str,
+                   work: Any) -> Response[bytes]:
     """Checks auth, reads and decodes the body, then runs ``work(body, parts)`` under admission,
     recording the request's outcome metrics."""
     started = time.perf_counter()
     try:
-        await tenancy.admit(request)  # auth, and the tenant's limits
-        body, parts = await _decoded(request)
-        with _permits(request, 1), tenancy.reservation(request):
+        await tenancy.admit(request, services)  # auth, and the tenant's limits
+        body, parts = await _decoded(request, services)
+        with _permits(request, services, 1), tenancy.reservation(request, services):
             response, outcome = await work(body, parts)
     except CascadeError as exc:
         status = status_of(exc)
@@ -259,49 +259,47 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
     return response
 
 
-async def _decoded(request: Request) -> tuple[bytes, dict[str, Any]]:
+async def _decoded(request: Request, services: Services) -> tuple[bytes, dict[str, Any]]:
     """The request's decoded body and multipart parts, timed as the ``decode`` hop."""
-    state = request.app.state
     with metrics.HOP_DURATION.labels(hop="decode").time():
-        return await read_request(request, state.settings, state.decode_pool, state.body_reads)
+        return await read_request(request, services.settings, services.decode_pool,
+                                  services.body_reads)
 
 
 @post("/v1/systemone", status_code=200, summary="Answer typed questions about one state",
       operation_class=operation(SystemOneRequest, SystemOneResponse), security=AUTHENTICATED)
-async def systemone(request: Request) -> Response[bytes]:
+async def systemone(request: Request, services: Services) -> Response[bytes]:
     """System One: ``{model, state, questions, images?, assets?}`` → ``{model, answers, usage}``."""
-    gateway: Gateway = request.app.state.gateway
-    pool: DecodePool = request.app.state.decode_pool
+    gateway, pool = services.gateway, services.decode_pool
 
     async def work(body: bytes, parts: dict[str, Any]) -> tuple[Response[bytes], str]:
         with metrics.HOP_DURATION.labels(hop="validate").time():
             call = await read_call(body, parts, pool, request_id=request_id(request.scope),
-                                   limits=request.app.state.limits)
-        kw = await tenancy.gateway_kw(request, len(call.questions))
+                                   limits=services.limits)
+        kw = await tenancy.gateway_kw(request, services, len(call.questions))
         outcome = await unless_disconnected(request, gateway.systemone(call, **kw))
-        await tenancy.charge(request, [outcome])
+        await tenancy.charge(request, services, [outcome])
         return _json(outcome.response, outcome.headers), outcome.label
 
-    return await _guarded(request, "/v1/systemone", work)
+    return await _guarded(request, services, "/v1/systemone", work)
 
 
 @post("/v1/systemone/batch", status_code=200, summary="Laya's batch: many states, one question set",
       operation_class=operation(BatchRequest, BatchResponse), security=AUTHENTICATED)
-async def systemone_batch(request: Request) -> Response[bytes]:
+async def systemone_batch(request: Request, services: Services) -> Response[bytes]:
     """``{states: [...], questions}`` → ``{results: [...], total_usage}`` (at most 64 states)."""
-    gateway: Gateway = request.app.state.gateway
-    pool: DecodePool = request.app.state.decode_pool
+    gateway, pool = services.gateway, services.decode_pool
 
     async def work(body: bytes, parts: dict[str, Any]) -> tuple[Response[bytes], str]:
         if parts:  # the batch takes text states only: refuse images rather than drop them
             raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
         with metrics.HOP_DURATION.labels(hop="validate").time():
             calls = await read_batch_calls(body, pool, request_id=request_id(request.scope),
-                                           limits=request.app.state.limits)
-        kw = await tenancy.gateway_kw(request, sum(len(c.questions) for c in calls))
-        with _permits(request, len(calls) - 1):
+                                           limits=services.limits)
+        kw = await tenancy.gateway_kw(request, services, sum(len(c.questions) for c in calls))
+        with _permits(request, services, len(calls) - 1):
             outcomes = await unless_disconnected(request, gateway.batch(calls, **kw))
-        await tenancy.charge(request, outcomes)
+        await tenancy.charge(request, services, outcomes)
         results = [o.response for o in outcomes]
         total = TotalUsage(
             input_tokens=sum(r.usage.input_tokens for r in results), output_tokens=0
@@ -313,7 +311,7 @@ async def systemone_batch(request: Request) -> Response[bytes]:
             headers["x-cascade-cache"] = combined([o.headers["x-cascade-cache"] for o in outcomes])
         return _json(BatchResponse(results=results, total_usage=total), headers), label
 
-    return await _guarded(request, "/v1/systemone/batch", work)
+    return await _guarded(request, services, "/v1/systemone/batch", work)
 
 
 @post("/v1/decisions", status_code=200, summary="OpenAI's Decisions API: typed questions about "
@@ -322,53 +320,50 @@ async def systemone_batch(request: Request) -> Response[bytes]:
           "zstd/gzip/deflate; images as `input_image` parts with data: URLs"),
       security=AUTHENTICATED, exception_handlers=dict.fromkeys(
           (CascadeError, HTTPException, Exception), decisions_error))
-async def decisions(request: Request) -> Response[bytes]:
+async def decisions(request: Request, services: Services) -> Response[bytes]:
     """``{model, input, questions}`` → ``{model, answers, usage}`` in question order; a question
     only an unavailable tier could answer is a ``refusal`` while the others are answered."""
-    gateway: Gateway = request.app.state.gateway
-    pool: DecodePool = request.app.state.decode_pool
+    gateway, pool = services.gateway, services.decode_pool
 
     async def work(body: bytes, parts: dict[str, Any]) -> tuple[Response[bytes], str]:
         if parts:
             raise ValidationFailed.at(["input"], "send JSON: images go in input_image parts")
         with metrics.HOP_DURATION.labels(hop="validate").time():
             decoded = await read_decision(body, pool, request_id=request_id(request.scope),
-                                          limits=request.app.state.limits)
-        kw = await tenancy.gateway_kw(request, len(decoded.call.questions))
+                                          limits=services.limits)
+        kw = await tenancy.gateway_kw(request, services, len(decoded.call.questions))
         outcome = await unless_disconnected(
             request, gateway.decide(decoded.call, partial=True, **kw))
-        await tenancy.charge(request, [outcome])
+        await tenancy.charge(request, services, [outcome])
         return _json(decision(decoded.asked, outcome), outcome.headers), outcome.label
 
-    return await _guarded(request, "/v1/decisions", work)
+    return await _guarded(request, services, "/v1/decisions", work)
 
 
 @get("/v1/models", summary="Model names this gateway answers to (Jev shape)",
      operation_class=operation(None, ModelList, AUTH_ERRORS), security=AUTHENTICATED)
-async def models(request: Request) -> Response[bytes]:
-    require_auth(request)
-    return _json(ModelList(models=status.model_cards(request.app.state.gateway)))
+async def models(request: Request, services: Services) -> Response[bytes]:
+    require_auth(request, services)
+    return _json(ModelList(models=status.model_cards(services.view)))
 
 
 @get("/health", summary="Liveness; the loaded checkpoints with a client key; every detail with "
      "an admin key (or with no key configured)",
      operation_class=operation(None, Health, {}), security=KEY_OPTIONAL)
-async def health(request: Request) -> Response[bytes]:
-    state = request.app.state
-    if operator_view(request):
-        return _json({"status": "ok", **status.health(state.gateway),
-                      "config": state.reloader.config()})
-    if tenancy.authorized(request):  # a client key (or client auth off): what Laya's client reads
-        return _json({"status": "ok", **status.client_health(state.gateway)})
+async def health(request: Request, services: Services) -> Response[bytes]:
+    if operator_view(request, services.access):
+        return _json({"status": "ok", **status.health(services.view),
+                      "config": services.reloader.config()})
+    if tenancy.authorized(request, services.access):  # a client key (or client auth off):
+        return _json({"status": "ok", **status.client_health(services.view)})  # Laya's reads
     return _json({"status": "ok"})
 
 
 @get("/ready", summary="200 while the cheap tier (or the only tier) can serve; 503 before "
      "warm-up, while draining after SIGTERM, and at shutdown",
      operation_class=operation(None, Readiness, {"503": ("Not ready", Readiness)}))
-async def ready(request: Request) -> Response[bytes]:
-    state = request.app.state
-    is_ready = state.ready and not state.drain.active and status.ready(state.gateway)
+async def ready(services: Services) -> Response[bytes]:
+    is_ready = services.ready and not services.drain.active and status.ready(services.view)
     return Response(
         content=encoder.encode(Readiness(ready=is_ready)), status_code=200 if is_ready else 503,
         media_type=JSON,
@@ -376,18 +371,18 @@ async def ready(request: Request) -> Response[bytes]:
 
 
 @get("/metrics", summary="Prometheus metrics", include_in_schema=False)
-async def prometheus_metrics(request: Request) -> Response[bytes]:
-    if not request.app.state.settings.public_metrics:
-        require_operator(request, "/metrics")
+async def prometheus_metrics(request: Request, services: Services) -> Response[bytes]:
+    if not services.settings.public_metrics:
+        require_operator(request, services.access, "/metrics")
     # the process's metrics, then this app's gateway gauges (read now)
-    content = generate_latest() + generate_latest(request.app.state.gauges)
+    content = generate_latest() + generate_latest(services.gauges)
     return Response(content=content, media_type=CONTENT_TYPE_LATEST)
 
 
 def _docs_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """With API keys configured, the OpenAPI document and UI need one unless ``public_docs``."""
-    app = connection.app
-    if not app.state.settings.public_docs and not tenancy.authorized(connection):
+    services = services_of(connection.app)
+    if not services.settings.public_docs and not tenancy.authorized(connection, services.access):
         raise Unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
 
 
@@ -397,25 +392,38 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         from cascade.build import build_gateway
 
         gateway = build_gateway(settings)
+    access = Access(tenants=tenants or load_tenants(settings, gateway.policy),
+                    admin_keys=settings.admin_key_set())
+    view: GatewayView = gateway  # what /health, /ready, /v1/models and the gauges read
+    services = Services(
+        settings=settings, gateway=gateway, view=view, control=gateway.control,
+        learner=gateway.control, decisions=gateway.decisions, usage=gateway.usage,
+        access=access,
+        reloader=Reloader(access, settings, gateway),  # SIGHUP and /admin/reload
+        admission=InflightLimit(settings.max_inflight), limits=limits_of(settings),
+        body_reads=BodyReads(settings.max_body_reads, settings.max_body_reads_per_client),
+        drain=drain or Drain(),  # begun on SIGTERM by cascade.http.server
+        gauges=registry_of(view))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        app.state.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
-        app.state.tenant_admission = tenancy.admission_for(app.state.tenants.backend)
+        services.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
+        services.tenant_admission = tenancy.admission_for(services.access.tenants.backend)
         await gateway.start()
-        app.state.ready = True
-        log.info("cascade %s ready: %s", __version__, status.describe(gateway))
+        services.ready = True
+        log.info("cascade %s ready: %s", __version__, status.describe(view))
         try:
             yield
         finally:
-            app.state.ready = False
+            services.ready = False
             await gateway.aclose()
-            app.state.decode_pool.close()
-            await app.state.tenant_admission.store.aclose()
+            services.decode_pool.close()
+            await services.tenant_admission.store.aclose()
 
     app = Litestar(
         route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
                         prometheus_metrics, feedback.route(_guarded), usage.route, admin_router()],
+        dependencies={"services": Provide(lambda: services, sync_to_thread=False)},
         lifespan=[lifespan],
         before_send=[echo_request_id, tenancy.rate_headers],
         exception_handlers={
@@ -429,17 +437,5 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         debug=False,
     )
     document(app)
-    app.state.settings = settings
-    app.state.gateway = gateway
-    app.state.tenants = tenants or load_tenants(settings, gateway.policy)
-    app.state.admission = InflightLimit(settings.max_inflight)
-    app.state.limits = limits_of(settings)
-    app.state.body_reads = BodyReads(settings.max_body_reads, settings.max_body_reads_per_client)
-    app.state.ready = False
-    app.state.drain = drain or Drain()  # begun on SIGTERM by cascade.http.server
-    app.state.gauges = registry_of(gateway)
-    app.state.learner = gateway.control  # feedback labels go to the live refit
-    reloadable(app.state, settings, gateway)  # SIGHUP and /admin/reload (cascade.http.reload)
+    app.state[SERVICES] = services  # for guards and hooks, which dependencies do not reach
     return app
-
-

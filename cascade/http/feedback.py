@@ -22,7 +22,7 @@ the call's labels are stored, or none:
   (PostgreSQL) is unreachable.
 
 A question labelled again keeps the latest label (``relabelled`` in the answer, counted). The
-labels of cheap answers go, judged, to ``app.state.learner`` when one is set (the live refit),
+labels of cheap answers go, judged, to the app's ``learner`` when one is set (the live refit),
 each naming its tenant and its asked question (a relabel replaces its judgement there).
 """
 
@@ -42,7 +42,8 @@ from cascade.control.evidence import Learner
 from cascade.control.labels import LabelOutcome, asked_key, judged
 from cascade.errors import Conflict, NotFound, Overloaded, ValidationFailed
 from cascade.http.openapi import AUTH_ERRORS, AUTHENTICATED, operation
-from cascade.http.tenancy import TENANT
+from cascade.http.services import Services
+from cascade.http.tenancy import tenant_in
 from cascade.policy.model import Policy
 from cascade.request.validation import decode_at
 from cascade.schema import (
@@ -55,7 +56,6 @@ from cascade.schema import (
     feedback_decoder,
     label_decoder,
 )
-from cascade.tenants.model import Tenant
 
 log = logging.getLogger("cascade")
 ROUTE = "/v1/feedback"
@@ -70,7 +70,7 @@ ERRORS = {
     "5XX": ("The gateway or the decision log is busy (503, see Retry-After)", ErrorBody),
 }
 Work = Callable[[bytes, dict[str, Any]], Awaitable[tuple[Response[bytes], str]]]
-Guarded = Callable[[Request, str, Work], Awaitable[Response[bytes]]]
+Guarded = Callable[[Request, Services, str, Work], Awaitable[Response[bytes]]]
 
 
 @runtime_checkable
@@ -91,15 +91,14 @@ def route(guarded: Guarded) -> HTTPRouteHandler:
           operation_class=operation(FeedbackRequest, FeedbackResponse, ERRORS,
                                     body="JSON, optionally Content-Encoding zstd/gzip/deflate"),
           security=AUTHENTICATED)
-    async def feedback(request: Request) -> Response[bytes]:
+    async def feedback(request: Request, services: Services) -> Response[bytes]:
         """``{request_id, labels}`` → ``{request_id, stored, relabelled}``."""
 
         async def work(body: bytes, parts: dict[str, Any]) -> tuple[Response[bytes], str]:
             asked = _asked(body, parts)
-            tenant: Tenant = request.scope[TENANT]  # type: ignore[literal-required]
-            outcome = await _store(request.app.state.gateway.decisions, asked, tenant.name)
-            _learn(request.app.state.learner, request.app.state.gateway.policy, outcome,
-                   tenant.name)
+            tenant = tenant_in(request)
+            outcome = await _store(services.decisions, asked, tenant.name)
+            _learn(services.learner, services.view.policy, outcome, tenant.name)
             relabelled = len(outcome.relabelled)
             metrics.FEEDBACK.labels(outcome="stored").inc(len(outcome.labelled) - relabelled)
             metrics.FEEDBACK.labels(outcome="relabelled").inc(relabelled)
@@ -107,7 +106,7 @@ def route(guarded: Guarded) -> HTTPRouteHandler:
                                       relabelled=outcome.relabelled)
             return Response(content=encoder.encode(answer), media_type="application/json"), "ok"
 
-        return await guarded(request, ROUTE, work)
+        return await guarded(request, services, ROUTE, work)
 
     return feedback
 

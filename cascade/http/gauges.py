@@ -1,24 +1,19 @@
 """The per-gateway gauges, registered on a registry of their own: an app serves its gateway's
 next to the process-wide metrics (``/metrics``), so two gateways in one process never overwrite
-each other's readings."""
+each other's readings. They read the gateway through its view (``cascade.http.view``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from prometheus_client import CollectorRegistry
 
-from cascade.cache.store import MemoryStore
 from cascade.http import status
+from cascade.http.view import GatewayView
 from cascade.metrics import CacheGauges, ConfigInfo, ControlGauges, DriftGauges, GatewayGauges
-
-if TYPE_CHECKING:
-    from cascade.gateway import Gateway
 
 _STATE_CODE = {"closed": 0, "half_open": 1, "open": 2}
 
 
-def registry_of(gateway: Gateway) -> CollectorRegistry:
+def registry_of(gateway: GatewayView) -> CollectorRegistry:
     """A registry holding ``gateway``'s gauges, read at scrape time."""
     built: dict[str, str] = {}
 
@@ -27,19 +22,17 @@ def registry_of(gateway: Gateway) -> CollectorRegistry:
             built.update(status.build_info(gateway))
         return built or None
 
+    def ready() -> dict[str, bool]:
+        return {name: gateway.started and gateway.tier_ready(name) for name in gateway.tier_kinds()}
+
     registry = CollectorRegistry()
     registry.register(GatewayGauges(
-        ready=lambda: {n: gateway.started and e.ready() for n, e in gateway.engines.items()},
-        breakers=lambda: {n: _STATE_CODE[b.state(gateway.clock())]
-                          for n, b in gateway.breakers.items()},
+        ready=ready,
+        breakers=lambda: {n: _STATE_CODE[state] for n, state in gateway.breaker_states().items()},
         build=build,
     ))
-    registry.register(DriftGauges(lambda: {cell: v for cell, v in gateway.drift.psi().items()}))
-    registry.register(ControlGauges(gateway.control.thresholds,
-                                    lambda: gateway.control.strong_share))
-    store = gateway.cache.store if gateway.cache is not None else None
-    registry.register(CacheGauges(
-        lambda: (store.bytes, len(store)) if isinstance(store, MemoryStore) else (0, 0)))
-    registry.register(ConfigInfo(
-        lambda: (gateway.serving.policy_hash, gateway.serving.calibration_hash)))
+    registry.register(DriftGauges(gateway.psi))
+    registry.register(ControlGauges(gateway.gate_thresholds, gateway.strong_share))
+    registry.register(CacheGauges(gateway.cache_size))
+    registry.register(ConfigInfo(gateway.hashes))
     return registry

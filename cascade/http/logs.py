@@ -37,6 +37,8 @@ from typing import Any, Literal
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from cascade.http.context import context_in
+
 _MAX_KEYS = 1024  # templates remembered; older windows are dropped past this
 ACCESS_LOG = "cascade.access"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -250,7 +252,8 @@ def access_logged(app: ASGIApp) -> ASGIApp:
         finally:
             if access.isEnabledFor(level):
                 rid = dict(headers).get(b"x-request-id", b"").decode("latin-1")
-                rid = rid or str(scope.get("request_id", "-"))
+                context = context_in(scope)
+                rid = rid or (context.request_id if context is not None else "-")
                 client = scope.get("client")
                 fields = {
                     "method": scope["method"], "path": scope["path"], "status": status,

@@ -28,9 +28,8 @@ from litestar import Request
 from litestar.types import HTTPReceiveMessage
 
 from cascade.errors import BodyTimeout, Overloaded, PayloadTooLarge, RateLimited
+from cascade.http.context import context_in, context_of
 from cascade.settings import Settings
-
-_CLOSE = "cascade.close"  # scope key: the answer closes the connection
 
 
 class ClientGone(Exception):
@@ -39,7 +38,8 @@ class ClientGone(Exception):
 
 def closes_connection(scope: Any) -> bool:
     """Whether this request's answer must close its connection (its body was left unread)."""
-    return bool(scope.get(_CLOSE))
+    context = context_in(scope)
+    return context is not None and context.close
 
 
 class BodyReads:
@@ -86,7 +86,7 @@ async def read_body(request: Request, settings: Settings, reads: BodyReads) -> b
     try:
         return await _read(request, settings, reads)
     except (BodyTimeout, Overloaded, PayloadTooLarge):
-        cast("dict[str, Any]", request.scope)[_CLOSE] = True  # a key of ours, not Litestar's
+        context_of(request.scope).close = True
         raise
 
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Literal
-
-from litestar.datastructures import State
 
 from cascade import metrics
 from cascade.build import reread_policy
@@ -41,10 +40,13 @@ NO_POLICY_FILE = ("no policy file (the policy is built from --demo, --upstream o
                   "it stays as built at boot; the calibration and key files are read again")
 
 
-def reloadable(state: State, settings: Settings, gateway: Gateway) -> None:
-    """Give an app's ``state`` what reloads use: its admin keys and a ``reloader``."""
-    state.admin_keys = settings.admin_key_set()
-    state.reloader = Reloader(state, settings, gateway)
+@dataclass(eq=False)
+class Access:
+    """Who may call an app: the client keys' ``tenants`` and the ``admin_keys``; a reload
+    swaps both in one step."""
+
+    tenants: Tenants
+    admin_keys: Keys
 
 
 def limits_restart(old: LimitsBackend, new: LimitsBackend) -> list[str]:
@@ -59,11 +61,11 @@ def limits_restart(old: LimitsBackend, new: LimitsBackend) -> list[str]:
 
 
 class Reloader:
-    """Reloads ``state`` (the app's: ``tenants``, ``admin_keys``) and ``gateway`` from the files
-    ``settings`` names. ``last``: the last reload's outcome, for ``/health``."""
+    """Reloads ``access`` (the app's) and ``gateway`` from the files ``settings`` names.
+    ``last``: the last reload's outcome, for ``/health``."""
 
-    def __init__(self, state: State, settings: Settings, gateway: Gateway) -> None:
-        self.state, self.settings, self.gateway = state, settings, gateway
+    def __init__(self, access: Access, settings: Settings, gateway: Gateway) -> None:
+        self.access, self.settings, self.gateway = access, settings, gateway
         self.last: LastReload | None = None
         self._lock = asyncio.Lock()
         self._waiting: asyncio.Future[ReloadReport] | None = None
@@ -122,16 +124,17 @@ class Reloader:
     def _swap(self, policy: Policy, tenants: Tenants,
               admin: Keys) -> Literal["applied", "unchanged"]:
         """All or nothing, with no await: ``reconfigure`` refuses before it changes anything.
-        The tenants' limit counters (``tenant_admission``) carry over."""
-        needed = limits_restart(self.state.tenants.backend, tenants.backend)
+        The tenants' limit counters (the app's ``tenant_admission``) carry over."""
+        access = self.access
+        needed = limits_restart(access.tenants.backend, tenants.backend)
         if needed:
             raise RestartNeeded(needed)
         same_policy = policy_hash(policy) == self.gateway.serving.policy_hash
-        if same_policy and (tenants, admin) == (self.state.tenants, self.state.admin_keys):
+        if same_policy and (tenants, admin) == (access.tenants, access.admin_keys):
             return "unchanged"
         if not same_policy:
             self.gateway.reconfigure(policy)
-        self.state.tenants, self.state.admin_keys = tenants, admin
+        access.tenants, access.admin_keys = tenants, admin
         return "applied"
 
     def _count(self, outcome: Literal["applied", "unchanged", "rejected", "restart_needed"],

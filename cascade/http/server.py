@@ -58,6 +58,7 @@ from cascade.http.drain import Drain
 from cascade.http.logs import access_logged
 from cascade.http.protocol import HeadLimits, guarded
 from cascade.http.sending import with_send_timeout
+from cascade.http.services import services_of
 from cascade.schema import ErrorBody, ErrorDetail, encoder
 from cascade.settings import Settings
 
@@ -263,7 +264,7 @@ def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain,
     )
     try:
         DrainingServer(config, drain, settings.drain_s,
-                       reload=app.state.reloader.reload).run(sockets=sockets)
+                       reload=services_of(app).reloader.reload).run(sockets=sockets)
     except SystemExit as exc:  # uvicorn's exit when the app did not start
         if exc.code == STARTUP_FAILURE and refusals:
             raise StartupRefused(f"the gateway did not start: {refusals[0]}") from None

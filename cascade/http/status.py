@@ -1,41 +1,35 @@
 """What a gateway reports about itself: readiness, ``/health``, its one-line description, the
-``cascade_build`` info and the ``/v1/models`` cards. Reads the engines and breakers; decides
-nothing about requests."""
+``cascade_build`` info and the ``/v1/models`` cards. Reads the gateway through its view
+(``cascade.http.view``); decides nothing about requests."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cascade import __version__
 from cascade.answers import DEMO_WARNING
+from cascade.http.view import GatewayView
 from cascade.schema import ModelCard
 
-if TYPE_CHECKING:
-    from cascade.gateway import Gateway
 
-
-def ready(gateway: Gateway) -> bool:
+def ready(gateway: GatewayView) -> bool:
     """Whether this replica can serve: its cheap tier (or its only tier) is loaded. A strong
     tier that is down only degrades answers; ``/health`` and ``cascade_tier_ready`` show it."""
     route = gateway.policy.route
     first = route.cheap or route.strong
-    return first is not None and gateway.engines[first].ready()
+    return first is not None and gateway.tier_ready(first)
 
 
-def health(gateway: Gateway) -> dict[str, Any]:
+def health(gateway: GatewayView) -> dict[str, Any]:
     """``/health`` details. ``loaded`` and ``revisions`` are the keys Laya's remote client
     reads: the checkpoints (Laya tiers) and models (other tiers) resident right now."""
-    now = gateway.clock()
-    tiers = {
-        name: {**engine.health(), "ready": engine.ready(),
-               "breaker": gateway.breakers[name].state(now)}
-        for name, engine in gateway.engines.items()
-    }
+    tiers = {name: {**tier.health, "ready": tier.ready, "breaker": tier.breaker}
+             for name, tier in gateway.tier_states().items()}
     resident = [
         (name, detail) for detail in tiers.values() if detail.get("ready")
         for name in detail.get("checkpoints") or [detail.get("model") or ""] if name
     ]
-    route = gateway.policy.route
+    route, log = gateway.policy.route, gateway.decision_log_health()
     return {
         "demo": gateway.demo,
         **({"warning": DEMO_WARNING} if gateway.demo else {}),
@@ -44,34 +38,34 @@ def health(gateway: Gateway) -> dict[str, Any]:
         "revisions": {name: detail.get("revision") for name, detail in resident},
         "route": {"cheap": route.cheap, "strong": route.strong},
         "tiers": tiers,
-        **({"decision_log": gateway.decisions.health()} if gateway.decisions is not None else {}),
+        **({"decision_log": log} if log is not None else {}),
     }
 
 
-def client_health(gateway: Gateway) -> dict[str, Any]:
+def client_health(gateway: GatewayView) -> dict[str, Any]:
     """What a client key sees of ``health``: the names Laya's remote client reads, no paths."""
     found = health(gateway)
     return {"loaded": found["loaded"], "revisions": found["revisions"]}
 
 
-def describe(gateway: Gateway) -> str:
-    tiers = ", ".join(f"{n}={type(e).__name__}" for n, e in gateway.engines.items())
+def describe(gateway: GatewayView) -> str:
+    tiers = ", ".join(f"{n}={kind}" for n, kind in gateway.tier_kinds().items())
     return f"{'DEMO (random weights) ' if gateway.demo else ''}tiers: {tiers}"
 
 
-def build_info(gateway: Gateway) -> dict[str, str]:
+def build_info(gateway: GatewayView) -> dict[str, str]:
     """The ``cascade_build`` labels: version, tiers, the checkpoints and revisions loaded."""
     found = health(gateway)
     return {
         "version": __version__,
-        "tiers": ",".join(f"{n}={type(e).__name__}" for n, e in gateway.engines.items()),
+        "tiers": ",".join(f"{n}={kind}" for n, kind in gateway.tier_kinds().items()),
         "checkpoints": ",".join(found["loaded"]),
         "revisions": ",".join(f"{k}={v}" for k, v in found["revisions"].items() if v),
         "demo": "true" if gateway.demo else "false",
     }
 
 
-def model_cards(gateway: Gateway) -> list[ModelCard]:
+def model_cards(gateway: GatewayView) -> list[ModelCard]:
     """``/v1/models``: the policy's exact model names (patterns such as ``jev-*`` are not
     names), dated by its ``[models] release_date``."""
     models, route = gateway.policy.models, gateway.policy.route

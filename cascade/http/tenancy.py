@@ -1,10 +1,10 @@
 """Tenants at the front door: the bearer key's tenant (``cascade.tenants``), its limits around
 each request, the ``x-ratelimit-*`` headers, and the gateway's keywords for it.
 
-``admit`` (before the body is read) verifies the key, puts the tenant in the request's scope
-(``scope["cascade.tenant"]``) and checks the limits known then; ``gateway_kw`` (once the body
-is decoded) checks its questions and returns ``Gateway.decide``'s keywords (its tenant, its
-policy, its strong answers left, the request's ``Cache-Control``); ``charge`` adds
+``admit`` (before the body is read) verifies the key, puts the tenant and its grant in the
+request's context (``cascade.http.context``) and checks the limits known then; ``gateway_kw``
+(once the body is decoded) checks its questions and returns ``Gateway.decide``'s keywords (its
+tenant, its policy, its strong answers left, the request's ``Cache-Control``); ``charge`` adds
 what the answer cost (cached input tokens at ``[cache] charge_cached``), and ``reservation``'s
 end releases the strong answers reserved. ``rate_headers`` (a ``before_send`` hook) puts the
 levels seen on every response of the request, errors and 429s included.
@@ -24,12 +24,12 @@ from cascade import metrics
 from cascade.cache.decision import cache_control
 from cascade.errors import TenantLimited, Unauthorized
 from cascade.gateway import Outcome
+from cascade.http.context import RequestContext, context_in, context_of
+from cascade.http.reload import Access
+from cascade.http.services import Services
 from cascade.tenants.admission import Grant, TenantAdmission
 from cascade.tenants.limits import LocalStore, Store
 from cascade.tenants.model import LimitsBackend, Tenant
-
-TENANT = "cascade.tenant"
-GRANT = "cascade.grant"
 
 
 def bearer(connection: ASGIConnection) -> str | None:
@@ -38,16 +38,16 @@ def bearer(connection: ASGIConnection) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def tenant_of(connection: ASGIConnection) -> Tenant:
+def tenant_of(connection: ASGIConnection, access: Access) -> Tenant:
     """The request's tenant (``Unauthorized`` for a missing, wrong or expired key)."""
-    tenant: Tenant = connection.app.state.tenants.verify(bearer(connection))
-    connection.scope[TENANT] = tenant  # type: ignore[literal-required]
+    tenant = access.tenants.verify(bearer(connection))
+    context_of(connection.scope).tenant = tenant
     return tenant
 
 
-def authorized(connection: ASGIConnection) -> bool:
+def authorized(connection: ASGIConnection, access: Access) -> bool:
     try:
-        tenant_of(connection)
+        tenant_of(connection, access)
     except Unauthorized:
         return False
     return True
@@ -65,18 +65,23 @@ def admission_for(backend: LimitsBackend) -> TenantAdmission:
     return TenantAdmission(store, backend=backend.backend, on_error=backend.on_error)
 
 
+def admitted(request: Request) -> tuple[Tenant, Grant]:
+    """The tenant ``admit`` found for the request, and its grant."""
+    context = context_of(request.scope)
+    assert context.tenant is not None and context.grant is not None  # admit ran
+    return context.tenant, context.grant
+
+
 def tenant_in(request: Request) -> Tenant:
     """The tenant ``admit`` found for the request."""
-    tenant: Tenant = request.scope[TENANT]  # type: ignore[literal-required]
-    return tenant
+    return admitted(request)[0]
 
 
 @contextmanager
-def reservation(request: Request) -> Iterator[None]:
+def reservation(request: Request, services: Services) -> Iterator[None]:
     """Around the request's work: its reserved strong answers are released at the end, and a
     429 from its quota is counted."""
-    grant: Grant = request.scope[GRANT]  # type: ignore[literal-required]
-    tenant = tenant_in(request)
+    tenant, grant = admitted(request)
     try:
         yield
     except TenantLimited as exc:
@@ -85,24 +90,23 @@ def reservation(request: Request) -> Iterator[None]:
                                           limit="strong_questions_per_min").inc()
         raise
     finally:
-        request.app.state.tenant_admission.release(tenant, grant)
+        services.tenant_admission.release(tenant, grant)
 
 
-async def admit(request: Request) -> Tenant:
+async def admit(request: Request, services: Services) -> Tenant:
     """Auth, then the limits checked before the body is read."""
-    tenant = tenant_of(request)
-    grant = request.scope[GRANT] = Grant()  # type: ignore[literal-required]
+    tenant = tenant_of(request, services.access)
+    grant = context_of(request.scope).grant = Grant()
     if tenant.limits.any():
-        await request.app.state.tenant_admission.before_body(tenant, grant)
+        await services.tenant_admission.before_body(tenant, grant)
     return tenant
 
 
-async def gateway_kw(request: Request, questions: int) -> dict[str, Any]:
+async def gateway_kw(request: Request, services: Services, questions: int) -> dict[str, Any]:
     """The questions limit, then ``Gateway.decide``'s keywords for the request's tenant."""
-    tenant: Tenant = request.scope[TENANT]  # type: ignore[literal-required]
-    grant: Grant = request.scope[GRANT]  # type: ignore[literal-required]
+    tenant, grant = admitted(request)
     if tenant.limits.any():
-        await request.app.state.tenant_admission.after_decode(tenant, questions, grant)
+        await services.tenant_admission.after_decode(tenant, questions, grant)
     kw: dict[str, Any] = {"policy": tenant.policy, "tenant": tenant.name,
                           "cache": cache_control(request.headers.get("cache-control", ""))}
     if grant.quota is not None:  # the flow keeps the strong tier within it
@@ -118,25 +122,24 @@ def charged_tokens(outcomes: list[Outcome], charge_cached: float) -> int:
     return computed + math.ceil(cached * charge_cached)
 
 
-async def charge(request: Request, outcomes: Iterable[Outcome]) -> None:
+async def charge(request: Request, services: Services, outcomes: Iterable[Outcome]) -> None:
     """Charge the input tokens and strong-tier questions of the answered ``outcomes``; the
     request's ``x-ratelimit-*`` headers then show the levels after the charge."""
-    tenant: Tenant = request.scope[TENANT]  # type: ignore[literal-required]
-    grant: Grant = request.scope[GRANT]  # type: ignore[literal-required]
+    tenant, grant = admitted(request)
     if not tenant.limits.any():
         return
-    gateway = request.app.state.gateway
+    gateway = services.gateway
     policy = tenant.policy or gateway.policy
     outcomes = list(outcomes)
     tokens = charged_tokens(outcomes, gateway.cache.config.charge_cached if gateway.cache else 0)
     strong = sum(t == policy.route.strong for o in outcomes for t in o.tiers.values())
-    await request.app.state.tenant_admission.charge(tenant, tokens=tokens, strong=strong,
-                                                    grant=grant)
+    await services.tenant_admission.charge(tenant, tokens=tokens, strong=strong, grant=grant)
 
 
 async def rate_headers(message: Any, scope: Any) -> None:
     """``before_send``: the request's ``x-ratelimit-*`` headers on its response."""
-    grant = scope.get(GRANT)
+    context: RequestContext | None = context_in(scope)
+    grant = context.grant if context is not None else None
     if message["type"] == "http.response.start" and grant is not None and grant.headers:
         extra = [(k.encode(), v.encode()) for k, v in grant.headers.items()]
         message["headers"] = [*(message.get("headers") or []), *extra]

@@ -9,7 +9,9 @@ whose settings are unchanged keep their state.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 
@@ -53,6 +55,15 @@ def restart_reasons(old: Policy, new: Policy) -> list[str]:
     return changes
 
 
+class TierState(msgspec.Struct, frozen=True):
+    """One tier as ``/health`` shows it: its engine's class, readiness, health and breaker."""
+
+    kind: str
+    ready: bool
+    health: dict[str, Any]
+    breaker: str
+
+
 class Reconfigurable:
     """The base of ``cascade.gateway.Gateway``: its ``engines`` and ``breakers``, and the
     ``serving`` version, swapped whole by ``reconfigure``. Requests take ``serving`` when they
@@ -63,7 +74,9 @@ class Reconfigurable:
     here). The swap is done by then: a hook that raises is logged and the others still run.
     """
 
-    def __init__(self, policy: Policy, engines: Mapping[str, Engine]) -> None:
+    def __init__(self, policy: Policy, engines: Mapping[str, Engine], *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock  # the breakers'
         self.engines = dict(engines)
         self.breakers = {name: CircuitBreaker(policy.breaker_for(name)) for name in self.engines}
         self.serving = Serving(policy, self.engines)
@@ -97,3 +110,27 @@ class Reconfigurable:
             except Exception:
                 log.exception("a reconfiguration hook failed (the new policy serves)")
         return serving
+
+    # ------------------------------------------------------------ what the front door reads
+    # of the tiers (``cascade.http.view.GatewayView``)
+
+    def tier_kinds(self) -> dict[str, str]:
+        """Each tier's engine class name."""
+        return {name: type(engine).__name__ for name, engine in self.engines.items()}
+
+    def tier_ready(self, tier: str) -> bool:
+        return self.engines[tier].ready()
+
+    def breaker_states(self) -> dict[str, str]:
+        now = self.clock()
+        return {name: breaker.state(now) for name, breaker in self.breakers.items()}
+
+    def tier_states(self) -> dict[str, TierState]:
+        breakers = self.breaker_states()
+        return {name: TierState(kind=type(engine).__name__, ready=engine.ready(),
+                                health=engine.health(), breaker=breakers[name])
+                for name, engine in self.engines.items()}
+
+    def hashes(self) -> tuple[str, str]:
+        """The policy and calibration hashes serving now."""
+        return self.serving.policy_hash, self.serving.calibration_hash

@@ -57,7 +57,7 @@ def test_a_binding_budget_flags_answers_budget_and_moves_the_metrics() -> None:
     assert strong < 0.3  # unpaced: 60 %
     assert flagged._value.get() - before == sum(r == {"q": "budget"} for r in reasons)
     assert escalations._value.get() == before_esc  # never counted as escalations
-    exported = registry_of(gateway)  # the gateway's own gauges, as its app's /metrics reads them
+    exported = registry_of(gateway)  # as its app's /metrics reads them
     assert exported.get_sample_value("cascade_strong_share") < 0.3
     cell = {"type": "choice", "band": "2"}
     assert exported.get_sample_value("cascade_gate_threshold", cell) < 0.75

@@ -19,6 +19,7 @@ from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.gateway import Gateway
 from cascade.http import feedback
 from cascade.http.app import create_app
+from cascade.http.services import services_of
 from cascade.policy.calibration import temper
 from cascade.policy.model import (
     Bands,
@@ -216,7 +217,7 @@ def test_a_writer_stuck_past_the_wait_is_503_not_a_hang(log: SqliteStore, monkey
 def test_the_learner_gets_the_cheap_answers_judged_as_the_gate_reads_them(log: SqliteStore):
     learner = Recording()
     with _client(log) as client:
-        client.app.state.learner = learner
+        services_of(client.app).learner = learner
         _answer(client, "r1")
         cheap = deterministic_answer(_call_of(BODY))
         team = cheap.results["team"].probabilities
@@ -241,7 +242,7 @@ def test_a_failing_learner_never_fails_the_stored_feedback(log: SqliteStore):
             raise RuntimeError("bug")
 
     with _client(log) as client:
-        client.app.state.learner = Broken()
+        services_of(client.app).learner = Broken()
         _answer(client, "r1")
         r = _feedback(client, "r1", {"urgent": True})
     assert r.status_code == 200

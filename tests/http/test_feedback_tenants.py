@@ -20,6 +20,7 @@ from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
+from cascade.http.services import services_of
 from cascade.policy.model import (
     Bands,
     Checkpoints,
@@ -169,7 +170,7 @@ def test_feedback_counts_against_the_tenants_requests_per_min(tmp_path: Path) ->
     keys = _keys_file(tmp_path, "requests_per_min = 3")
     with _served(tmp_path, keys=keys) as served:
         client, clock = served.client, [0.0]
-        served.app.state.tenant_admission = TenantAdmission(LocalStore(lambda: clock[0]))
+        services_of(served.app).tenant_admission = TenantAdmission(LocalStore(lambda: clock[0]))
         _ask(client, "acme", "r1", TEAM)
         seen = [_label(client, "acme", "r1", {"team": "sales"}) for _ in range(3)]
         assert [r.status_code for r in seen] == [200, 200, 429]

@@ -25,6 +25,7 @@ from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
+from cascade.http.services import services_of
 from cascade.laya.tiny import make_tiny
 from cascade.policy.calibration import CalibrationFile, Stamp, write_calibration
 from cascade.policy.files import load_policy
@@ -200,7 +201,7 @@ def test_config_info_names_what_serves_and_drops_the_old_series(
 
 def test_a_threshold_reload_keeps_engines_and_breakers_and_runs_the_hooks(
         client: TestClient, policy_file: Path) -> None:
-    gateway: Gateway = client.app.state.gateway
+    gateway: Gateway = services_of(client.app).gateway
     engines, breakers = dict(gateway.engines), dict(gateway.breakers)
     seen: list[Serving] = []
     gateway.reconfigured.append(seen.append)
@@ -218,7 +219,7 @@ def test_a_threshold_reload_keeps_engines_and_breakers_and_runs_the_hooks(
 
 def test_a_tier_change_is_409_restart_needed_and_nothing_changes(
         client: TestClient, policy_file: Path) -> None:
-    gateway: Gateway = client.app.state.gateway
+    gateway: Gateway = services_of(client.app).gateway
     serving = gateway.serving
     needed = reloads("restart_needed")
     policy_file.write_text(policy_text(1.0, url="http://127.0.0.1:10"))
@@ -272,7 +273,7 @@ def test_a_calibration_made_for_other_weights_is_refused(tmp_path: Path) -> None
         r = client.post("/admin/reload", headers=ADMIN)
         assert r.status_code == 200, r.text
         assert r.json()["calibration_hash"] != before["calibration_hash"]
-        assert client.app.state.gateway.policy.thresholds.confidence.noul.two == 0.6
+        assert services_of(client.app).gateway.policy.thresholds.confidence.noul.two == 0.6
 
 
 def test_admin_routes_take_admin_keys_only(policy_file: Path) -> None:

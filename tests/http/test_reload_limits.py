@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
+from cascade.http.services import services_of
 from cascade.tenants.keys import hashed
 from tests.http.test_reload import ADMIN, BODY, app_on, policy_text, reloads
 
@@ -41,7 +42,8 @@ def test_a_changed_limits_table_is_409_restart_needed_and_nothing_changes(
     keys = tmp_path / "keys.toml"
     keys.write_text(keys_text("acme"))
     with TestClient(app_on(policy_file, api_keys_file=str(keys))) as client:
-        tenants, admission = client.app.state.tenants, client.app.state.tenant_admission
+        services = services_of(client.app)
+        tenants, admission = services.access.tenants, services.tenant_admission
         needed = reloads("restart_needed")
         keys.write_text(keys_text("acme", "beta", limits=limits))
         r = client.post("/admin/reload", headers=ADMIN)
@@ -50,8 +52,7 @@ def test_a_changed_limits_table_is_409_restart_needed_and_nothing_changes(
             f"restart needed: the API keys file's [limits] changes ({changed}; the limits store "
             "is built at boot); a reload applies keys, tenants, their limits and policies"]
         assert reloads("restart_needed") == needed + 1
-        state = client.app.state
-        assert state.tenants is tenants and state.tenant_admission is admission
+        assert services.access.tenants is tenants and services.tenant_admission is admission
         assert status(client, "acme") == 200 and status(client, "beta") == 401
 
 
@@ -61,9 +62,9 @@ def test_a_keys_change_under_the_same_limits_table_applies(policy_file: Path,
     limits = 'on_error = "closed"\ntimeout_s = 0.2'
     keys.write_text(keys_text("acme", limits=limits))
     with TestClient(app_on(policy_file, api_keys_file=str(keys))) as client:
-        admission = client.app.state.tenant_admission
+        admission = services_of(client.app).tenant_admission
         keys.write_text(keys_text("acme", "beta", limits=limits))
         r = client.post("/admin/reload", headers=ADMIN)
         assert r.status_code == 200 and r.json()["outcome"] == "applied", r.text
         assert status(client, "beta") == 200 and status(client, "acme") == 200
-        assert client.app.state.tenant_admission is admission  # counters carry over
+        assert services_of(client.app).tenant_admission is admission  # counters carry over

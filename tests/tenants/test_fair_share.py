@@ -16,6 +16,7 @@ import httpx
 from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import deterministic_answer
 from cascade.http.permits import InflightLimit
+from cascade.http.services import services_of
 from tests.servers import serve_app
 from tests.tenants.test_http import BODY, QUESTIONS, app, auth, sha
 
@@ -92,7 +93,7 @@ def test_while_a_tenant_waits_another_gets_no_more_than_its_fair_share(tmp_path:
 
     with serve_app(server) as url, httpx.Client(base_url=url, timeout=60) as http, \
             concurrent.futures.ThreadPoolExecutor(4) as pool:
-        server.state.admission = InflightLimit(8, clock=lambda: 0.0)  # waiting never expires
+        services_of(server).admission = InflightLimit(8, clock=lambda: 0.0)  # waiting never expires
         held = [pool.submit(http.post, "/v1/systemone/batch", json=batch(name),
                             headers=auth("batcher-key")) for name in ("a", "b")]
         for _ in range(1000):  # until both batches are in the engine

@@ -19,6 +19,7 @@ from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
+from cascade.http.services import services_of
 from cascade.policy.model import Policy, UpstreamTier
 from cascade.settings import Settings
 from cascade.tenants.admission import TenantAdmission
@@ -81,7 +82,7 @@ def test_a_missing_wrong_or_expired_key_is_401_with_www_authenticate(
 def test_over_its_limit_a_tenant_gets_429_with_openai_rate_limit_headers(tmp_path: Path) -> None:
     with TestClient(app(tmp_path, TWO)) as client:
         clock = [0.0]
-        client.app.state.tenant_admission = TenantAdmission(LocalStore(lambda: clock[0]))
+        services_of(client.app).tenant_admission = TenantAdmission(LocalStore(lambda: clock[0]))
         first = client.post("/v1/systemone", json=BODY, headers=auth("acme-key"))
         assert first.status_code == 200
         assert first.headers["x-ratelimit-limit-requests"] == "2"
@@ -129,7 +130,7 @@ def test_a_cache_hit_is_charged_at_charge_cached_and_reported_as_cached(
                             Counting("upstream", per_question, independent=False))
     served = create_app(Settings(api_keys_file=str(path)), gateway)
     with serve_app(served) as url, httpx.Client(base_url=url, timeout=10) as http:
-        served.state.tenant_admission = TenantAdmission(LocalStore(lambda: 0.0))
+        services_of(served).tenant_admission = TenantAdmission(LocalStore(lambda: 0.0))
         left = 6000
         predicate = {**DECISION, "questions": [{**DECISION["questions"][0], "type": "predicate"}]}
         for route, body in (("/v1/decisions", predicate), ("/v1/systemone", BODY)):

@@ -17,6 +17,7 @@ from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
 from cascade.gateway import Gateway
 from cascade.http.app import create_app
+from cascade.http.services import services_of
 from cascade.policy.model import Models
 from cascade.settings import Settings
 from cascade.tenants.admission import TenantAdmission
@@ -63,7 +64,7 @@ def test_every_strong_answer_counts_against_the_quota(tmp_path: Path) -> None:
     before = limited._value.get()
     with serve_app(app) as url, httpx.Client(base_url=url, timeout=30) as http, \
             concurrent.futures.ThreadPoolExecutor(12) as pool:
-        app.state.tenant_admission = TenantAdmission(LocalStore(lambda: clock[0]))
+        services_of(app).tenant_admission = TenantAdmission(LocalStore(lambda: clock[0]))
         flood = list(pool.map(lambda _: http.post("/v1/systemone", json=STRONG_ONLY,
                                                   headers=auth("acme-key")), range(12)))
         decisions = http.post("/v1/decisions", headers=auth("acme-key"), json={
