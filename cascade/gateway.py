@@ -102,7 +102,9 @@ class Gateway(Reconfigurable):
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
         self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
-        self.reconfigured.append(lambda serving: self.control.rebase(serving.policy))
+        self.reconfigured.append(lambda serving: self.control.prepare(serving.policy))
+        if cache is not None:  # its identity of the next version's weights, hashed before it serves
+            self.reconfigured.append(cache.prepare)
 
     async def start(self) -> None:
         """Start every engine; if one fails, close them all (none is left half-running)."""

@@ -94,10 +94,23 @@ class DecisionCache:
         for known, version in self._versions:
             if known is policy:
                 return version
-        version = Version(policy=policy_hash(policy), calibration=calibration_hash(policy),
-                          tiers=dict(self._tier_ids(policy)))
-        self._versions = [(policy, version), *self._versions[: _VERSIONS - 1]]
+        version = self._identity(policy)
+        self._keep(policy, version)
         return version
+
+    def prepare(self, serving: Serving) -> Callable[[], None]:
+        """A reconfiguration hook (``cascade.policy.serving``): the next version's key parts,
+        computed now (the tiers' weights hashed, off the event loop when a reload prepares
+        it), kept by the returned step, so its first request hashes nothing."""
+        version = self._identity(serving.policy)
+        return lambda: self._keep(serving.policy, version)
+
+    def _identity(self, policy: Policy) -> Version:
+        return Version(policy=policy_hash(policy), calibration=calibration_hash(policy),
+                       tiers=dict(self._tier_ids(policy)))
+
+    def _keep(self, policy: Policy, version: Version) -> None:
+        self._versions = [(policy, version), *self._versions[: _VERSIONS - 1]]
 
     def lookup(self, driver: Driver, serving: Serving, *, tenant: str,
                control: CacheControl) -> Lookup:

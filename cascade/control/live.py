@@ -75,7 +75,7 @@ class LiveControl:
         self._target_won = False  # the budget could not be met (prefer = "accuracy")
         self._wait: Callable[[], float] | None = None
         self.strong_share = 0.0  # the last share the pacer measured (``cascade_strong_share``)
-        self._apply(policy, engines or {}, old=None)
+        self._plan(policy, engines or {}, old=None)()
 
     # ------------------------------------------------------------ what the gateway asks
 
@@ -162,40 +162,54 @@ class LiveControl:
         """Serve ``policy`` (a reload): its thresholds and ``[control]``; the observations stay,
         except confidences and labels read under other calibration temperatures. ``engines``:
         new engines, when the reload brought some."""
-        self._apply(policy, engines, old=self.policy)
+        self.prepare(policy, engines)()
 
-    def _apply(self, policy: Policy, engines: Mapping[str, object] | None,
-               old: Policy | None) -> None:
-        self.policy, control = policy, policy.control
+    def prepare(self, policy: Policy,
+                engines: Mapping[str, object] | None = None) -> Callable[[], None]:
+        """``rebase`` in two steps: what ``policy`` needs, computed now from it alone (nothing
+        changes; a reload runs this before its swap), and the step that applies it."""
+        return self._plan(policy, engines, old=self.policy)
+
+    def _plan(self, policy: Policy, engines: Mapping[str, object] | None,
+              old: Policy | None) -> Callable[[], None]:
+        control, wait = policy.control, self._wait
         if engines is not None:
             strong = engines.get(policy.route.strong or "")
-            self._wait = strong.expected_wait if isinstance(strong, Waiting) else None
+            wait = strong.expected_wait if isinstance(strong, Waiting) else None
         tier = policy.tiers.get(policy.route.strong or "")
-        self._wait_limit = (min(self.deadline_s, tier.timeout_s)
-                            if isinstance(tier, LayaTier | ClefTier) else self.deadline_s)
+        wait_limit = (min(self.deadline_s, tier.timeout_s)
+                      if isinstance(tier, LayaTier | ClefTier) else self.deadline_s)
         retempered = old is not None and (old.calibration.temperatures
                                           != policy.calibration.temperatures)
-        if control is None:
-            self.pacer = self.refit = None
-        else:
-            if self.pacer is None:
-                self.pacer = Pacer(control.max_strong_share, control.window_s, control.capacity)
-            else:
-                self.pacer.budget, self.pacer.window_s = control.max_strong_share, control.window_s
-                self.pacer.capacity = control.capacity
-            self.refit = self.refit or Refit(control)
-            self.refit.control = control
-            if retempered:
-                self.pacer.forget_samples()
-                self.refit.forget()
-        self._fitted = {} if retempered or control is None else self._fitted
-        self._configured: dict[Cell, float] = {
+        configured: dict[Cell, float] = {
             (qtype, band): value for qtype in QTYPES
             for band, value in policy.thresholds.confidence.of(qtype).items()}
-        self._next_refit = -math.inf  # refit at the next request
-        self._next_pace = -math.inf
-        self._pace = Pace({}, self._pace.share, None, False, False)
-        self._publish()
+        bands_of(configured)  # the gate's thresholds as bands: this policy's must make one
+        pacer = refit = None
+        if control is not None:
+            pacer = self.pacer or Pacer(control.max_strong_share, control.window_s,
+                                        control.capacity)
+            refit = self.refit or Refit(control)
+
+        def apply() -> None:
+            self.policy, self._wait, self._wait_limit = policy, wait, wait_limit
+            self.pacer, self.refit = pacer, refit
+            if control is not None:
+                assert pacer is not None and refit is not None
+                pacer.budget, pacer.window_s = control.max_strong_share, control.window_s
+                pacer.capacity = control.capacity
+                refit.control = control
+                if retempered:
+                    pacer.forget_samples()
+                    refit.forget()
+            self._fitted = {} if retempered or control is None else self._fitted
+            self._configured = configured
+            self._next_refit = -math.inf  # refit at the next request
+            self._next_pace = -math.inf
+            self._pace = Pace({}, self._pace.share, None, False, False)
+            self._publish()
+
+        return apply
 
     def status(self) -> dict[str, Any]:
         """For an admin view: what the gate applies now and why."""

@@ -3,13 +3,15 @@ the app serves, all or nothing. SIGHUP (``cascade.http.server``) and ``POST /adm
 (``cascade.http.admin``) both call ``Reloader.reload``.
 
 A reload reads the policy file (and the calibration file it names), ``--calibration``, the API
-keys file and the admin keys file, off the event loop (hashing weights for the calibration's
-stamp may take a moment), one reload at a time. Any failure leaves everything as it was:
-``ConfigRejected`` (422) with ``FILE[:LINE]: error: ...`` lines, or ``RestartNeeded`` (409) when
-a tier's definition changed (``Gateway.reconfigure``) or the keys file's ``[limits]`` did (the
-limits store is built at boot). Otherwise the gateway's ``Serving`` and
-the app's keys are swapped in one step on the event loop, so every request runs start to end on
-one version and none waits for a reload. Without a policy file (``--demo``, ``--upstream``,
+keys file and the admin keys file, and computes the next version in full (``Gateway.prepare``:
+its hashes, its gate, the decision cache's identity of the weights, each hook of the gateway's),
+off the event loop (hashing weights may take a moment), one reload at a time. Any failure leaves
+everything as it was: ``ConfigRejected`` (422) with ``FILE[:LINE]: error: ...`` lines (a file
+fails its checks, or a hook cannot apply the new policy), or ``RestartNeeded`` (409) when a
+tier's definition changed or the keys file's ``[limits]`` did (the limits store is built at
+boot). Otherwise the gateway's ``Serving`` and the app's keys are swapped in one step on the
+event loop, with nothing left to compute or fail, so every request runs start to end on one
+version and none waits for a reload or hashes anything. Without a policy file (``--demo``, ``--upstream``,
 ``--laya``/``--clef``) the policy stays the one built at boot; the calibration and key files are
 still read again.
 """
@@ -20,14 +22,14 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from cascade import metrics
 from cascade.build import reread_policy
 from cascade.errors import ConfigRejected, RestartNeeded
 from cascade.gateway import Gateway
 from cascade.policy.fingerprint import policy_hash
-from cascade.policy.model import Policy
+from cascade.policy.serving import Prepared
 from cascade.schema import ConfigState, LastReload, ReloadReport
 from cascade.settings import Secret, Settings, SettingsError
 from cascade.tenants.files import KeysFileError, load_tenants
@@ -58,6 +60,15 @@ def limits_restart(old: LimitsBackend, new: LimitsBackend) -> list[str]:
     return [f"restart needed: the API keys file's [limits] changes ({', '.join(changed)}; the "
             "limits store is built at boot); a reload applies keys, tenants, their limits and "
             "policies"]
+
+
+class Read(NamedTuple):
+    """What a reload read and computed: the next version (None: the policy is unchanged), the
+    tenants and the admin keys."""
+
+    prepared: Prepared | None
+    tenants: Tenants
+    admin: Keys
 
 
 class Reloader:
@@ -91,8 +102,8 @@ class Reloader:
 
     async def _run(self) -> ReloadReport:
         try:
-            policy, keys, admin = await asyncio.to_thread(self._read)
-            outcome = self._swap(policy, keys, admin)
+            read = await asyncio.to_thread(self._read)
+            outcome = self._swap(read)
         except ConfigRejected as exc:
             refused: Literal["restart_needed", "rejected"] = (
                 "restart_needed" if isinstance(exc, RestartNeeded) else "rejected")
@@ -108,9 +119,11 @@ class Reloader:
                             calibration_hash=serving.calibration_hash, read=self._files(),
                             note=None if self.settings.policy else NO_POLICY_FILE)
 
-    def _read(self) -> tuple[Policy, Tenants, Keys]:
-        """Every file, checked; nothing is applied here. The tenants (the client keys, their
-        limits and policies) are read against the new policy."""
+    def _read(self) -> Read:
+        """Every file, checked, and the next version computed in full (``Gateway.prepare``:
+        its hashes, its gate, the cache's identity of its weights); nothing is applied here.
+        The tenants (the client keys, their limits and policies) are read against the new
+        policy."""
         policy = reread_policy(self.settings, self.gateway.policy)
         try:
             tenants = load_tenants(self.settings, policy)  # the one place a reload reads keys
@@ -119,22 +132,24 @@ class Reloader:
             raise ConfigRejected(exc.messages) from exc
         except SettingsError as exc:
             raise ConfigRejected([str(exc)]) from exc
-        return policy, tenants, admin
-
-    def _swap(self, policy: Policy, tenants: Tenants,
-              admin: Keys) -> Literal["applied", "unchanged"]:
-        """All or nothing, with no await: ``reconfigure`` refuses before it changes anything.
-        The tenants' limit counters (the app's ``tenant_admission``) carry over."""
-        access = self.access
-        needed = limits_restart(access.tenants.backend, tenants.backend)
+        needed = limits_restart(self.access.tenants.backend, tenants.backend)
         if needed:
             raise RestartNeeded(needed)
         same_policy = policy_hash(policy) == self.gateway.serving.policy_hash
-        if same_policy and (tenants, admin) == (access.tenants, access.admin_keys):
+        prepared = None if same_policy else self.gateway.prepare(
+            policy, source=self.settings.policy or "<policy>")
+        return Read(prepared, tenants, admin)
+
+    def _swap(self, read: Read) -> Literal["applied", "unchanged"]:
+        """All or nothing, with no await: everything that can fail ran in ``_read``. The
+        tenants' limit counters (the app's ``tenant_admission``) carry over."""
+        access = self.access
+        if read.prepared is None and (read.tenants, read.admin) == (access.tenants,
+                                                                     access.admin_keys):
             return "unchanged"
-        if not same_policy:
-            self.gateway.reconfigure(policy)
-        access.tenants, access.admin_keys = tenants, admin
+        if read.prepared is not None:
+            self.gateway.swap(read.prepared)
+        access.tenants, access.admin_keys = read.tenants, read.admin
         return "applied"
 
     def _count(self, outcome: Literal["applied", "unchanged", "rejected", "restart_needed"],

@@ -1,9 +1,10 @@
 """The version of the policy a gateway serves, and how a reload swaps it.
 
 A ``Serving`` is never changed once built: a request reads the one serving when it starts, to
-its end. ``Reconfigurable.reconfigure`` swaps in the next one on the same engines, or raises
-``RestartNeeded`` when the new policy would need other engines (nothing changes then); breakers
-whose settings are unchanged keep their state.
+its end. ``Reconfigurable.reconfigure`` swaps in the next one on the same engines, all or
+nothing: everything it needs is computed first (``prepare``), or it raises ``RestartNeeded``
+when the new policy would need other engines, ``ConfigRejected`` when a hook cannot apply it
+(nothing changes then); breakers whose settings are unchanged keep their state.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import msgspec
 
 from cascade.engines.base import Engine, Previewing
-from cascade.errors import RestartNeeded
+from cascade.errors import ConfigRejected, RestartNeeded
 from cascade.policy.breaker import CircuitBreaker
 from cascade.policy.fingerprint import calibration_hash, policy_hash
 from cascade.policy.model import Policy, Tier
@@ -64,14 +65,32 @@ class TierState(msgspec.Struct, frozen=True):
     breaker: str
 
 
+# A reconfiguration hook: given the next ``Serving``, it checks and computes what that version
+# needs (a pure function of it) and returns the step that applies it at the swap, or None.
+Hook = Callable[[Serving], Callable[[], None] | None]
+
+
+class Prepared(msgspec.Struct, frozen=True):
+    """A swap computed in full before it is made (``Reconfigurable.prepare``): the version it
+    replaces, the next one, its breakers and what its hooks apply."""
+
+    base: Serving
+    serving: Serving
+    breakers: dict[str, CircuitBreaker]
+    steps: list[Callable[[], None]]
+
+
 class Reconfigurable:
     """The base of ``cascade.gateway.Gateway``: its ``engines`` and ``breakers``, and the
     ``serving`` version, swapped whole by ``reconfigure``. Requests take ``serving`` when they
     start; a breaker whose settings a reconfiguration changes is replaced at the swap.
 
-    ``reconfigured``: callables given the new ``Serving`` right after each swap, on the event
-    loop, before any request can start on it (live state derived from the policy re-bases
-    here). The swap is done by then: a hook that raises is logged and the others still run.
+    A reconfiguration is all or nothing, in two steps. ``prepare`` computes everything the next
+    version needs (its hashes, its breakers, and each hook of ``reconfigured`` given the next
+    ``Serving``: live state derived from the policy, the cache's identity of the weights) and
+    changes nothing: a reload runs it in a worker thread, and any failure refuses the version.
+    ``swap`` then makes it serve, on the event loop, with no await and nothing left to fail:
+    the steps the hooks returned run before any request can start on it.
     """
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine], *,
@@ -80,7 +99,7 @@ class Reconfigurable:
         self.engines = dict(engines)
         self.breakers = {name: CircuitBreaker(policy.breaker_for(name)) for name in self.engines}
         self.serving = Serving(policy, self.engines)
-        self.reconfigured: list[Callable[[Serving], None]] = []
+        self.reconfigured: list[Hook] = []
 
     @property
     def policy(self) -> Policy:
@@ -92,24 +111,47 @@ class Reconfigurable:
         self.reconfigure(policy)
 
     def reconfigure(self, policy: Policy) -> Serving:
-        """Serve ``policy`` from now on, on the same engines; raises ``RestartNeeded``, changing
-        nothing, when it would need others. Requests in flight end on their version."""
+        """Serve ``policy`` from now on, on the same engines (``prepare``, then ``swap``).
+        Requests in flight end on their version."""
+        return self.swap(self.prepare(policy))
+
+    def prepare(self, policy: Policy, *, source: str = "<policy>") -> Prepared:
+        """Everything serving ``policy`` needs, computed now; nothing changes. Raises
+        ``RestartNeeded`` when it would need other engines, ``ConfigRejected`` (a line naming
+        ``source``) when a hook cannot apply it."""
         reasons = restart_reasons(self.serving.policy, policy)
         if reasons:
             raise RestartNeeded([f"restart needed: {why}; a reload applies thresholds, routing, "
                                  "models, breakers, shadow, degrade, calibration and timeouts"
                                  for why in reasons])
-        self.breakers = {
-            name: breaker if policy.breaker_for(name) == breaker.config
-            else CircuitBreaker(policy.breaker_for(name))
-            for name, breaker in self.breakers.items()}
-        self.serving = serving = Serving(policy, self.engines)
+        base, serving = self.serving, Serving(policy, self.engines)
+        steps = []
         for hook in self.reconfigured:
             try:
-                hook(serving)
-            except Exception:
-                log.exception("a reconfiguration hook failed (the new policy serves)")
-        return serving
+                step = hook(serving)
+            except ConfigRejected:
+                raise
+            except Exception as exc:
+                log.exception("a reconfiguration hook refused the new policy")
+                raise ConfigRejected([f"{source}: error: the new policy cannot be applied: "
+                                      f"{exc}"]) from exc
+            if step is not None:
+                steps.append(step)
+        breakers = {name: breaker if policy.breaker_for(name) == breaker.config
+                    else CircuitBreaker(policy.breaker_for(name))
+                    for name, breaker in self.breakers.items()}
+        return Prepared(base=base, serving=serving, breakers=breakers, steps=steps)
+
+    def swap(self, prepared: Prepared) -> Serving:
+        """Serve ``prepared`` from now on (no await: every request starts on one version).
+        ``ConfigRejected`` when another version was swapped in since it was prepared."""
+        if prepared.base is not self.serving:
+            raise ConfigRejected(["the serving policy changed while this one was prepared; "
+                                  "reload again"])
+        self.breakers, self.serving = prepared.breakers, prepared.serving
+        for step in prepared.steps:
+            step()
+        return prepared.serving
 
     # ------------------------------------------------------------ what the front door reads
     # of the tiers (``cascade.http.view.GatewayView``)
