@@ -55,6 +55,8 @@ def _serve_fake(ports: Connection) -> None:
     from cascade.engines.fake import FakeEngine
     from cascade.gateway import Gateway
     from cascade.http.app import create_app
+    from cascade.http.drain import Drain
+    from cascade.http.server import DrainingServer
     from cascade.policy.model import Policy, UpstreamTier
     from cascade.settings import Settings
 
@@ -63,7 +65,7 @@ def _serve_fake(ports: Connection) -> None:
     config = uvicorn.Config(create_app(Settings(), gateway), log_level="error")
     sock = _listening()
     ports.send(sock.getsockname()[1])
-    uvicorn.Server(config).run(sockets=[sock])
+    DrainingServer(config, Drain(), 0.0).run(sockets=[sock])  # start-up frozen, as served
 
 
 def _serve_gateway(ports: Connection, upstream: str) -> None:

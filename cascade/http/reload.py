@@ -11,9 +11,9 @@ fails its checks, or a hook cannot apply the new policy), or ``RestartNeeded`` (
 tier's definition changed or the keys file's ``[limits]`` did (the limits store is built at
 boot). Otherwise the gateway's ``Serving`` and the app's keys are swapped in one step on the
 event loop, with nothing left to compute or fail, so every request runs start to end on one
-version and none waits for a reload or hashes anything. Without a policy file (``--demo``, ``--upstream``,
-``--laya``/``--clef``) the policy stays the one built at boot; the calibration and key files are
-still read again.
+version and none waits for a reload or hashes anything. Without a policy file (``--demo``,
+``--upstream``, ``--laya``/``--clef``) the policy stays the one built at boot; the calibration
+and key files are still read again.
 """
 
 from __future__ import annotations
