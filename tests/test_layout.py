@@ -10,7 +10,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "cascade"
 BASE = {"cascade", "cascade.schema", "cascade.errors", "cascade.settings", "cascade.metrics",
-        "cascade.questions", "cascade.calls"}
+        "cascade.questions", "cascade.calls", "cascade.overrides"}
 FORMATS = ("cascade.laya", "cascade.clef")
 # docs/code-map.md, top to bottom: a module imports only from its own layer or the ones below.
 # The model formats are one rank: neither may import the other. ``cascade.__main__`` is the
@@ -52,7 +52,7 @@ def _layer(module: str) -> str:
 
 def _rank(module: str) -> int:
     """The module's position in ``LAYERS`` (the base is below them all)."""
-    if module in BASE:
+    if module in BASE or _layer(module) in BASE:
         return len(LAYERS)
     for rank, layer in enumerate(LAYERS):
         if any(module == top or module.startswith(top + ".")

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import msgspec
 
 from cascade.errors import UnknownModel
+from cascade.overrides import msgspec as messages
 from cascade.policy.calibration import (
     CalibrationError,
     histogram_problem,
@@ -89,7 +90,7 @@ def _shape(value: Any, tp: Any, path: KeyPath) -> Iterator[Finding]:
         try:
             msgspec.convert(value, tp)
         except msgspec.ValidationError as exc:
-            what = str(exc).split(" - at ")[0]
+            what = messages.split(str(exc))[0]
             yield _err(path, f"`{'.'.join(path)}`: {what}")
             return
         if _non_finite(value):
