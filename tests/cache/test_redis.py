@@ -86,6 +86,7 @@ def test_entries_expire_in_redis(redis_url: str) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.slow
 def test_redis_down_is_a_counted_miss_never_a_5xx() -> None:
     policy = cheap_policy(backend="redis", url=f"redis://127.0.0.1:{free_port()}/0",
                           timeout_s=0.2, retry_s=0.5)
@@ -104,6 +105,7 @@ def test_redis_down_is_a_counted_miss_never_a_5xx() -> None:
     assert took < 3.0
 
 
+@pytest.mark.slow
 def test_a_hung_redis_is_bounded_by_the_timeout() -> None:
     """A listener that never answers (a stopped Redis): each lookup waits at most timeout_s."""
     listener = socket.socket()

@@ -143,6 +143,7 @@ def test_a_closed_port_is_a_connect_error() -> None:
     asyncio.run(client())
 
 
+@pytest.mark.slow
 def test_a_full_pool_waits_its_pool_timeout_then_is_overloaded() -> None:
     async def client(url: str, poster: AiohttpPoster) -> float:
         busy = asyncio.ensure_future(poster.post(url, JSON, b"{}"))

@@ -62,6 +62,7 @@ def test_admission_over_redis_counts_every_limit_as_locally() -> None:
         asyncio.run(main(url))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["stopped", "hung"])
 def test_a_redis_down_or_hung_fails_within_the_timeout(fault: str) -> None:
     async def main(url: str) -> float:
