@@ -73,7 +73,7 @@ from cascade.engines.posting import (
     Headers,
     HttpxPoster,
     Poster,
-    Reply,
+    UpstreamReply,
 )
 from cascade.errors import (
     EngineFailed,
@@ -304,12 +304,12 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
-def _unavailable(response: Reply) -> bool:
+def _unavailable(response: UpstreamReply) -> bool:
     """A 503 that means down or draining, not back-pressure (``overloaded_error``)."""
     return error_info(response.content).error_type != "overloaded_error"
 
 
-def raise_for_status(response: Reply, name: str) -> None:
+def raise_for_status(response: UpstreamReply, name: str) -> None:
     """Raise the ``cascade.errors`` exception for a non-200 ``response`` (see the module table)."""
     status = response.status_code
     if status == 200:
@@ -514,7 +514,7 @@ class HttpEngine:
         self._saw(upstream, "model", answer.model)
         return answer
 
-    async def _post(self, content: bytes, headers: Headers) -> tuple[Reply, _Upstream]:
+    async def _post(self, content: bytes, headers: Headers) -> tuple[UpstreamReply, _Upstream]:
         """One POST to the next healthy URL, moving on to the others after connect failures."""
         now = time.monotonic()
         healthy = [u for u in self._upstreams if u.up(now)]

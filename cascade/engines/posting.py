@@ -39,7 +39,7 @@ _KEEPALIVE_S = 5.0  # httpx's default keep-alive expiry
 _MAX_HEAD_LINE = 64 * 1024  # an answer's status line or header field (aiohttp's default: 8190)
 
 
-class Reply:
+class UpstreamReply:
     """An upstream's answer, read whole: ``headers`` is case-insensitive."""
 
     __slots__ = ("content", "headers", "status_code")
@@ -55,7 +55,7 @@ class ConnectFailed(Exception):
 
 
 class Poster(Protocol):
-    async def post(self, url: str, headers: Headers, content: bytes) -> Reply:
+    async def post(self, url: str, headers: Headers, content: bytes) -> UpstreamReply:
         """The answer of ``url``; raises ``ConnectFailed``, or ``Overloaded``,
         ``EngineTimeout`` or ``EngineFailed`` (see the module's table)."""
         ...
@@ -79,7 +79,7 @@ class AiohttpPoster:
         # the system's: an https upstream verifies as it did through httpx.
         self._tls = httpx.create_ssl_context()
 
-    async def post(self, url: str, headers: Headers, content: bytes) -> Reply:
+    async def post(self, url: str, headers: Headers, content: bytes) -> UpstreamReply:
         try:
             async with asyncio.timeout(self._pool_s):
                 await self._slots.acquire()
@@ -90,7 +90,7 @@ class AiohttpPoster:
         finally:
             self._slots.release()
 
-    async def _post(self, url: str, headers: Headers, content: bytes) -> Reply:
+    async def _post(self, url: str, headers: Headers, content: bytes) -> UpstreamReply:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=_KEEPALIVE_S,
                                              ssl=self._tls)
@@ -100,7 +100,7 @@ class AiohttpPoster:
         try:
             async with self._session.post(url, headers=headers, data=content,
                                           allow_redirects=False) as response:
-                return Reply(response.status, response.headers, await response.read())
+                return UpstreamReply(response.status, response.headers, await response.read())
         except aiohttp.ClientError as exc:
             raise aiohttp_error(self._name, url, exc) from exc
 
@@ -150,7 +150,7 @@ class HttpxPoster:
         self._close = close
         self._extensions = {"timeout": timeout.as_dict()}
 
-    async def post(self, url: str, headers: Headers, content: bytes) -> Reply:
+    async def post(self, url: str, headers: Headers, content: bytes) -> UpstreamReply:
         request = httpx.Request("POST", url, headers=headers, content=content,
                                 extensions=self._extensions)
         try:
@@ -161,7 +161,7 @@ class HttpxPoster:
                 await response.aclose()
         except httpx.HTTPError as exc:
             raise httpx_error(self._name, url, exc) from exc
-        return Reply(response.status_code, response.headers, response.content)
+        return UpstreamReply(response.status_code, response.headers, response.content)
 
     async def aclose(self) -> None:
         await self._close()

@@ -16,7 +16,7 @@ from litestar.testing import TestClient
 
 from cascade import metrics
 from cascade.cache.decision import build_cache
-from cascade.cache.redis_store import RedisStore
+from cascade.cache.redis_store import RedisCacheStore
 from cascade.http.app import create_app
 from cascade.settings import Settings
 from tests.cache.helpers import Counting, call, cheap_policy, gateway, per_question
@@ -74,7 +74,7 @@ def test_two_gateways_share_answers_through_redis(redis_url: str) -> None:
 
 def test_entries_expire_in_redis(redis_url: str) -> None:
     async def run() -> None:
-        store = RedisStore(redis_url, ttl_s=0.2, timeout_s=2.0, retry_s=1.0)
+        store = RedisCacheStore(redis_url, ttl_s=0.2, timeout_s=2.0, retry_s=1.0)
         try:
             await store.put_many({"k": b"v"})
             assert await store.get_many(["k", "absent"]) == [b"v", None]
@@ -114,7 +114,8 @@ def test_a_hung_redis_is_bounded_by_the_timeout() -> None:
     port = listener.getsockname()[1]
 
     async def run() -> float:
-        store = RedisStore(f"redis://127.0.0.1:{port}/0", ttl_s=60, timeout_s=0.2, retry_s=0.01)
+        store = RedisCacheStore(f"redis://127.0.0.1:{port}/0", ttl_s=60, timeout_s=0.2,
+                                retry_s=0.01)
         try:
             started = time.monotonic()
             assert await store.get_many(["k"]) == [None]

@@ -16,7 +16,7 @@ import aiohttp
 import httpx
 import pytest
 
-from cascade.engines.posting import AiohttpPoster, ConnectFailed, Reply, aiohttp_error
+from cascade.engines.posting import AiohttpPoster, ConnectFailed, UpstreamReply, aiohttp_error
 from cascade.errors import EngineFailed, EngineTimeout, Overloaded
 from tests.servers import read_request
 
@@ -57,7 +57,7 @@ def test_a_request_goes_out_as_built_and_its_answer_comes_back() -> None:
             writer.write(answer(b'{"ok": true}', b"x-a: 1", b"x-a: 2", b"set-cookie: s=1"))
             await writer.drain()
 
-    async def client(url: str, poster: AiohttpPoster) -> list[Reply]:
+    async def client(url: str, poster: AiohttpPoster) -> list[UpstreamReply]:
         return [await poster.post(url, [*JSON, ("authorization", "Bearer k"),
                                         ("x-request-id", f"r{i}")], b'{"q": 1}')
                 for i in range(3)]
@@ -168,7 +168,7 @@ def test_a_long_header_field_is_read() -> None:
         writer.write(answer(b"{}", b"x-long: " + b"a" * 20_000))
         await writer.drain()
 
-    async def client(url: str, poster: AiohttpPoster) -> Reply:
+    async def client(url: str, poster: AiohttpPoster) -> UpstreamReply:
         return await poster.post(url, JSON, b"{}")
 
     reply = asyncio.run(scenario(script, client))
