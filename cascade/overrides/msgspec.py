@@ -11,22 +11,21 @@ from cascade.overrides import require
 
 require("msgspec", ">=0.22,<0.23", __name__)
 
-Loc = list[str | int]
-
 _AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 _STEP = re.compile(r"\.(\w+)|\[(\d+|\.\.\.)\]")
 _MISSING = re.compile(r"Object missing required field `(\w+)`")
 _BYTE = re.compile(r"\(byte (\d+)\)$")
 _TOO_LONG = "Expected `str` of length <="
+_BOUND = re.compile(r"Expected `(int|float)` [<>]=? -?[0-9.e+]+$")
 
 
-def split(message: str) -> tuple[str, Loc]:
+def split(message: str) -> tuple[str, list[str | int]]:
     """A ``ValidationError``'s message as its reason and where it is: ``.questions[0].type``
     -> ``["questions", 0, "type"]``; an index msgspec elides (``[...]``) is left out; ``[]``
     for the top of the document."""
     found = _AT.search(message)
     reason = message[: found.start()] if found else message
-    loc: Loc = []
+    loc: list[str | int] = []
     for name, index in _STEP.findall(found.group("path")) if found else []:
         if name:
             loc.append(name)
@@ -39,6 +38,12 @@ def missing_field(reason: str) -> str | None:
     """The field a ``missing required field`` reason names, else ``None``."""
     found = _MISSING.match(reason)
     return found.group(1) if found else None
+
+
+def out_of_bounds(reason: str) -> bool:
+    """Whether ``reason`` (or a message ending with it) is a number outside the bounds its
+    ``Meta`` declares (``Expected `int` >= 1``)."""
+    return _BOUND.search(reason) is not None
 
 
 def too_long(reason: str) -> bool:
