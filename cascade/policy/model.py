@@ -34,7 +34,7 @@ _Name = TypeVar("_Name", bound=str)  # a checkpoint name, typed as Checkpoint or
 # cascade.policy.files reports each as a FILE:LINE error with the key's path.
 Positive = Annotated[float, Meta(gt=0.0)]  # seconds and sizes that must be above 0
 NonNegative = Annotated[float, Meta(ge=0.0)]
-Target = Annotated[float, Meta(gt=0.0, lt=1.0)]  # an accuracy target: 1.0 cannot be certified
+AccuracyTarget = Annotated[float, Meta(gt=0.0, lt=1.0)]  # 1.0 could never be certified
 
 
 class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -286,9 +286,9 @@ class DecisionLog(_Strict, frozen=True):
 class Targets(_Strict, frozen=True):
     """Per-type accuracy targets; a type left out has none."""
 
-    choice: Target | None = None
-    score: Target | None = None
-    noul: Target | None = None
+    choice: AccuracyTarget | None = None
+    score: AccuracyTarget | None = None
+    noul: AccuracyTarget | None = None
 
     def of(self, qtype: str) -> float | None:
         return {"choice": self.choice, "score": self.score, "noul": self.noul}.get(qtype)
@@ -314,7 +314,7 @@ class Control(_Strict, frozen=True):
     max_strong_share: Unit | None = None
     window_s: Positive = 300.0
     capacity: bool = True
-    target_accuracy: Target | Targets | None = None
+    target_accuracy: AccuracyTarget | Targets | None = None
     prefer: Literal["budget", "accuracy"] = "budget"
     refit_interval_s: Positive = 60.0
     min_labels: Count = 30
