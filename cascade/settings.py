@@ -130,6 +130,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # PostgreSQL only: a file holding the database password (a mounted Secret), when neither the
     # URL nor PGPASSWORD has it; offline readers (cascade usage, eval, ...) read it too.
     decision_log_password_file: str | None = None
+    # This gateway's name in the rows it writes (default: the hostname).
+    replica: str | None = None
     # Repeated log lines: the first log_repeat_burst of each kind per log_repeat_interval_s pass;
     # the rest are counted and reported with the next line of that kind.
     log_repeat_burst: Count = 5
@@ -185,6 +187,11 @@ _MAPS = {"laya"}
 # Flags whose name is not the field's (``cascade serve``), so an error names what was typed.
 _FLAGS = {"admission_deadline_s": "--admission-deadline", "clef_max_length": "--max-length",
           "clef_overlong": "--overlong"}
+
+
+def is_database_url(target: str | Path) -> bool:
+    """Whether a decision-log setting names a PostgreSQL database (else a SQLite file's path)."""
+    return str(target).startswith(("postgresql://", "postgres://"))
 
 
 def env_value(field: str, environ: Mapping[str, str] | None = None) -> str | None:
