@@ -385,6 +385,22 @@ class ConfigInfo(Collector):
             "hashes, cascade.policy.fingerprint).", labels=["policy_hash", "calibration_hash"])
         info.add_metric(list(self._hashes()), 1.0)
         yield info
+
+# ---------------------------------------------------------------- fleet (cascade.fleet)
+FLEET_CONFIG_SKEW = Gauge(
+    "cascade_fleet_config_skew",
+    "Replicas seen (heartbeat within CASCADE_FLEET_SEEN_S) serving another policy or calibration "
+    "hash than most replicas do, as this replica read the fleet at its last heartbeat.",
+)
+FLEET_REPLICAS = Gauge(
+    "cascade_fleet_replicas",
+    "Replicas seen (heartbeat within CASCADE_FLEET_SEEN_S) at this replica's last heartbeat.",
+)
+FLEET_ERRORS = Counter(
+    "cascade_fleet_errors_total",
+    "Heartbeats (write and fleet read) that failed or timed out on the fleet's Redis.",
+)
+
 # ---------------------------------------------------------------- drift (cascade.control.drift)
 
 UPSTREAM_MODEL_CHANGES = Counter(
