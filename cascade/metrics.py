@@ -387,6 +387,20 @@ class ConfigInfo(Collector):
         yield info
 
 # ---------------------------------------------------------------- fleet (cascade.fleet)
+class InflightGauge(Collector):
+    """``cascade_inflight_requests``: one app's in-flight permits taken now, read at scrape
+    time (an autoscaler's signal beside the queue wait: KEDA's ScaledObject in deploy/k8s)."""
+
+    def __init__(self, inflight: Callable[[], int]) -> None:
+        self._inflight = inflight
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "cascade_inflight_requests", "Requests in flight now, holding the gateway's "
+            "in-flight permits (a batch holds one per state; CASCADE_MAX_INFLIGHT of them).",
+            value=self._inflight())
+
+
 FLEET_CONFIG_SKEW = Gauge(
     "cascade_fleet_config_skew",
     "Replicas seen (heartbeat within CASCADE_FLEET_SEEN_S) serving another policy or calibration "

@@ -447,6 +447,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
     app.state.ready = False
     app.state.drain = drain or Drain()  # begun on SIGTERM by cascade.http.server
     app.state.gauges = registry_of(gateway)
+    app.state.gauges.register(metrics.InflightGauge(lambda: app.state.admission.inflight))
     app.state.learner = gateway.control  # feedback labels go to the live refit
     reloadable(app.state, settings, gateway)  # SIGHUP and /admin/reload (cascade.http.reload)
     return app
