@@ -147,7 +147,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # fleet_heartbeat_s, seen for fleet_seen_s (GET /admin/fleet), and answers a fleet reload
     # (POST /admin/reload?scope=fleet) on pub/sub; the caller waits fleet_reply_s for answers.
     # Unset: the [limits] or [cache] Redis when either is on Redis, else no fleet.
-    fleet_redis: str | None = None
+    fleet_redis: Annotated[str, msgspec.Meta(pattern=r"^(redis|rediss|unix)://")] | None = None
     fleet_heartbeat_s: Seconds = 10.0
     fleet_seen_s: Seconds = 60.0
     fleet_reply_s: Seconds = 5.0

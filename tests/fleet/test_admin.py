@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from litestar.testing import TestClient
 
 from cascade import metrics
 from cascade.fleet.member import fleet_url
-from cascade.settings import Settings
+from cascade.settings import Settings, SettingsError, from_env
 from tests.http.test_reload import ADMIN, BODY, app_on, policy_text
 from tests.servers import free_port
 
@@ -54,3 +55,9 @@ def test_the_fleet_meets_on_its_own_redis_else_the_limits_else_the_cache() -> No
     assert fleet_url(Settings(), "redis://limits/0", "redis://cache/0") == "redis://limits/0"
     assert fleet_url(Settings(), None, "redis://cache/0") == "redis://cache/0"
     assert fleet_url(Settings(), None, None) is None
+
+
+def test_a_fleet_redis_that_is_no_redis_url_stops_the_boot() -> None:
+    with pytest.raises(SettingsError, match="CASCADE_FLEET_REDIS=127.0.0.1:6379"):
+        from_env({"CASCADE_FLEET_REDIS": "127.0.0.1:6379"})
+    assert from_env({"CASCADE_FLEET_REDIS": "rediss://r:6380/1"}).fleet_redis == "rediss://r:6380/1"
