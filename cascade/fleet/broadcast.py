@@ -83,7 +83,11 @@ async def listen(client: aioredis.Redis, reload: Callable[[], Awaitable[ReplicaR
                         log.warning("fleet reload: a call this version cannot read (ignored)")
                         continue
                     log.info("fleet reload asked by %s", call.origin)
-                    outcome = await reload()
+                    try:
+                        outcome = await reload()
+                    except Exception:  # unanswered (listed as such); the next call is heard
+                        log.exception("fleet reload asked by %s failed", call.origin)
+                        continue
                     await client.publish(call.reply, msgspec.json.encode(outcome))
         except (RedisError, OSError) as exc:
             log.warning("fleet reload: Redis lost (%s); listening again in %g s", exc, retry_s)

@@ -67,11 +67,17 @@ async def fleet_lifespan(app: Litestar) -> AsyncIterator[None]:
     """Starts the watcher and the fleet membership the settings ask for; stops them."""
     settings, reloader = app.state.settings, app.state.reloader
     loop, started, replica = asyncio.get_running_loop(), time.monotonic(), replica_name()
-    reloads: set[asyncio.Task[ReplicaReload]] = set()
+    reloads: set[asyncio.Task[None]] = set()
+
+    async def reload() -> None:
+        try:
+            await outcome(reloader, replica)  # a refusal is logged and counted by the reloader
+        except Exception:
+            log.exception("the reload of the watched files failed; the running version serves")
 
     def reload_soon() -> None:  # on the watcher's thread
         def run() -> None:
-            task = loop.create_task(outcome(reloader, replica))  # refusals: logged, counted
+            task = loop.create_task(reload())
             reloads.add(task)
             task.add_done_callback(reloads.discard)
         loop.call_soon_threadsafe(run)

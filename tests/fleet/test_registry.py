@@ -99,3 +99,38 @@ def test_a_fleet_reload_lists_every_outcome_refusals_and_the_silent(redis_url: s
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_reload_that_raises_goes_unanswered_and_the_listener_hears_the_next(
+        redis_url: str) -> None:
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        await client.flushdb()
+        calls = 0
+
+        async def reload() -> ReplicaReload:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("a bug")
+            return ReplicaReload(replica="a", outcome="unchanged", policy_hash="p",
+                                 calibration_hash="c")
+
+        listener = asyncio.create_task(listen(aioredis.Redis.from_url(redis_url), reload, 0.1))
+        deadline = time.monotonic() + 10
+        while await client.pubsub_numsub("cascade:fleet:reload") != [
+                (b"cascade:fleet:reload", 1)] and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+        async def names() -> list[str]:
+            return ["a"]
+
+        first = await ask(client, "b", timeout_s=1.0, seen=names)
+        assert first.replicas == [] and first.not_answered == ["a"]
+        second = await ask(client, "b", timeout_s=5.0, seen=names)
+        assert [r.outcome for r in second.replicas] == ["unchanged"] and calls == 2
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        await client.aclose()
+
+    asyncio.run(main())
