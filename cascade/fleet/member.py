@@ -60,7 +60,7 @@ class Member:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         with contextlib.suppress(RedisError, OSError):
-            await self.client.delete(self.registry.key(self.me().replica))
+            await self.registry.leave(self.me().replica)
         await self.client.aclose()
         await self.subscriber.aclose()
 

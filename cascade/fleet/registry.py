@@ -1,7 +1,9 @@
 """Who is in the fleet: each replica's heartbeat is a Redis key that expires after ``seen_s``, so
-the keys alive are the replicas seen within it. A heartbeat's age is read from its remaining TTL
-(Redis's clock: replicas' clocks may disagree). ``skew`` is pure: which replicas serve another
-(policy, calibration) pair than most do.
+the keys alive are the replicas seen within it, and its name goes in one sorted set (``INDEX``,
+scored by Redis's clock, pruned as it is written) so reading the fleet never scans a keyspace it
+may share with the decision cache. A heartbeat's age is read from its remaining TTL (Redis's
+clock: replicas' clocks may disagree). ``skew`` is pure: which replicas serve another (policy,
+calibration) pair than most do.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -16,6 +19,16 @@ import redis.asyncio as aioredis
 from cascade.schema import FleetView, ReplicaSeen
 
 PREFIX = "cascade:fleet:replica:"
+INDEX = "cascade:fleet:replicas"
+# KEYS: the index, the replica's key; ARGV: its name, its heartbeat, seen_s in ms.
+_BEAT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+"""
 _decoder = msgspec.json.Decoder(ReplicaSeen)
 
 
@@ -40,6 +53,7 @@ class Registry:
 
     def __init__(self, client: aioredis.Redis, seen_s: float) -> None:
         self.client, self.seen_s = client, seen_s
+        self._beat = client.register_script(_BEAT)  # EVALSHA, loaded on first use
 
     @staticmethod
     def key(replica: str) -> str:
@@ -47,12 +61,20 @@ class Registry:
 
     async def beat(self, seen: ReplicaSeen) -> None:
         """This replica is alive and serves ``seen`` (for ``seen_s`` from now)."""
-        await self.client.set(self.key(seen.replica), msgspec.json.encode(seen),
-                              px=math.ceil(self.seen_s * 1000))
+        await self._beat(keys=[INDEX, self.key(seen.replica)], args=[
+            seen.replica, msgspec.json.encode(seen), math.ceil(self.seen_s * 1000)])
+
+    async def leave(self, replica: str) -> None:
+        """``replica`` is gone (it shuts down): no longer seen."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(self.key(replica))
+        pipe.zrem(INDEX, replica)
+        await pipe.execute()
 
     async def seen(self) -> list[ReplicaSeen]:
         """The replicas whose heartbeat is alive, with its age."""
-        keys = [key async for key in self.client.scan_iter(match=PREFIX + "*", count=500)]
+        names = cast(list[bytes], await self.client.zrange(INDEX, 0, -1))
+        keys = [self.key(name.decode()) for name in names]
         if not keys:
             return []
         pipe = self.client.pipeline(transaction=False)

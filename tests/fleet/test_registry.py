@@ -46,6 +46,8 @@ def test_heartbeats_are_seen_with_their_age_until_they_expire(redis_url: str) ->
         await registry.beat(seen("a"))
         await registry.beat(seen("b", "p2"))
         await client.set("cascade:fleet:replica:junk", b"not json")  # another version's
+        await client.zadd("cascade:fleet:replicas", {"junk": 9e15})
+        await client.set("cascade:fleet:replica:other", seen("other").replica)  # not indexed
         found = await registry.seen()
         assert sorted(r.replica for r in found) == ["a", "b"]
         assert all(0.0 <= r.age_s <= 0.5 for r in found)
@@ -53,6 +55,12 @@ def test_heartbeats_are_seen_with_their_age_until_they_expire(redis_url: str) ->
         while await registry.seen() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert await registry.seen() == []  # expired: no longer in the fleet
+        assert not await client.exists("cascade:fleet:replicas")  # the index expires too
+        await client.zadd("cascade:fleet:replicas", {"gone": 0})  # beat long ago
+        await registry.beat(seen("c"))
+        assert await client.zrange("cascade:fleet:replicas", 0, -1) == [b"c"]  # pruned
+        await registry.leave("c")
+        assert await registry.seen() == [] and not await client.exists("cascade:fleet:replica:c")
         await client.aclose()
 
     asyncio.run(main())
