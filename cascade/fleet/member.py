@@ -13,6 +13,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from cascade import metrics
@@ -31,18 +34,32 @@ def fleet_url(settings: Settings, limits_url: str | None, cache_url: str | None)
     return settings.fleet_redis or limits_url or cache_url
 
 
+def _again() -> Retry:
+    """A pooled connection Redis closed (it restarted) is reconnected and the command sent
+    again, once."""
+    return Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+
+
+def commands(url: str) -> aioredis.Redis:
+    """The client for heartbeats and calls: each bounded by ``TIMEOUT_S``."""
+    return aioredis.Redis.from_url(url, socket_timeout=TIMEOUT_S,
+                                   socket_connect_timeout=TIMEOUT_S, retry=_again())
+
+
+def subscriber(url: str) -> aioredis.Redis:
+    """The listener's client: its connection idles between calls (no read timeout, kept
+    alive)."""
+    return aioredis.Redis.from_url(url, socket_connect_timeout=TIMEOUT_S, socket_keepalive=True,
+                                   health_check_interval=30, retry=_again())
+
+
 class Member:
     """Joins the fleet at ``start``, leaves at ``aclose`` (its heartbeat key is deleted).
     ``me()``: this replica's heartbeat now; ``reload()``: its reload, as a fleet answer."""
 
     def __init__(self, url: str, settings: Settings, me: Callable[[], ReplicaSeen],
                  reload: Callable[[], Awaitable[ReplicaReload]]) -> None:
-        self.client = aioredis.Redis.from_url(
-            url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
-        # The listener's connection idles between calls: no read timeout, kept alive.
-        self.subscriber = aioredis.Redis.from_url(
-            url, socket_connect_timeout=TIMEOUT_S, socket_keepalive=True,
-            health_check_interval=30)
+        self.client, self.subscriber = commands(url), subscriber(url)
         self.registry = Registry(self.client, settings.fleet_seen_s)
         self.heartbeat_s, self.reply_s = settings.fleet_heartbeat_s, settings.fleet_reply_s
         self.me, self.reload = me, reload

@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from cascade.fleet.broadcast import ask, listen
+from cascade.fleet.member import commands, subscriber
 from cascade.fleet.registry import Registry, skew
 from cascade.schema import ReplicaReload, ReplicaSeen
 from tests.servers import run_redis
@@ -40,7 +41,7 @@ def redis_url() -> Iterator[str]:
 
 def test_heartbeats_are_seen_with_their_age_until_they_expire(redis_url: str) -> None:
     async def main() -> None:
-        client = aioredis.Redis.from_url(redis_url)
+        client = commands(redis_url)
         await client.flushdb()
         registry = Registry(client, seen_s=0.5)
         await registry.beat(seen("a"))
@@ -68,7 +69,7 @@ def test_heartbeats_are_seen_with_their_age_until_they_expire(redis_url: str) ->
 
 def test_a_fleet_reload_lists_every_outcome_refusals_and_the_silent(redis_url: str) -> None:
     async def main() -> None:
-        client = aioredis.Redis.from_url(redis_url)
+        client = commands(redis_url)
         await client.flushdb()
         registry = Registry(client, seen_s=30)
         asked: list[str] = []
@@ -82,9 +83,10 @@ def test_a_fleet_reload_lists_every_outcome_refusals_and_the_silent(redis_url: s
                                      calibration_hash="c1", errors=errors)
             return reload
 
-        listeners = [asyncio.create_task(listen(aioredis.Redis.from_url(redis_url),
-                                                replica(n, o), 0.1))  # type: ignore[arg-type]
-                     for n, o in (("a", "applied"), ("b", "applied"), ("c", "rejected"))]
+        subscribers = [subscriber(redis_url) for _ in range(3)]
+        listeners = [asyncio.create_task(listen(sub, replica(n, o), 0.1))  # type: ignore[arg-type]
+                     for sub, (n, o) in zip(subscribers, (("a", "applied"), ("b", "applied"),
+                                                          ("c", "rejected")), strict=True)]
         for name in ("a", "b", "c", "ghost"):  # ghost beats but listens to nothing
             await registry.beat(seen(name))
         deadline = time.monotonic() + 10
@@ -104,6 +106,8 @@ def test_a_fleet_reload_lists_every_outcome_refusals_and_the_silent(redis_url: s
         for task in listeners:
             task.cancel()
         await asyncio.gather(*listeners, return_exceptions=True)
+        for sub in subscribers:
+            await sub.aclose()
         await client.aclose()
 
     asyncio.run(main())
@@ -112,7 +116,7 @@ def test_a_fleet_reload_lists_every_outcome_refusals_and_the_silent(redis_url: s
 def test_a_reload_that_raises_goes_unanswered_and_the_listener_hears_the_next(
         redis_url: str) -> None:
     async def main() -> None:
-        client = aioredis.Redis.from_url(redis_url)
+        client = commands(redis_url)
         await client.flushdb()
         calls = 0
 
@@ -124,7 +128,8 @@ def test_a_reload_that_raises_goes_unanswered_and_the_listener_hears_the_next(
             return ReplicaReload(replica="a", outcome="unchanged", policy_hash="p",
                                  calibration_hash="c")
 
-        listener = asyncio.create_task(listen(aioredis.Redis.from_url(redis_url), reload, 0.1))
+        sub = subscriber(redis_url)
+        listener = asyncio.create_task(listen(sub, reload, 0.1))
         deadline = time.monotonic() + 10
         while await client.pubsub_numsub("cascade:fleet:reload") != [
                 (b"cascade:fleet:reload", 1)] and time.monotonic() < deadline:
@@ -139,6 +144,44 @@ def test_a_reload_that_raises_goes_unanswered_and_the_listener_hears_the_next(
         assert [r.outcome for r in second.replicas] == ["unchanged"] and calls == 2
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
+        await sub.aclose()
         await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_the_listener_hears_calls_again_once_redis_is_back() -> None:
+    """Redis restarted (nothing kept): the listener subscribes again within its retry."""
+    async def main() -> None:
+        async def reload() -> ReplicaReload:
+            return ReplicaReload(replica="a", outcome="unchanged", policy_hash="p",
+                                 calibration_hash="c")
+
+        async def names() -> list[str]:
+            return ["a"]
+
+        async def listening(client: aioredis.Redis) -> None:
+            deadline = time.monotonic() + 20
+            while await client.pubsub_numsub("cascade:fleet:reload") != [
+                    (b"cascade:fleet:reload", 1)] and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+
+        with run_redis() as (url, _):
+            port = int(url.rsplit(":", 1)[1].split("/")[0])
+            sub = subscriber(url)
+            listener = asyncio.create_task(listen(sub, reload, 0.1))
+            client = commands(url)
+            await listening(client)
+            assert [r.replica for r in (await ask(client, "b", 5.0, names)).replicas] == ["a"]
+            await client.aclose()
+        with run_redis(port=port) as (url, _):
+            client = commands(url)
+            await listening(client)
+            report = await ask(client, "b", 5.0, names)
+            assert [r.replica for r in report.replicas] == ["a"] and report.not_answered == []
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+            await sub.aclose()
+            await client.aclose()
 
     asyncio.run(main())
