@@ -141,6 +141,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # api_keys_file. A reload (SIGHUP, /admin/reload) reads both key files again.
     admin_keys: tuple[str, ...] = ()
     admin_keys_file: str | None = None
+    # Watch the policy, calibration and key files every watch_s seconds (0: off) and reload
+    # once a change has held still for one more look; a Kubernetes ConfigMap's symlink swap
+    # counts (cascade.fleet.watch).
+    watch_s: Wait = 0.0
+    # The Redis replicas meet on (cascade.fleet): each writes a heartbeat every
+    # fleet_heartbeat_s, seen for fleet_seen_s (GET /admin/fleet), and answers a fleet reload
+    # (POST /admin/reload?scope=fleet) on pub/sub; the caller waits fleet_reply_s for answers.
+    # Unset: the [limits] or [cache] Redis when either is on Redis, else no fleet.
+    fleet_redis: Annotated[str, msgspec.Meta(pattern=r"^(redis|rediss|unix)://")] | None = None
+    fleet_heartbeat_s: Seconds = 10.0
+    fleet_seen_s: Seconds = 60.0
+    fleet_reply_s: Seconds = 5.0
     # Precision of the Laya tier --laya builds: "int8" serves the int8 export, only with a
     # passing flip report for its weights (a policy file sets [tiers.laya] precision itself).
     laya_precision: Literal["fp32", "int8"] = "fp32"

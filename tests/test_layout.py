@@ -18,7 +18,8 @@ FORMATS = ("cascade.laya", "cascade.clef")
 LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
           "cascade.contracts", "cascade.request", "cascade.build", "cascade.gateway",
           "cascade.store", "cascade.cache", "cascade.tiercall", "cascade.answers",
-          "cascade.control", "cascade.tenants", "cascade.policy", "cascade.engines", FORMATS]
+          "cascade.control", "cascade.tenants", "cascade.fleet", "cascade.policy",
+          "cascade.engines", FORMATS]
 
 
 def _module(path: Path) -> str:
