@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import hmac
 
-from litestar import Response, Router, get, post
+from litestar import Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
-from cascade.errors import ConfigRejected, Forbidden, Unauthorized
+from cascade.errors import ConfigRejected, Forbidden, Unauthorized, ValidationFailed
 from cascade.http.errors import status_of
+from cascade.http.fleet import fleet, reload_fleet
 from cascade.http.reload import Access
 from cascade.http.services import Services, services_of
 from cascade.http.tenancy import bearer
@@ -76,10 +77,19 @@ def require_operator(connection: ASGIConnection, access: Access, what: str) -> N
 
 
 @post("/reload", status_code=200)
-async def reload(services: Services) -> Response[bytes]:
+async def reload(request: Request, services: Services) -> Response[bytes]:
     """Read the policy, calibration and key files again and swap them in, all or nothing
     (``cascade.http.reload``): 200 with a ``ReloadReport``; 422 (a file fails its checks) or
-    409 (a restart is needed) with the ``FILE[:LINE]: error: ...`` lines, nothing changed."""
+    409 (a restart is needed) with the ``FILE[:LINE]: error: ...`` lines, nothing changed.
+    ``?scope=fleet``: every replica reloads (``cascade.http.fleet``), 200 with each one's
+    outcome in a ``FleetReloadReport``."""
+    scope = request.query_params.get("scope", "replica")
+    if scope == "fleet":
+        fleet_report = await reload_fleet(services)
+        return Response(content=encoder.encode(fleet_report), status_code=200, media_type=JSON)
+    if scope != "replica":
+        raise ValidationFailed([{"loc": ["query", "scope"], "type": "value_error",
+                                 "msg": "scope is `replica` (the default) or `fleet`"}])
     reloader = services.reloader
     try:
         report = await reloader.reload()
@@ -118,7 +128,7 @@ def _control_status(services: Services) -> Response[bytes]:
     return Response(content=encoder.encode(status), status_code=200, media_type=JSON)
 
 
-ROUTES = [reload, control, freeze, unfreeze]
+ROUTES = [reload, control, freeze, unfreeze, fleet]
 
 
 def admin_router() -> Router:

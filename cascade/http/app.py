@@ -43,6 +43,7 @@ from cascade.http.admin import admin_router, operator_view, require_operator
 from cascade.http.context import context_of
 from cascade.http.drain import Drain
 from cascade.http.errors import decisions_status, retry_after_header, status_of
+from cascade.http.fleet import fleet_lifespan
 from cascade.http.gauges import registry_of
 from cascade.http.intake import read_batch_calls, read_call, read_decision, read_request
 from cascade.http.openapi import (
@@ -404,6 +405,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         body_reads=BodyReads(settings.max_body_reads, settings.max_body_reads_per_client),
         drain=drain or Drain(),  # begun on SIGTERM by cascade.http.server
         gauges=registry_of(view))
+    services.gauges.register(metrics.InflightGauge(lambda: services.admission.inflight))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -424,7 +426,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
                         prometheus_metrics, feedback.route(_guarded), usage.route, admin_router()],
         dependencies={"services": Provide(lambda: services, sync_to_thread=False)},
-        lifespan=[lifespan],
+        lifespan=[lifespan, fleet_lifespan],  # fleet: file watch and membership
         before_send=[echo_request_id, tenancy.rate_headers],
         exception_handlers={
             CascadeError: _handle_cascade_error,

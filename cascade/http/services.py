@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from cascade.control.evidence import Learner
 from cascade.control.live import LiveControl
+from cascade.fleet.member import Member
 from cascade.gateway import Gateway
 from cascade.http.drain import Drain
 from cascade.http.permits import InflightLimit
@@ -37,7 +38,7 @@ class Services:
     ``/health``, ``/ready``, ``/v1/models`` and the gauges read of it; ``control``, ``learner``,
     ``decisions`` and ``usage`` are its parts the admin, feedback and usage routes use. What
     changes: ``ready`` (true while the gateway serves), ``access`` (a reload swaps it), and
-    ``decode_pool`` and ``tenant_admission``, made by the app's lifespan."""
+    ``decode_pool``, ``tenant_admission`` and ``fleet``, made by the app's lifespans."""
 
     settings: Settings
     gateway: Gateway
@@ -54,6 +55,7 @@ class Services:
     drain: Drain
     gauges: CollectorRegistry  # the gateway's gauges (cascade.http.gauges)
     ready: bool = False
+    fleet: Member | None = None  # the fleet membership (cascade.http.fleet's lifespan)
     decode_pool: DecodePool = field(init=False)
     tenant_admission: TenantAdmission = field(init=False)
 

@@ -28,7 +28,7 @@ from cascade.http.context import RequestContext, context_in, context_of
 from cascade.http.reload import Access
 from cascade.http.services import Services
 from cascade.tenants.admission import Grant, TenantAdmission
-from cascade.tenants.limits import LocalStore, Store
+from cascade.tenants.limits import LimitStore, LocalStore
 from cascade.tenants.model import LimitsBackend, Tenant
 
 
@@ -55,12 +55,12 @@ def authorized(connection: ASGIConnection, access: Access) -> bool:
 
 def admission_for(backend: LimitsBackend) -> TenantAdmission:
     """The limits' store ``[limits]`` names: this process, or Redis."""
-    store: Store = LocalStore()
+    store: LimitStore = LocalStore()
     if backend.backend == "redis":
-        from cascade.tenants.redis_store import RedisStore
+        from cascade.tenants.redis_store import RedisLimitStore
 
         assert backend.url is not None  # checked when the keys file is read
-        store = RedisStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix,
+        store = RedisLimitStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix,
                            retry_s=backend.retry_s)
     return TenantAdmission(store, backend=backend.backend, on_error=backend.on_error)
 
