@@ -7,6 +7,7 @@ from pathlib import Path
 
 from litestar.testing import TestClient
 
+from cascade.http.services import services_of
 from tests.fleet.test_admin import policy
 from tests.http.test_reload import ADMIN, app_on
 
@@ -19,6 +20,6 @@ def inflight(client: TestClient) -> list[str]:
 def test_the_gauge_reads_the_permits_held_now(tmp_path: Path) -> None:
     with TestClient(app_on(policy(tmp_path))) as client:
         assert inflight(client) == ["cascade_inflight_requests 0.0"]
-        with client.app.state.admission.permit(3, tenant="acme"):
+        with services_of(client.app).admission.permit(3, tenant="acme"):
             assert inflight(client) == ["cascade_inflight_requests 3.0"]
         assert inflight(client) == ["cascade_inflight_requests 0.0"]
