@@ -29,7 +29,7 @@ from cascade.build import reread_policy
 from cascade.errors import ConfigRejected, RestartNeeded
 from cascade.gateway import Gateway
 from cascade.policy.fingerprint import policy_hash
-from cascade.policy.serving import Prepared
+from cascade.policy.serving import NextVersion
 from cascade.schema import ConfigState, LastReload, ReloadReport
 from cascade.settings import Secret, Settings, SettingsError
 from cascade.tenants.files import KeysFileError, load_tenants
@@ -66,7 +66,7 @@ class Read(NamedTuple):
     """What a reload read and computed: the next version (None: the policy is unchanged), the
     tenants and the admin keys."""
 
-    prepared: Prepared | None
+    prepared: NextVersion | None
     tenants: Tenants
     admin: Keys
 

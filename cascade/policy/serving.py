@@ -70,7 +70,7 @@ class TierState(msgspec.Struct, frozen=True):
 Hook = Callable[[Serving], Callable[[], None] | None]
 
 
-class Prepared(msgspec.Struct, frozen=True):
+class NextVersion(msgspec.Struct, frozen=True):
     """A swap computed in full before it is made (``Reconfigurable.prepare``): the version it
     replaces, the next one, its breakers and what its hooks apply."""
 
@@ -115,7 +115,7 @@ class Reconfigurable:
         Requests in flight end on their version."""
         return self.swap(self.prepare(policy))
 
-    def prepare(self, policy: Policy, *, source: str = "<policy>") -> Prepared:
+    def prepare(self, policy: Policy, *, source: str = "<policy>") -> NextVersion:
         """Everything serving ``policy`` needs, computed now; nothing changes. Raises
         ``RestartNeeded`` when it would need other engines, ``ConfigRejected`` (a line naming
         ``source``) when a hook cannot apply it."""
@@ -140,9 +140,9 @@ class Reconfigurable:
         breakers = {name: breaker if policy.breaker_for(name) == breaker.config
                     else CircuitBreaker(policy.breaker_for(name))
                     for name, breaker in self.breakers.items()}
-        return Prepared(base=base, serving=serving, breakers=breakers, steps=steps)
+        return NextVersion(base=base, serving=serving, breakers=breakers, steps=steps)
 
-    def swap(self, prepared: Prepared) -> Serving:
+    def swap(self, prepared: NextVersion) -> Serving:
         """Serve ``prepared`` from now on (no await: every request starts on one version).
         ``ConfigRejected`` when another version was swapped in since it was prepared."""
         if prepared.base is not self.serving:
