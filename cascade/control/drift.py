@@ -29,20 +29,17 @@ import bisect
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
-from cascade.policy.calibration import gate_view
 from cascade.policy.flow import Decision
 from cascade.policy.model import Drift, Histogram, Policy
-from cascade.questions import Band, option_band
+from cascade.questions import Band
 from cascade.schema import QuestionType
 
 Cell = tuple[QuestionType, Band]
 SLICES = 12
 RESERVOIR = 20_000
 SMOOTHING = 0.5  # added to every bin's count before taking shares
-# Post-rule signals that escalate whatever the confidence: those questions never reach the gate.
-SIGNALS = frozenset({"truncated", "options_collapsed"})
 
 
 def cell_key(cell: Cell) -> str:
@@ -82,22 +79,6 @@ def psi(reference: Sequence[int], window: Sequence[int]) -> float:
         r_share, w_share = (r + SMOOTHING) / r_total, (w + SMOOTHING) / w_total
         total += (w_share - r_share) * math.log(w_share / r_share)
     return total
-
-
-def gated(policy: Policy, decision: Decision) -> Iterator[tuple[Cell, float]]:
-    """The gate confidences of ``decision``'s questions that reached the confidence gate: the
-    cascade pre-routed them cheap, the cheap tier answered, and no signal (truncation, option
-    collapse) escalated them regardless of confidence."""
-    cheap = policy.route.cheap
-    answer = decision.answers.get(cheap) if cheap is not None else None
-    if answer is None or decision.pre.mode != "cascade":
-        return
-    for qid, route in decision.pre.questions.items():
-        result = answer.results.get(qid)
-        if route.tier != cheap or result is None or decision.escalated.get(qid) in SIGNALS:
-            continue
-        view = gate_view(policy, result)
-        yield (view.type, option_band(len(view.probabilities))), max(view.probabilities)
 
 
 class _Cell:
@@ -152,8 +133,8 @@ class DriftMonitor:
         """Count the confidences of one decided request's gated questions."""
         if policy.drift != self.config or policy.calibration.snapshot != self.snapshot:
             self._reset(policy)
-        for cell, confidence in gated(policy, decision):
-            self.add(cell, confidence)
+        for read in decision.gate.values():
+            self.add(read.cell, read.confidence)
 
     def add(self, cell: Cell, confidence: float) -> None:
         """Count one gate confidence of ``cell`` now."""

@@ -17,7 +17,6 @@ from cascade.control.drift import (
     RESERVOIR,
     DriftMonitor,
     counted,
-    gated,
     histogram,
     psi,
 )
@@ -144,13 +143,13 @@ def test_only_questions_that_reached_the_gate_count_with_the_tempered_confidence
 
     decision = run(decide(policy, call(questions=WIDE), previews=True), reply)
     assert decision.escalated == {"mood": "truncated"}  # big was pre-routed strong
-    found = dict(gated(policy, decision))
+    found = {r.cell: r.confidence for r in decision.gate.values()}
     # urgent: [0.9, 0.1] tempered by T = 2 -> 0.75; intent untempered; mood and big never gated
     assert set(found) == {("choice", "3-5"), ("noul", "2")}
     assert found[("noul", "2")] == pytest.approx(0.75)
     assert found[("choice", "3-5")] == pytest.approx(0.9)
     cheap_only = run(decide(policy, call(model="laya"), previews=True), reply)
-    assert dict(gated(policy, cheap_only)) == {}  # no cascade: no gate
+    assert cheap_only.gate == {}  # no cascade: no gate
 
 
 def test_a_new_drift_table_or_snapshot_starts_over() -> None:
