@@ -31,6 +31,8 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from cascade.policy.flow import Decision
 from cascade.policy.model import Drift, Histogram, Policy
 from cascade.questions import Band
@@ -49,36 +51,34 @@ def cell_key(cell: Cell) -> str:
 
 def histogram(values: Sequence[float], bins: int) -> Histogram:
     """``values`` counted on ``bins`` equal-count bins of their own (edges midway between
-    neighbouring values; ties merge bins, so a sample with few distinct values has fewer)."""
-    ordered = sorted(values)
-    n = len(ordered)
+    neighbouring values; ties merge bins, so a sample with few distinct values has fewer).
+    Linear time: only the order statistics at the edges are selected, nothing is sorted."""
+    data = np.asarray(values, dtype=np.float64)
+    n = len(data)
+    ks = sorted(k for k in {round(i * n / bins) for i in range(1, bins)} if 0 < k < n)
+    if ks:  # the neighbours of each edge in place, the rest unordered around them
+        data = np.partition(data, sorted({*ks, *(k - 1 for k in ks)}))
     edges: list[float] = []
-    for i in range(1, bins):
-        k = round(i * n / bins)
-        if 0 < k < n:
-            edge = (ordered[k - 1] + ordered[k]) / 2
-            if ordered[k - 1] < ordered[k] and (not edges or edge > edges[-1]):
-                edges.append(edge)
-    return Histogram(edges=edges, counts=counted(edges, ordered))
+    for k in ks:
+        low, high = float(data[k - 1]), float(data[k])
+        edge = (low + high) / 2
+        if low < high and (not edges or edge > edges[-1]):
+            edges.append(edge)
+    return Histogram(edges=edges, counts=counted(edges, data))
 
 
-def counted(edges: Sequence[float], values: Sequence[float]) -> list[int]:
+def counted(edges: Sequence[float], values: Sequence[float] | np.ndarray) -> list[int]:
     """How many of ``values`` fall in each bin of ``edges`` (see ``Histogram``)."""
-    counts = [0] * (len(edges) + 1)
-    for value in values:
-        counts[bisect.bisect_right(edges, value)] += 1
-    return counts
+    at = np.searchsorted(np.asarray(edges, dtype=np.float64), values, side="right")
+    return [int(c) for c in np.bincount(at, minlength=len(edges) + 1)]
 
 
-def psi(reference: Sequence[int], window: Sequence[int]) -> float:
+def psi(reference: Sequence[int], window: Sequence[int] | np.ndarray) -> float:
     """The population stability index of ``window``'s counts against ``reference``'s."""
-    k = len(reference)
-    r_total, w_total = sum(reference) + SMOOTHING * k, sum(window) + SMOOTHING * k
-    total = 0.0
-    for r, w in zip(reference, window, strict=True):
-        r_share, w_share = (r + SMOOTHING) / r_total, (w + SMOOTHING) / w_total
-        total += (w_share - r_share) * math.log(w_share / r_share)
-    return total
+    r = np.asarray(reference, dtype=np.float64) + SMOOTHING
+    w = np.asarray(window, dtype=np.float64) + SMOOTHING
+    r, w = r / r.sum(), w / w.sum()
+    return float(np.sum((w - r) * np.log(w / r)))
 
 
 class _Cell:
@@ -88,18 +88,18 @@ class _Cell:
         self.reference = reference
         self.sample: list[float] = []
         self.seen = 0  # confidences offered to the sample
-        self.slices: dict[int, list[int]] = {}  # slice number -> counts on the reference's edges
+        # slice number -> counts on the reference's edges
+        self.slices: dict[int, np.ndarray] = {}
 
-    def window(self, current: int) -> list[int] | None:
+    def window(self, current: int) -> np.ndarray | None:
         """The counts of the slices still in the window (None before the reference closed)."""
         if self.reference is None:
             return None
         for old in [s for s in self.slices if s <= current - SLICES]:
             del self.slices[old]
-        counts = [0] * len(self.reference.counts)
-        for part in self.slices.values():
-            counts = [a + b for a, b in zip(counts, part, strict=True)]
-        return counts
+        if not self.slices:
+            return np.zeros(len(self.reference.counts), dtype=np.int64)
+        return np.sum(list(self.slices.values()), axis=0)
 
 
 class DriftMonitor:
@@ -147,7 +147,9 @@ class DriftMonitor:
                 state.sample = []
             return
         current = self._slice(now)
-        counts = state.slices.setdefault(current, [0] * len(state.reference.counts))
+        counts = state.slices.get(current)
+        if counts is None:
+            counts = state.slices[current] = np.zeros(len(state.reference.counts), np.int64)
         counts[bisect.bisect_right(state.reference.edges, confidence)] += 1
 
     def _sample(self, state: _Cell, confidence: float) -> None:
@@ -171,6 +173,6 @@ class DriftMonitor:
         for cell, state in sorted(self.cells.items()):
             window = state.window(current)
             if (state.reference is not None and window is not None
-                    and sum(window) >= self.config.min_count):
+                    and int(window.sum()) >= self.config.min_count):
                 out[cell] = psi(state.reference.counts, window)
         return out

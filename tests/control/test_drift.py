@@ -54,6 +54,24 @@ def test_histogram_has_equal_count_bins_and_merges_ties() -> None:
     assert histogram([0.7] * 5, 10) == Histogram(edges=[], counts=[5])
 
 
+def test_histogram_selects_the_edges_a_full_sort_gives() -> None:
+    rng = random.Random(7)
+    for n in (1, 5, 9, 10, 11, 1000, 20_000):
+        values = [round(rng.random(), 3) for _ in range(n)]  # ties included
+        ordered = sorted(values)
+        edges: list[float] = []
+        for i in range(1, 10):
+            k = round(i * n / 10)
+            if 0 < k < n and ordered[k - 1] < ordered[k]:
+                edge = (ordered[k - 1] + ordered[k]) / 2
+                if not edges or edge > edges[-1]:
+                    edges.append(edge)
+        found = histogram(values, 10)
+        assert found.edges == edges
+        assert found.counts == [sum(lo <= v < hi for v in values) for lo, hi in zip(
+            [-1.0, *edges], [*edges, 2.0], strict=True)]
+
+
 def test_psi_stays_low_on_an_unshifted_sample_and_crosses_025_on_a_shifted_one() -> None:
     rng = random.Random(1)
     reference = histogram(draw(rng, 5, 2, 2000), 10)
