@@ -88,18 +88,28 @@ class _Cell:
         self.reference = reference
         self.sample: list[float] = []
         self.seen = 0  # confidences offered to the sample
-        # slice number -> counts on the reference's edges
-        self.slices: dict[int, np.ndarray] = {}
+        # a ring of SLICES slots: counts on the reference's edges, and the slice each holds
+        self.ring: np.ndarray | None = None
+        self.slots = np.full(SLICES, np.iinfo(np.int64).min, dtype=np.int64)
+
+    def count(self, current: int, confidence: float) -> None:
+        """Count ``confidence`` in slice ``current`` (the reference has closed)."""
+        assert self.reference is not None, "the window counts after the reference closed"
+        if self.ring is None:
+            self.ring = np.zeros((SLICES, len(self.reference.counts)), dtype=np.int64)
+        slot = current % SLICES
+        if self.slots[slot] != current:  # the slot's old slice has left the window
+            self.ring[slot] = 0
+            self.slots[slot] = current
+        self.ring[slot, bisect.bisect_right(self.reference.edges, confidence)] += 1
 
     def window(self, current: int) -> np.ndarray | None:
         """The counts of the slices still in the window (None before the reference closed)."""
         if self.reference is None:
             return None
-        for old in [s for s in self.slices if s <= current - SLICES]:
-            del self.slices[old]
-        if not self.slices:
+        if self.ring is None:
             return np.zeros(len(self.reference.counts), dtype=np.int64)
-        return np.sum(list(self.slices.values()), axis=0)
+        return self.ring[self.slots > current - SLICES].sum(axis=0)
 
 
 class DriftMonitor:
@@ -146,11 +156,7 @@ class DriftMonitor:
                 state.reference = histogram(state.sample, self.config.bins)
                 state.sample = []
             return
-        current = self._slice(now)
-        counts = state.slices.get(current)
-        if counts is None:
-            counts = state.slices[current] = np.zeros(len(state.reference.counts), np.int64)
-        counts[bisect.bisect_right(state.reference.edges, confidence)] += 1
+        state.count(self._slice(now), confidence)
 
     def _sample(self, state: _Cell, confidence: float) -> None:
         """Keep a uniform sample of the boot reference's confidences (Algorithm R)."""
