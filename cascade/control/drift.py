@@ -35,10 +35,8 @@ import numpy as np
 
 from cascade.policy.flow import Decision
 from cascade.policy.model import Drift, Histogram, Policy
-from cascade.questions import Band
-from cascade.schema import QuestionType
+from cascade.policy.stats import Cell
 
-Cell = tuple[QuestionType, Band]
 SLICES = 12
 RESERVOIR = 20_000
 SMOOTHING = 0.5  # added to every bin's count before taking shares
