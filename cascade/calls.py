@@ -9,6 +9,7 @@ gateway's job (``cascade.answers``), so every tier is reported the same way to c
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -97,6 +98,29 @@ class EngineAnswer(msgspec.Struct, kw_only=True):
     model: str  # what actually answered, e.g. "laya-english" or the upstream's model name
     results: dict[str, QuestionResult]
     usage: EngineUsage
+
+
+def merge(answers: Sequence[EngineAnswer]) -> EngineAnswer:
+    """Answers of one tier to parts of a call (or calls one after another) as one: results and
+    per-question figures joined (a later answer wins a question), tokens added up, the longest
+    truncation kept, and the model of the last answer (what answered last)."""
+    usages = [a.usage for a in answers]
+    return EngineAnswer(
+        model=answers[-1].model,
+        results={q: r for a in answers for q, r in a.results.items()},
+        usage=EngineUsage(
+            input_tokens=sum(u.input_tokens for u in usages),
+            state_tokens=next((u.state_tokens for u in usages if u.state_tokens is not None),
+                              None),
+            state_tokens_dropped=max(u.state_tokens_dropped for u in usages),
+            truncated_questions=list(dict.fromkeys(
+                q for u in usages for q in u.truncated_questions)),
+            options={q: o for u in usages for q, o in u.options.items()},
+            dropped={q: d for u in usages for q, d in u.dropped.items()},
+            row_tokens={q: t for u in usages for q, t in u.row_tokens.items()},
+            cached_tokens=sum(u.cached_tokens for u in usages),
+        ),
+    )
 
 
 class RowPreview(msgspec.Struct, frozen=True):

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
+from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult, merge
 from cascade.schema import OptionSpans
 
 
@@ -51,18 +51,17 @@ def join(call: EngineCall, parts: Mapping[str, Part]) -> EngineAnswer | None:
     states = {p.state_tokens for _, p in ordered}
     if len(models) != 1 or len(states) != 1:
         return None
-    dropped = {qid: p.dropped for qid, p in ordered if p.dropped > 0}
-    usage = EngineUsage(
-        input_tokens=sum(p.row_tokens for _, p in ordered),
-        state_tokens=states.pop(),
-        state_tokens_dropped=max((p.dropped for _, p in ordered), default=0),
-        truncated_questions=list(dropped),
-        dropped=dropped,
-        row_tokens={qid: p.row_tokens for qid, p in ordered},
-        options={qid: p.options for qid, p in ordered if p.options is not None},
-    )
-    return EngineAnswer(model=models.pop(), results={qid: p.result for qid, p in ordered},
-                        usage=usage)
+    return merge([_answer(qid, p) for qid, p in ordered])
+
+
+def _answer(qid: str, part: Part) -> EngineAnswer:
+    """One part as the answer to its question alone."""
+    dropped = {qid: part.dropped} if part.dropped > 0 else {}
+    return EngineAnswer(model=part.model, results={qid: part.result}, usage=EngineUsage(
+        input_tokens=part.row_tokens, state_tokens=part.state_tokens,
+        state_tokens_dropped=part.dropped, truncated_questions=list(dropped), dropped=dropped,
+        row_tokens={qid: part.row_tokens},
+        options={qid: part.options} if part.options is not None else {}))
 
 
 def encode(value: Part | EngineAnswer) -> bytes:

@@ -80,8 +80,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
             items = load_items(args.data, model=model, limit=args.limit)
         except DataError as exc:  # a bad line: its FILE:LINE, no traceback
             raise SystemExit(f"cascade calibrate: {exc}") from None
+        # The strong tier does not run: answered canned, so the questions that reach the gate
+        # are those of the cascade serving (a strong-only question never refuses its request).
         rows, _ = asyncio.run(run_tiers(items, gateless, settings, args.cache, slots=["cheap"],
-                                        progress=not args.no_progress))
+                                        progress=not args.no_progress, canned_strong=True))
         n_items = len(items)
     found, temperatures, diagnostics = fit(rows, target, value, min_cell=args.min_cell)
     gated = sum(reaches_gate(r) for r in rows)
@@ -104,8 +106,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if args.demo or random:
         header += "\nDEMO: fitted on tiny random weights; it means nothing."
     write_calibration(args.out, cal, header)
+    escalated = sum(round(f.escalation * f.n) for f in diagnostics.values())
     summary = {"out": str(args.out), "target": target, "value": value,
-               "gated_questions": gated, "cells": diagnostics, **demo_label(random)}
+               "gated_questions": gated, "escalation": escalated / gated, "cells": diagnostics,
+               **demo_label(random)}
     print(msgspec.json.encode(rounded(msgspec.to_builtins(summary))).decode() if args.json
           else table(summary))
     return 0
@@ -116,8 +120,9 @@ def table(summary: dict[str, Any]) -> str:
     def num(x: float | None, spec: str) -> str:
         return "-" if x is None else format(x, spec)
 
-    lines = [f"wrote {summary['out']}: target {summary['target']} {summary['value']:g}, "
-             f"{summary['gated_questions']} gated questions",
+    lines = [f"wrote {summary['out']}: target {summary['target']} {summary['value']:g}: "
+             f"{summary['escalation']:.1%} of {summary['gated_questions']} gated questions "
+             "escalate",
              f"{'cell':<16}{'n':>5}{'threshold':>11}{'temp':>7}{'escalate':>10}"
              f"{'kept acc':>10}{'95% low':>9}"]
     for name, cell in summary["cells"].items():

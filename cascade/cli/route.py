@@ -1,9 +1,10 @@
 """``cascade route FILE.jsonl --policy P``: a capacity-planning dry run of pre-routing.
 
-It pre-routes each request of a JSONL file (``{"id", "source", "state", "questions", ...}`` per
-line) on exact token counts from the cheap tier's tokenizers, runs no model, and prints how
-requests and questions split between the tiers and why. Confidence escalations need inference,
-so they are not in its figures. Imports neither torch nor onnxruntime at module level.
+It routes each request of a JSONL file (``{"id", "source", "state", "questions", ...}`` per
+line) through the gateway's flow on exact token counts from the cheap tier's tokenizers, runs no
+model (each tier answers with a canned, certain answer), and prints how requests and questions
+split between the tiers and why. Confidence escalations need inference, so they are not in its
+figures. Imports neither torch nor onnxruntime at module level.
 """
 
 from __future__ import annotations
@@ -11,23 +12,24 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from cascade.calls import EngineCall, Image
+from cascade.engines.base import Previewing
 from cascade.errors import ClientError
 from cascade.policy.calibration import (
     CalibrationError,
     check_checkpoints,
     with_calibration_file,
 )
+from cascade.policy.canned import certain
 from cascade.policy.files import PolicyError, load_policy
-from cascade.policy.flow import preview_call
+from cascade.policy.flow import Ask, Decision, Reply, TierCall, decide, run
 from cascade.policy.model import Checkpoint, Checkpoints, LayaTier, Policy
-from cascade.policy.routing import PreRoute, pre_route
 from cascade.request.decode import text_call
 
 SUBDIRS: dict[Checkpoint, str] = {"multilingual": "multilingual",
@@ -100,14 +102,14 @@ def route_command(args: argparse.Namespace) -> int:
         source = _source_of(line)
         try:
             call = _call(line, lineno)
-            preview = None if previewer is None else preview_call(policy, call, previewer)
-            pre = pre_route(policy, call, preview)
+            decision = run(decide(policy, call, previews=previewer is not None),
+                           _dry(previewer))
         except ClientError as exc:
             split.refused[getattr(exc, "error_type", "invalid_request_error")] += 1
             _source(split, source)["refused"] += 1
             print(f"{args.requests}:{lineno}: refused: {exc}", file=sys.stderr)
             continue
-        _count(split, policy, source, pre)
+        _count(split, policy, source, decision)
     from cascade.answers import demo_banner, demo_label
     from cascade.build import random_weights
 
@@ -195,18 +197,29 @@ def _source(split: Split, source: str) -> dict[str, int]:
     )
 
 
-def _count(split: Split, policy: Policy, source: str, pre: PreRoute) -> None:
-    tiers = {r.tier for r in pre.questions.values()}
+def _dry(previewer: Previewing | None) -> Callable[[Ask], Reply]:
+    """The dry run's replies: ``previewer``'s previews, and every tier certain."""
+    def reply(ask: Ask) -> Reply:
+        if isinstance(ask, TierCall):
+            return certain(ask.call, ask.tier)
+        assert previewer is not None, "the flow previews only when told it can"
+        return previewer.preview(ask.call, checkpoint=ask.checkpoint)
+    return reply
+
+
+def _count(split: Split, policy: Policy, source: str, decision: Decision) -> None:
+    pre, routes = decision.pre, decision.routes
+    tiers = {r.tier for r in routes.values()}
     kind = "split" if len(tiers) > 1 else (
         "cheap" if tiers == {policy.route.cheap} else "strong")
     split.requests += 1
     split.requests_by_route[kind] += 1
-    split.questions += len(pre.questions)
+    split.questions += len(routes)
     if pre.cheap_checkpoint is not None:
         split.checkpoints[pre.cheap_checkpoint] += 1
     per_source = _source(split, source)
     per_source["requests"] += 1
-    for route in pre.questions.values():
+    for route in routes.values():
         split.questions_by_tier[route.tier] += 1
         split.reasons[route.reason or "cheap"] += 1
         per_source["questions"] += 1

@@ -29,19 +29,17 @@ import bisect
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
-from cascade.policy.calibration import gate_view
+import numpy as np
+
 from cascade.policy.flow import Decision
 from cascade.policy.model import Drift, Histogram, Policy
 from cascade.policy.stats import Cell
-from cascade.questions import option_band
 
 SLICES = 12
 RESERVOIR = 20_000
 SMOOTHING = 0.5  # added to every bin's count before taking shares
-# Post-rule signals that escalate whatever the confidence: those questions never reach the gate.
-SIGNALS = frozenset({"truncated", "options_collapsed"})
 
 
 def cell_key(cell: Cell) -> str:
@@ -51,52 +49,34 @@ def cell_key(cell: Cell) -> str:
 
 def histogram(values: Sequence[float], bins: int) -> Histogram:
     """``values`` counted on ``bins`` equal-count bins of their own (edges midway between
-    neighbouring values; ties merge bins, so a sample with few distinct values has fewer)."""
-    ordered = sorted(values)
-    n = len(ordered)
+    neighbouring values; ties merge bins, so a sample with few distinct values has fewer).
+    Linear time: only the order statistics at the edges are selected, nothing is sorted."""
+    data = np.asarray(values, dtype=np.float64)
+    n = len(data)
+    ks = sorted(k for k in {round(i * n / bins) for i in range(1, bins)} if 0 < k < n)
+    if ks:  # the neighbours of each edge in place, the rest unordered around them
+        data = np.partition(data, sorted({*ks, *(k - 1 for k in ks)}))
     edges: list[float] = []
-    for i in range(1, bins):
-        k = round(i * n / bins)
-        if 0 < k < n:
-            edge = (ordered[k - 1] + ordered[k]) / 2
-            if ordered[k - 1] < ordered[k] and (not edges or edge > edges[-1]):
-                edges.append(edge)
-    return Histogram(edges=edges, counts=counted(edges, ordered))
+    for k in ks:
+        low, high = float(data[k - 1]), float(data[k])
+        edge = (low + high) / 2
+        if low < high and (not edges or edge > edges[-1]):
+            edges.append(edge)
+    return Histogram(edges=edges, counts=counted(edges, data))
 
 
-def counted(edges: Sequence[float], values: Sequence[float]) -> list[int]:
+def counted(edges: Sequence[float], values: Sequence[float] | np.ndarray) -> list[int]:
     """How many of ``values`` fall in each bin of ``edges`` (see ``Histogram``)."""
-    counts = [0] * (len(edges) + 1)
-    for value in values:
-        counts[bisect.bisect_right(edges, value)] += 1
-    return counts
+    at = np.searchsorted(np.asarray(edges, dtype=np.float64), values, side="right")
+    return [int(c) for c in np.bincount(at, minlength=len(edges) + 1)]
 
 
-def psi(reference: Sequence[int], window: Sequence[int]) -> float:
+def psi(reference: Sequence[int], window: Sequence[int] | np.ndarray) -> float:
     """The population stability index of ``window``'s counts against ``reference``'s."""
-    k = len(reference)
-    r_total, w_total = sum(reference) + SMOOTHING * k, sum(window) + SMOOTHING * k
-    total = 0.0
-    for r, w in zip(reference, window, strict=True):
-        r_share, w_share = (r + SMOOTHING) / r_total, (w + SMOOTHING) / w_total
-        total += (w_share - r_share) * math.log(w_share / r_share)
-    return total
-
-
-def gated(policy: Policy, decision: Decision) -> Iterator[tuple[Cell, float]]:
-    """The gate confidences of ``decision``'s questions that reached the confidence gate: the
-    cascade pre-routed them cheap, the cheap tier answered, and no signal (truncation, option
-    collapse) escalated them regardless of confidence."""
-    cheap = policy.route.cheap
-    answer = decision.answers.get(cheap) if cheap is not None else None
-    if answer is None or decision.pre.mode != "cascade":
-        return
-    for qid, route in decision.pre.questions.items():
-        result = answer.results.get(qid)
-        if route.tier != cheap or result is None or decision.escalated.get(qid) in SIGNALS:
-            continue
-        view = gate_view(policy, result)
-        yield (view.type, option_band(len(view.probabilities))), max(view.probabilities)
+    r = np.asarray(reference, dtype=np.float64) + SMOOTHING
+    w = np.asarray(window, dtype=np.float64) + SMOOTHING
+    r, w = r / r.sum(), w / w.sum()
+    return float(np.sum((w - r) * np.log(w / r)))
 
 
 class _Cell:
@@ -106,18 +86,28 @@ class _Cell:
         self.reference = reference
         self.sample: list[float] = []
         self.seen = 0  # confidences offered to the sample
-        self.slices: dict[int, list[int]] = {}  # slice number -> counts on the reference's edges
+        # a ring of SLICES slots: counts on the reference's edges, and the slice each holds
+        self.ring: np.ndarray | None = None
+        self.slots = np.full(SLICES, np.iinfo(np.int64).min, dtype=np.int64)
 
-    def window(self, current: int) -> list[int] | None:
+    def count(self, current: int, confidence: float) -> None:
+        """Count ``confidence`` in slice ``current`` (the reference has closed)."""
+        assert self.reference is not None, "the window counts after the reference closed"
+        if self.ring is None:
+            self.ring = np.zeros((SLICES, len(self.reference.counts)), dtype=np.int64)
+        slot = current % SLICES
+        if self.slots[slot] != current:  # the slot's old slice has left the window
+            self.ring[slot] = 0
+            self.slots[slot] = current
+        self.ring[slot, bisect.bisect_right(self.reference.edges, confidence)] += 1
+
+    def window(self, current: int) -> np.ndarray | None:
         """The counts of the slices still in the window (None before the reference closed)."""
         if self.reference is None:
             return None
-        for old in [s for s in self.slices if s <= current - SLICES]:
-            del self.slices[old]
-        counts = [0] * len(self.reference.counts)
-        for part in self.slices.values():
-            counts = [a + b for a, b in zip(counts, part, strict=True)]
-        return counts
+        if self.ring is None:
+            return np.zeros(len(self.reference.counts), dtype=np.int64)
+        return self.ring[self.slots > current - SLICES].sum(axis=0)
 
 
 class DriftMonitor:
@@ -151,8 +141,8 @@ class DriftMonitor:
         """Count the confidences of one decided request's gated questions."""
         if policy.drift != self.config or policy.calibration.snapshot != self.snapshot:
             self._reset(policy)
-        for cell, confidence in gated(policy, decision):
-            self.add(cell, confidence)
+        for read in decision.gate.values():
+            self.add(read.cell, read.confidence)
 
     def add(self, cell: Cell, confidence: float) -> None:
         """Count one gate confidence of ``cell`` now."""
@@ -164,9 +154,7 @@ class DriftMonitor:
                 state.reference = histogram(state.sample, self.config.bins)
                 state.sample = []
             return
-        current = self._slice(now)
-        counts = state.slices.setdefault(current, [0] * len(state.reference.counts))
-        counts[bisect.bisect_right(state.reference.edges, confidence)] += 1
+        state.count(self._slice(now), confidence)
 
     def _sample(self, state: _Cell, confidence: float) -> None:
         """Keep a uniform sample of the boot reference's confidences (Algorithm R)."""
@@ -189,6 +177,6 @@ class DriftMonitor:
         for cell, state in sorted(self.cells.items()):
             window = state.window(current)
             if (state.reference is not None and window is not None
-                    and sum(window) >= self.config.min_count):
+                    and int(window.sum()) >= self.config.min_count):
                 out[cell] = psi(state.reference.counts, window)
         return out

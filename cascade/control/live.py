@@ -50,7 +50,6 @@ from cascade.settings import ADMISSION_DEADLINE_S
 
 log = logging.getLogger("cascade.control")
 
-GATED = frozenset({None, "low_confidence", "low_margin", "budget"})  # reasons the gate gave
 CELLS: tuple[tuple[QuestionType, Band], ...] = tuple(
     (t, b) for t in QTYPES for b in BANDS if t != "noul" or b == "2")
 
@@ -86,11 +85,10 @@ class LiveControl:
 
     def decided(self, call: EngineCall, decision: Decision) -> None:
         """What one decided request tells: budget flags (counted), and to the pacer the answers,
-        the strong ones, the forced ones and each gated question's confidence."""
+        the strong ones, the forced ones (strong without the gate's reading) and the
+        confidence of each question that reached the gate (``Decision.gate``)."""
         types = {q: v.type for q, v in call.questions.items()}
-        cheap, strong = self.policy.route.cheap, self.policy.route.strong
-        # the gate ran only in the cascade (a cheap-only model's answers never escalate)
-        cheap_answer = decision.answers.get(cheap or "") if decision.pre.mode == "cascade" else None
+        strong = self.policy.route.strong
         n_strong = forced = 0
         gated: list[tuple[Cell, float]] = []
         for qid, route in decision.routes.items():
@@ -98,11 +96,9 @@ class LiveControl:
                 metrics.BUDGET_FLAGGED.labels(type=types[qid]).inc()
             hard = route.tier == strong
             n_strong += hard
-            result = cheap_answer.results.get(qid) if cheap_answer is not None else None
-            if (result is not None and route.reason in GATED and qid not in decision.degraded
-                    and decision.pre.questions[qid].tier == cheap):
-                qtype, band, confidence = self._seen(result)
-                gated.append(((qtype, band), confidence))
+            read = decision.gate.get(qid)
+            if read is not None:
+                gated.append((read.cell, read.confidence))
             else:
                 forced += hard
         if self.pacer is None:

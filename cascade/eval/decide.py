@@ -6,7 +6,9 @@ It yields the lines of ``items.jsonl``: one per question, with each tier's answe
 cascade's. ``cascade`` is null when the gateway would have refused the whole request (pre-routing
 refused it, or a tier it needed refused or failed on it and nothing could stand in); its
 ``degraded`` is true when the cheap tier's answer stands in for a strong tier that failed.
-``strong_down`` decides as if the strong tier were unavailable (``cascade eval --strong-down``).
+``strong_down`` decides as if the strong tier were unavailable (``cascade eval --strong-down``);
+``canned_strong`` as if it answered every call (``cascade calibrate``, which never runs it:
+the questions that reach the gate are those of a cascade whose strong tier serves).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from cascade.errors import CascadeError, ClientError, EngineFailed, EngineUnavai
 from cascade.eval.data import Item
 from cascade.eval.runner import Outputs, TierRun
 from cascade.policy.calibration import gate_view, returned_results
+from cascade.policy.canned import certain
 from cascade.policy.flow import Ask, Decision, Failure, Preview, Reply, decide, run
 from cascade.policy.model import Policy
 from cascade.questions import answer_label, label_index, n_options, option_band
 from cascade.schema import Label, Question
 
-# Reasons the gate gives; the deferral sweep moves only questions with these (or none).
+# The confidence gate's escalations (its other verdicts: kept, budget).
 CONFIDENCE_REASONS = frozenset({"low_confidence", "low_margin"})
 
 
@@ -43,6 +46,9 @@ class CascadeOut(msgspec.Struct, kw_only=True):
     reason: str | None
     pre_routed: bool  # sent to the strong tier before the cheap tier ran
     degraded: bool = False  # the cheap tier's answer, standing in for a strong tier that failed
+    # the confidence gate's verdict on the cheap answer (``Decision.gate``): "kept",
+    # "low_confidence", "low_margin" or "budget"; None: it never reached the gate
+    gate: str | None = None
 
 
 class ItemRow(msgspec.Struct, kw_only=True):
@@ -61,13 +67,14 @@ class ItemRow(msgspec.Struct, kw_only=True):
 
 
 def rows_of(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
-            previewer: Previewing | None = None) -> Iterator[ItemRow]:
+            canned_strong: bool = False, previewer: Previewing | None = None
+            ) -> Iterator[ItemRow]:
     """The ``items.jsonl`` lines of one item (``replay``'s arguments)."""
     call = item.call
     cheap = out.cheap.answer if out.cheap is not None else None
     strong = out.strong.answer if out.strong is not None else None
     cascade = _cascade(policy, item, replay(policy, item, out, strong_down=strong_down,
-                                            previewer=previewer))
+                                            canned_strong=canned_strong, previewer=previewer))
     for qid, question in call.questions.items():
         cheap_result = cheap.results.get(qid) if cheap is not None else None
         strong_result = strong.results.get(qid) if strong is not None else None
@@ -100,14 +107,16 @@ def _out(question: Question, result: QuestionResult | None,
 
 
 def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
-           previewer: Previewing | None = None) -> Decision | None:
+           canned_strong: bool = False, previewer: Previewing | None = None
+           ) -> Decision | None:
     """The gateway's decision on ``item``, or None where it would refuse the request.
 
     Tier calls are answered from ``out`` (a question the tier refused refuses the call, as the
     tier itself would; a tier with no output failed), and the strong tier's with a failure when
-    ``strong_down``. Previews before any tier ran are ``out.preview`` (what the runner previewed
-    for pre-routing); the cheap tier standing in for the strong one previews with ``previewer``
-    (the cheap engine; without one, ``out.preview`` again), as the gateway does.
+    ``strong_down`` (``canned_strong``: with a ``canned.certain`` answer). Previews before any
+    tier ran are ``out.preview`` (what the runner previewed for pre-routing); the cheap tier
+    standing in for the strong one previews with ``previewer`` (the cheap engine; without one,
+    ``out.preview`` again), as the gateway does.
     """
     strong = policy.route.strong
     asked: list[Ask] = []  # the tier calls so far
@@ -122,6 +131,8 @@ def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = Fals
         asked.append(ask)
         if strong_down and ask.tier == strong:
             return Failure(EngineUnavailable(f"the strong tier `{strong}` is down"))
+        if canned_strong and ask.tier == strong:
+            return certain(ask.call, strong)
         return _answer(out.cheap if ask.tier == policy.route.cheap else out.strong,
                        list(ask.call.questions), out.error)
 
@@ -158,17 +169,26 @@ def _cascade(policy: Policy, item: Item,
             reason=route.reason,
             pre_routed=decision.pre.questions[qid].tier == strong,
             degraded=qid in decision.degraded,
+            gate=_verdict(decision, qid),
         )
         for qid, route in decision.routes.items()
     }
 
 
+def _verdict(decision: Decision, qid: str) -> str | None:
+    read = decision.gate.get(qid)
+    return None if read is None else read.verdict or "kept"
+
+
 def reaches_gate(row: ItemRow) -> bool:
-    """The cheap tier answered it in the cascade and only the confidence gate could escalate
-    it (no pre-routing, truncation, option collapse or whole-request rule did)."""
-    c = row.cascade
-    return (row.cheap is not None and c is not None and not c.pre_routed
-            and (c.reason is None or c.reason in CONFIDENCE_REASONS))
+    """The confidence gate read its cheap answer (``Decision.gate``: the cascade pre-routed it
+    cheap, the cheap tier answered, and no truncation or option collapse escalated it)."""
+    return row.cascade is not None and row.cascade.gate is not None
+
+
+def gate_escalated(row: ItemRow) -> bool:
+    """The confidence gate escalated it on its own confidence or margin."""
+    return row.cascade is not None and row.cascade.gate in CONFIDENCE_REASONS
 
 
 def cascade_probabilities(row: ItemRow) -> list[float] | None:

@@ -35,9 +35,11 @@ def slots_of(policy: Policy) -> list[Slot]:
 
 async def run_tiers(items: Sequence[Item], policy: Policy, settings: Settings,
                     cache_dir: Path | None, *, slots: Sequence[Slot], progress: bool = True,
-                    strong_down: bool = False) -> tuple[list[ItemRow], list[str]]:
+                    strong_down: bool = False, canned_strong: bool = False
+                    ) -> tuple[list[ItemRow], list[str]]:
     """The ``items.jsonl`` rows of ``items`` (as if the strong tier were unavailable, with
-    ``strong_down``), and one line per item a tier failed on."""
+    ``strong_down``; as if it answered, with ``canned_strong``), and one line per item a tier
+    failed on."""
     async with running(policy, settings, slots) as engines:
         runner = Runner(policy, engines, await identities(policy, engines), cache_dir,
                         slots=slots)
@@ -46,7 +48,7 @@ async def run_tiers(items: Sequence[Item], policy: Policy, settings: Settings,
         previewer = cheap if isinstance(cheap, Previewing) else None  # for stand-in previews
         rows = [row for item, out in zip(items, outputs, strict=True)
                 for row in rows_of(policy, item, out, strong_down=strong_down,
-                                   previewer=previewer)]
+                                   canned_strong=canned_strong, previewer=previewer)]
     errors = [f"{item.id}: {out.error}" for item, out in zip(items, outputs, strict=True)
               if out.error]
     return rows, errors

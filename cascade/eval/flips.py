@@ -6,7 +6,9 @@ report's speed-up is measured on the user's own traffic. Requests come from an e
 file (``cascade.eval.data``; gold labels give each precision's accuracy) or from a decision log
 (its rows with the state stored as text; shadow rows' strong answers stand in for gold). The
 policy's confidence gate (``cascade.policy.routing.post_route``) is applied to both answers to
-count the flips a client would see and the escalation decisions that change.
+count the flips a client would see and the escalation decisions that change: each request runs
+through the gateway's flow (``cascade.policy.flow.decide``), its cheap tier answered with the
+precision's answer and its strong tier canned, as a request of the policy's cascade model.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from cascade.laya.checkpoint import content_hash
 from cascade.laya.export import MODEL_FILE
 from cascade.laya.flip_report import Accuracy, FlipCell, FlipGate, FlipReport, Speed
 from cascade.laya.int8 import model_hash, recipe_id
+from cascade.policy.canned import certain
 from cascade.policy.fingerprint import policy_hash
+from cascade.policy.flow import Ask, Reply, TierCall, decide, run
 from cascade.policy.model import Policy
-from cascade.policy.routing import PreRoute, QuestionRoute, post_route
 from cascade.questions import answer_label, label_index, option_band
 from cascade.schema import Question
 from cascade.store import read_rows
@@ -113,10 +116,20 @@ def _argmax(probabilities: Sequence[float]) -> int:
 
 
 def _escalated(policy: Policy, call: EngineCall, answer: EngineAnswer) -> set[str]:
-    cheap = policy.route.cheap or ""
-    pre = PreRoute(mode="cascade", cheap_checkpoint=None,
-                   questions={q: QuestionRoute(tier=cheap) for q in answer.results})
-    return set(post_route(policy, call, pre, answer, None))
+    """The questions the cascade answers on the strong tier when the cheap tier says
+    ``answer``."""
+    cheap, strong = policy.route.cheap, policy.route.strong
+    if cheap is None or strong is None:
+        return set()
+    model = policy.models.cascade[0] if policy.models.cascade else call.model
+
+    def reply(ask: Ask) -> Reply:
+        return answer if isinstance(ask, TierCall) and ask.tier == cheap else certain(
+            ask.call, strong)
+
+    decision = run(decide(policy, msgspec.structs.replace(call, model=model), previews=False),
+                   reply)
+    return {q for q, tier in decision.tiers.items() if tier == strong}
 
 
 def compare(items: Sequence[Item], fp32: Answers, int8: Answers, policy: Policy

@@ -22,7 +22,7 @@ from typing import Literal
 
 import msgspec
 
-from cascade.calls import CallPreview, EngineAnswer, EngineCall, EngineUsage
+from cascade.calls import CallPreview, EngineAnswer, EngineCall, merge
 from cascade.engines.base import Engine, Previewing
 from cascade.errors import ClientError, EngineError, Overloaded
 from cascade.eval.data import Item
@@ -136,7 +136,7 @@ class Runner:
                  for q, v in call.questions.items()]
         answers = [p.answer for p in parts if p.answer is not None]
         refused = {q: why for p in parts for q, why in p.refused.items()}
-        return TierRun(answer=combine(answers) if answers else None, refused=refused)
+        return TierRun(answer=merge(answers) if answers else None, refused=refused)
 
 
 async def _retrying(engine: Engine, call: EngineCall) -> EngineAnswer:
@@ -148,19 +148,3 @@ async def _retrying(engine: Engine, call: EngineCall) -> EngineAnswer:
                 raise
             await asyncio.sleep(0.5 * 2**attempt)
     raise AssertionError("unreachable")
-
-
-def combine(answers: Sequence[EngineAnswer]) -> EngineAnswer:
-    """Answers of one tier to parts of a call, as one answer (tokens add up)."""
-    usages = [a.usage for a in answers]
-    return EngineAnswer(
-        model=answers[0].model,
-        results={q: r for a in answers for q, r in a.results.items()},
-        usage=EngineUsage(
-            input_tokens=sum(u.input_tokens for u in usages),
-            state_tokens=usages[0].state_tokens,
-            state_tokens_dropped=max(u.state_tokens_dropped for u in usages),
-            truncated_questions=[q for u in usages for q in u.truncated_questions],
-            options={q: o for u in usages for q, o in u.options.items()},
-        ),
-    )

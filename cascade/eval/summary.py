@@ -3,11 +3,11 @@
 ``tiers.cheap`` and ``tiers.strong`` score each tier on the questions it answered;
 ``tiers.cascade`` scores the cascade's answers and adds ``escalation_rate`` (share of the
 questions the strong tier answered, pre-routed included), ``confidence_escalation_rate`` (share
-of the questions the cheap tier answered that its confidence gate escalated, on confidence or
-margin; "answered" as ``--target-escalation`` counts them: the cheap answer reached the gate, no
-pre-routing, truncation or option-collapse rule sent the question strong; ``gated_questions``
-counts them), ``fixed`` / ``broke`` (over questions with a cheap answer and a gold label:
-cheap wrong and cascade right, and the reverse), the ``deferral_curve``
+of the questions whose cheap answer reached the confidence gate that it escalated, on
+confidence or margin: the flow's own record, ``Decision.gate``, as ``cascade calibrate
+--target-escalation`` counts them; ``gated_questions`` counts them), ``fixed`` / ``broke``
+(over questions with a cheap answer and a gold label: cheap wrong and cascade right, and the
+reverse), the ``deferral_curve``
 (``cascade.eval.sweep``) with its ``operating_point``, and ``cost``. A tier that is not
 configured is null. ``agreement`` needs no gold: over the questions both tiers answered, the
 share where the cheap tier's answer equals the strong tier's (what ``cascade distill`` raises),
@@ -21,12 +21,7 @@ from typing import Any
 
 import msgspec
 
-from cascade.eval.decide import (
-    CONFIDENCE_REASONS,
-    ItemRow,
-    cascade_probabilities,
-    reaches_gate,
-)
+from cascade.eval.decide import ItemRow, cascade_probabilities, gate_escalated, reaches_gate
 from cascade.eval.scores import Scored, breakdown
 from cascade.eval.sweep import Point, Sweep, cascade_cost, cost_summary, decided
 
@@ -75,8 +70,7 @@ def summarize(rows: Sequence[ItemRow], *, slots: Sequence[str], price: Mapping[s
         "questions": len(population),
         "escalation_rate": operating.escalation_rate,
         "gated_questions": len(gated),
-        "confidence_escalation_rate": _share(
-            gated, lambda r: r.cascade.reason in CONFIDENCE_REASONS),
+        "confidence_escalation_rate": _share(gated, gate_escalated),
         "fixed": sum(not _right(r, r.cheap) and c.answer == r.gold for r, c in judged),
         "broke": sum(_right(r, r.cheap) and c.answer != r.gold for r, c in judged),
         "deferral_curve": msgspec.to_builtins(sweep.curve()),

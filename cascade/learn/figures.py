@@ -2,8 +2,9 @@
 
 ``agreement``: the weighted share of questions whose served argmax equals the teacher's.
 ``mean_kl``: the weighted mean of KL(teacher || student) over each question's options, in nats.
-``kept_on_cheap``: the weighted share the policy's routing (``pre_route`` then ``post_route``,
-the gateway's own functions) would answer on the cheap tier with the student's probabilities.
+``kept_on_cheap``: the weighted share the policy's cascade (the gateway's own flow,
+``cascade.policy.flow.decide``, its tiers answered with the row's preview, the student's
+probabilities and a canned strong answer) would answer on the cheap tier.
 Routing is judged one question at a time, which is exact for ``escalate = "questions"`` (the
 default); with ``escalate = "request"`` it is an upper bound.
 """
@@ -20,8 +21,9 @@ from cascade.calls import CallPreview, EngineAnswer, EngineUsage, QuestionResult
 from cascade.eval.data import Item
 from cascade.learn.dataset import Example
 from cascade.learn.student import Student
+from cascade.policy.canned import certain
+from cascade.policy.flow import Ask, Preview, Reply, decide, run
 from cascade.policy.model import Policy
-from cascade.policy.routing import post_route, pre_route
 
 
 class Figures(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,9 +64,6 @@ def kept_on_cheap(policy: Policy, checkpoint: str, item: Item, example: Example,
             state_tokens=example.state_tokens,
             state_tokens_dropped=example.state_tokens - row.state_used,
             collapsed=row.collapsed)})
-    pre = pre_route(policy, call, preview)
-    if pre.questions[example.qid].tier != policy.route.cheap:
-        return False
     question = call.questions[example.qid]
     result = QuestionResult(type=question.type,
                             probabilities=_unslot(probs, question.option_order).tolist())
@@ -72,7 +71,14 @@ def kept_on_cheap(policy: Policy, checkpoint: str, item: Item, example: Example,
     answer = EngineAnswer(model=checkpoint, results={example.qid: result},
                           usage=EngineUsage(input_tokens=len(row.ids),
                                             truncated_questions=truncated))
-    return not post_route(policy, call, pre, answer, preview)
+
+    def reply(ask: Ask) -> Reply:
+        if isinstance(ask, Preview):
+            return preview
+        return answer if ask.tier == policy.route.cheap else certain(ask.call, ask.tier)
+
+    decision = run(decide(policy, call, previews=True), reply)
+    return decision.tiers[example.qid] == policy.route.cheap
 
 
 def _unslot(probs: np.ndarray, order: list[int] | None) -> np.ndarray:

@@ -40,12 +40,14 @@ from typing import TypeVar
 
 import msgspec
 
+from cascade import calls
 from cascade.calls import CallPreview, EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.engines.base import Previewing
 from cascade.errors import (
     BreakerOpen,
     CascadeError,
     ClientError,
+    EngineFailed,
     EngineTimeout,
     EngineUnavailable,
     Overloaded,
@@ -58,14 +60,15 @@ from cascade.policy.quota import StrongQuota
 from cascade.policy.routing import (
     STRONG_ONLY,
     Gate,
+    GateRead,
     PreRoute,
     QuestionRoute,
     Reason,
     checkpoint_of,
     final_routes,
+    judge,
     merge,
     needs_preview,
-    post_route,
     pre_route,
     resolve_model,
     split,
@@ -123,6 +126,9 @@ class Decision(msgspec.Struct, kw_only=True):
     usage: EngineUsage  # over every call; truncation of the returned answers only
     model: str  # the answering models, joined with "+"
     shadow: ShadowCall | None
+    # question -> what the confidence gate read of its cheap answer: the questions that reached
+    # the gate (every consumer counts these; see ``GateRead``)
+    gate: dict[str, GateRead] = msgspec.field(default_factory=dict)
     # question -> why it cannot be answered now (``partial`` only; left out of the above)
     refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
     stamp: Stamp = msgspec.field(default_factory=Stamp)  # what decided it (its log rows' stamp)
@@ -162,16 +168,15 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
     deciding, completed with ``policy``'s tier names on the decision."""
     strong = policy.route.strong
     preview = (yield from preview_steps(policy, call)) if previews else None
-    pre = pre_route(policy, call, preview)
-    answers: dict[str, EngineAnswer] = {}
-    usages: list[tuple[str, EngineUsage]] = []
-    cheap, gated = yield from _cheap(policy, call, pre, preview, answers, usages, gate)
+    trip = _Trip(policy, call, pre_route(policy, call, preview), previews=previews,
+                 partial=partial)
+    pre = trip.pre
+    cheap, gated, reads = yield from trip.cheap(preview, gate)
     escalated: dict[str, Reason] = {q: r for q, r in gated.items() if r != "budget"}
     routes = final_routes(policy, pre, escalated)
     routes.update({q: QuestionRoute(r.tier, "budget") for q, r in routes.items()
                    if gated.get(q) == "budget"})
     degraded: dict[str, str] = {}
-    refused: dict[str, CascadeError] = {}
     over_quota = False
     if quota is not None and strong is not None:
         routes, over_quota = within_quota(policy, pre, escalated, routes, quota)
@@ -184,23 +189,23 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
         else:
             reply = yield from _tier(strong, strong_call)
         if isinstance(reply, Failure):
-            routes, degraded = yield from _degrade(policy, call, pre, routes, reply.error,
-                                                   answers, usages, previews, partial, refused)
-            if len(refused) == len(call.questions):
-                raise next(iter(refused.values()))  # System One's error: the first refusal
+            routes, degraded = yield from trip.degrade(routes, reply.error)
+            if len(trip.refused) == len(call.questions):
+                raise next(iter(trip.refused.values()))  # System One's error: the first refusal
         else:
-            _keep(answers, usages, strong, reply)
+            trip.keep(strong, reply)
     tiers = {q: r.tier for q, r in routes.items()}
     shadow = None
     if cheap is not None and strong is not None and shadow_questions(policy, pre, escalated,
                                                                       shadow_key):
         shadow = ShadowCall(tier=strong, call=call, cheap=cheap)
-    answered = subcall(call, routes) if refused else call
+    answered = subcall(call, routes) if trip.refused else call
     return Decision(
-        pre=pre, escalated=escalated, routes=routes, degraded=degraded,
-        results=returned_results(policy, merge(answered, routes, answers), tiers),
-        answers=answers, usage=merged_usage(usages, tiers), model="+".join(dict.fromkeys(
-            a.model for a in answers.values())), shadow=shadow, refused=refused,
+        pre=pre, escalated=escalated, routes=routes, degraded=degraded, gate=reads,
+        results=returned_results(policy, merge(answered, routes, trip.answers), tiers),
+        answers=trip.answers, usage=merged_usage(trip.usages, tiers), model="+".join(
+            dict.fromkeys(a.model for a in trip.answers.values())), shadow=shadow,
+        refused=trip.refused,
         stamp=msgspec.structs.replace(stamp or Stamp(), cheap=policy.route.cheap, strong=strong),
     )
 
@@ -254,80 +259,120 @@ def subcall(call: EngineCall, qids: Iterable[str]) -> EngineCall:
     )
 
 
-def _cheap(policy: Policy, call: EngineCall, pre: PreRoute, preview: CallPreview | None,
-           answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]],
-           gate: Gate | None) -> Flow[tuple[EngineAnswer | None, dict[str, Reason]]]:
-    """The cheap call of the questions pre-routed cheap: its answer and the escalations (with
-    the answers ``gate`` keeps, flagged ``budget``)."""
-    name, strong = policy.route.cheap, policy.route.strong
-    sub = split(call, pre.questions).get(name or "")
-    if sub is None or name is None:
-        return None, {}
-    reply = yield from _tier(name, cheap_call(sub, pre.cheap_checkpoint))
-    if isinstance(reply, Failure):
-        if isinstance(reply.error, ClientError) or pre.mode != "cascade" or strong is None:
-            raise reply.error
-        # The cheap tier is busy or broken: the strong tier takes its questions.
-        failed: dict[str, Reason] = {q: "cheap_failed" for q in sub.questions}
-        return None, failed
-    _keep(answers, usages, name, reply)
-    return reply, post_route(policy, call, pre, reply, preview, gate)
+class _Trip:
+    """One request on its way through the tiers: what it asks (``call``, pre-routed ``pre``),
+    one answer per tier that answered (a stand-in merged into the cheap tier's), every call's
+    usage, and the questions refused (``partial`` only)."""
 
+    def __init__(self, policy: Policy, call: EngineCall, pre: PreRoute, *, previews: bool,
+                 partial: bool) -> None:
+        self.policy, self.call, self.pre = policy, call, pre
+        self.previews, self.partial = previews, partial
+        self.answers: dict[str, EngineAnswer] = {}
+        self.usages: list[tuple[str, EngineUsage]] = []
+        self.refused: dict[str, CascadeError] = {}
 
-def _degrade(
-    policy: Policy, call: EngineCall, pre: PreRoute, routes: dict[str, QuestionRoute],
-    error: CascadeError, answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]],
-    previews: bool, partial: bool, refused: dict[str, CascadeError],
-) -> Flow[tuple[dict[str, QuestionRoute], dict[str, str]]]:
-    """The strong tier failed with ``error``: cheap answers marked degraded, or a refusal: of the
-    request (raised), or with ``partial`` of the questions nothing can answer now (moved from
-    the returned routes to ``refused``, each with the error the request would fail with)."""
-    retry = error.retry_after
-    partial = partial and not isinstance(error, ClientError | Overloaded)
-    plan = fallback(policy, pre, routes, retry_after_s=retry)
-    if partial and isinstance(plan, EngineUnavailable):
-        routes = _refuse(routes, unservable(policy, routes), plan, refused)
-        plan = fallback(policy, pre, routes, retry_after_s=retry)
-    if isinstance(plan, Fallback) and plan.cheap_questions and previews:
+    def keep(self, tier: str, answer: EngineAnswer) -> None:
+        """``tier`` answered: merged into what it answered before."""
+        base = self.answers.get(tier)
+        self.answers[tier] = answer if base is None else calls.merge([base, answer])
+        self.usages.append((tier, answer.usage))
+
+    def refuse(self, routes: dict[str, QuestionRoute], qids: Iterable[str],
+               why: CascadeError) -> dict[str, QuestionRoute]:
+        """``routes`` without ``qids``, which are refused with ``why``."""
+        self.refused.update(dict.fromkeys(qids, why))
+        return {q: r for q, r in routes.items() if q not in self.refused}
+
+    def cheap(self, preview: CallPreview | None, gate: Gate | None
+              ) -> Flow[tuple[EngineAnswer | None, dict[str, Reason], dict[str, GateRead]]]:
+        """The cheap call of the questions pre-routed cheap: its answer, the escalations (with
+        the answers ``gate`` keeps, flagged ``budget``) and what the gate read. A cheap tier
+        that fails, or answers without an answer it was asked for, hands a cascade request's
+        questions to the strong tier (``cheap_failed``)."""
+        policy, call, pre = self.policy, self.call, self.pre
+        name, strong = policy.route.cheap, policy.route.strong
+        sub = split(call, pre.questions).get(name or "")
+        if sub is None or name is None:
+            return None, {}, {}
+        reply = yield from _tier(name, cheap_call(sub, pre.cheap_checkpoint))
+        if isinstance(reply, Failure):
+            if isinstance(reply.error, ClientError) or pre.mode != "cascade" or strong is None:
+                raise reply.error
+            # The cheap tier is busy or broken: the strong tier takes its questions.
+            return None, dict.fromkeys(sub.questions, "cheap_failed"), {}
+        self.keep(name, reply)
+        escalated, reads = judge(policy, call, pre, reply, preview, gate)
+        return reply, escalated, reads
+
+    def degrade(self, routes: dict[str, QuestionRoute], error: CascadeError
+                ) -> Flow[tuple[dict[str, QuestionRoute], dict[str, str]]]:
+        """The strong tier failed with ``error``: cheap answers marked degraded, or a refusal:
+        of the request (raised), or with ``partial`` of the questions nothing can answer now
+        (moved from the returned routes to ``refused``, each with the error the request would
+        fail with)."""
+        policy, retry = self.policy, error.retry_after
+        partial = self.partial and not isinstance(error, ClientError | Overloaded)
+        plan = fallback(policy, self.pre, routes, retry_after_s=retry)
+        if partial and isinstance(plan, EngineUnavailable):
+            routes = self.refuse(routes, unservable(policy, routes), plan)
+            plan = fallback(policy, self.pre, routes, retry_after_s=retry)
+        if isinstance(plan, Fallback) and plan.cheap_questions and self.previews:
+            routes, plan = yield from self._previewed(routes, plan, error, partial)
+        if isinstance(plan, EngineUnavailable):
+            # The client's content (its 4xx stands), or back-pressure (its Retry-After).
+            raise error if isinstance(error, ClientError | Overloaded) else plan
+        routes = yield from self._stand_in(routes, plan, error, partial)
+        name = policy.route.cheap
+        why = failure_reason(error)
+        degraded = {
+            q: QuestionRoute(name, r.reason) if q in plan.degraded and name is not None else r
+            for q, r in routes.items()
+        }
+        return degraded, {q: why for q in plan.degraded if q not in self.refused}
+
+    def _previewed(self, routes: dict[str, QuestionRoute], plan: Fallback,
+                   error: CascadeError, partial: bool
+                   ) -> Flow[tuple[dict[str, QuestionRoute], Fallback]]:
+        """``plan`` on the checkpoint the stand-in's preview picks; its questions refused
+        (``partial``) or the request (raised) when the preview says only the strong tier can
+        answer them."""
+        policy = self.policy
         checkpoint, blocking = yield from stand_in(
-            policy, subcall(call, plan.cheap_questions), plan.cheap_checkpoint)
+            policy, subcall(self.call, plan.cheap_questions), plan.cheap_checkpoint)
         plan = msgspec.structs.replace(plan, cheap_checkpoint=checkpoint)
-        if blocking:
-            unavailable = EngineUnavailable(
-                f"the strong tier `{policy.route.strong}` is unavailable and this request needs "
-                f"it ({', '.join(blocking)}); retry later",
-                retry_after=policy.degrade.retry_after_s if retry is None else retry)
-            if not partial:
-                raise error if isinstance(error, ClientError | Overloaded) else unavailable
-            routes = _refuse(routes, plan.cheap_questions, unavailable, refused)
-            plan = _without(plan, refused)
-    if isinstance(plan, EngineUnavailable):
-        # The client's content (its 4xx stands), or back-pressure (its Retry-After).
-        raise error if isinstance(error, ClientError | Overloaded) else plan
-    name = policy.route.cheap
-    for attempt in range(2):  # partial: once more without the questions the cheap tier named
-        if not plan.cheap_questions or name is None:
-            break
-        extra = cheap_call(subcall(call, plan.cheap_questions), plan.cheap_checkpoint)
-        reply = yield from _tier(name, extra)
-        if not isinstance(reply, Failure):
-            base = answers.get(name)
-            merged = {**base.results, **reply.results} if base else reply.results
-            usages.append((name, reply.usage))
-            answers[name] = msgspec.structs.replace(reply, results=merged)
-            break
-        refusal = _cannot_stand_in(policy, error, reply.error)
+        if not blocking:
+            return routes, plan
+        retry = error.retry_after
+        unavailable = EngineUnavailable(
+            f"the strong tier `{policy.route.strong}` is unavailable and this request needs "
+            f"it ({', '.join(blocking)}); retry later",
+            retry_after=policy.degrade.retry_after_s if retry is None else retry)
         if not partial:
-            raise refusal
-        named = _named(reply.error, plan.cheap_questions) if attempt == 0 else []
-        routes = _refuse(routes, named or plan.cheap_questions, refusal, refused)
-        plan = _without(plan, refused)
-    why = failure_reason(error)
-    degraded = {
-        q: QuestionRoute(name, r.reason) if q in plan.degraded and name is not None else r
-        for q, r in routes.items()
-    }
-    return degraded, dict.fromkeys(plan.degraded, why)
+            raise error if isinstance(error, ClientError | Overloaded) else unavailable
+        routes = self.refuse(routes, plan.cheap_questions, unavailable)
+        return routes, _without(plan, self.refused)
+
+    def _stand_in(self, routes: dict[str, QuestionRoute], plan: Fallback, error: CascadeError,
+                  partial: bool) -> Flow[dict[str, QuestionRoute]]:
+        """The cheap tier answers ``plan``'s questions it has not run yet; with ``partial``
+        once more without those it names (or all of them) when it refuses."""
+        name = self.policy.route.cheap
+        for attempt in range(2):
+            if not plan.cheap_questions or name is None:
+                break
+            extra = cheap_call(subcall(self.call, plan.cheap_questions), plan.cheap_checkpoint)
+            reply = yield from _tier(name, extra)
+            if not isinstance(reply, Failure):
+                self.keep(name, reply)
+                break
+            refusal = _cannot_stand_in(self.policy, error, reply.error)
+            if not partial:
+                raise refusal
+            named = _named(reply.error, plan.cheap_questions) if attempt == 0 else []
+            routes = self.refuse(routes, named or plan.cheap_questions, refusal)
+            plan = _without(plan, self.refused)
+        return routes
 
 
 def _named(error: CascadeError, qids: list[str]) -> list[str]:
@@ -337,13 +382,6 @@ def _named(error: CascadeError, qids: list[str]) -> list[str]:
     named = {str(i["loc"][2]) for i in items
              if len(i["loc"]) > 2 and i["loc"][:2] == ["body", "questions"]}
     return [q for q in qids if q in named]
-
-
-def _refuse(routes: dict[str, QuestionRoute], qids: Iterable[str], why: CascadeError,
-            refused: dict[str, CascadeError]) -> dict[str, QuestionRoute]:
-    """``routes`` without ``qids``, which are refused with ``why``."""
-    refused.update(dict.fromkeys(qids, why))
-    return {q: r for q, r in routes.items() if q not in refused}
 
 
 def _without(plan: Fallback, refused: Mapping[str, CascadeError]) -> Fallback:
@@ -403,16 +441,18 @@ def merged_usage(usages: list[tuple[str, EngineUsage]],
     )
 
 
-def _keep(answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]], tier: str,
-          answer: EngineAnswer) -> None:
-    answers[tier] = answer
-    usages.append((tier, answer.usage))
-
-
 def _tier(tier: str, call: EngineCall) -> Flow[EngineAnswer | Failure]:
+    """``tier``'s answer to ``call``; an answer that lacks a question asked, or answers it
+    with another type, is the tier failing."""
     reply = yield TierCall(tier, call)
     if isinstance(reply, CallPreview):
         raise TypeError("a TierCall is answered with an EngineAnswer or a Failure")
+    if isinstance(reply, EngineAnswer):
+        for qid, question in call.questions.items():
+            result = reply.results.get(qid)
+            if result is None or result.type != question.type:
+                return Failure(EngineFailed(
+                    f"tier `{tier}` returned no {question.type} answer for `{qid}`"))
     return reply
 
 

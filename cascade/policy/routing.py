@@ -77,6 +77,23 @@ class Gate(msgspec.Struct, frozen=True, kw_only=True):
         return want if cut is None or want is None else min(want, cut)
 
 
+class GateRead(msgspec.Struct, frozen=True):
+    """What the confidence gate read of one cheap answer: its cell (type, option band), the
+    confidence (max p, the calibration's view) and its own verdict: None (kept),
+    ``low_confidence`` / ``low_margin`` (escalated), or ``budget`` (kept by the live gate
+    against its thresholds). Only answers no signal (truncation, option collapse) escalated
+    first are read; a ``whole_request`` escalation does not change a read's verdict."""
+
+    type: QuestionType
+    band: Band
+    confidence: float
+    verdict: Reason | None = None
+
+    @property
+    def cell(self) -> tuple[QuestionType, Band]:
+        return self.type, self.band
+
+
 class PreRoute(msgspec.Struct, frozen=True):
     mode: Mode
     cheap_checkpoint: str | None  # the Laya checkpoint to run (a ``Checkpoint`` name)
@@ -225,39 +242,55 @@ def post_route(
     policy: Policy, call: EngineCall, pre: PreRoute, cheap: EngineAnswer,
     preview: CallPreview | None, gate: Gate | None = None,
 ) -> dict[str, Reason]:
-    """Which cheap answers escalate, ``{question id: reason}`` (empty: all are final), and
-    which the live ``gate`` keeps although its thresholds would escalate them (``budget``).
+    """Which cheap answers escalate, ``{question id: reason}`` (``judge``'s first value)."""
+    return judge(policy, call, pre, cheap, preview, gate)[0]
+
+
+def judge(
+    policy: Policy, call: EngineCall, pre: PreRoute, cheap: EngineAnswer,
+    preview: CallPreview | None, gate: Gate | None = None,
+) -> tuple[dict[str, Reason], dict[str, GateRead]]:
+    """Which cheap answers escalate, ``{question id: reason}`` (empty: all are final), with
+    those the live ``gate`` keeps although its thresholds would escalate them (``budget``);
+    and what the confidence gate read of each answer that reached it (``GateRead``).
 
     Signals, in order: truncation and option collapse (the cheap tier's usage, or the preview
     ``pre_route`` saw), then ``answer_confidence`` and the top-two margin against the gate's
     (type x option band) thresholds (``gate``: the policy's own when None). With ``escalate =
     "request"`` one escalation takes every cheap question along (``whole_request``), flagged
-    ones too. Raises ``EngineFailed`` when ``cheap`` lacks an answer it was asked for.
+    ones too. Raises ``EngineFailed`` when ``cheap`` lacks an answer it was asked for (the
+    flow hands such an answer to its fallback rules first).
     """
     route = policy.route
     if pre.mode != "cascade" or route.strong is None:
-        return {}
+        return {}, {}
     gate = gate or Gate.of(policy)
     cheap_qids = [q for q, r in pre.questions.items() if r.tier == route.cheap]
     rows = preview.rows if preview is not None else {}
     out: dict[str, Reason] = {}
+    reads: dict[str, GateRead] = {}
     for qid in cheap_qids:
         result = cheap.results.get(qid)
         if result is None:
             raise EngineFailed(f"tier `{route.cheap}` returned no answer for question `{qid}`")
-        reason = _post_reason(policy, gate, qid, result, cheap, rows.get(qid))
-        if reason is not None:
-            out[qid] = reason
+        signal = _signal(policy, qid, cheap, rows.get(qid))
+        if signal is not None:
+            out[qid] = signal
+            continue
+        read = reads[qid] = _read(policy, gate, result)
+        if read.verdict is not None:
+            out[qid] = read.verdict
     if route.escalate == "request" and any(r != "budget" for r in out.values()):
         out = {q: out[q] if out.get(q, "budget") != "budget" else "whole_request"
                for q in cheap_qids}
-    return {q: out[q] for q in call.questions if q in out}
+    order = [q for q in call.questions if q in out]
+    return {q: out[q] for q in order}, {q: reads[q] for q in call.questions if q in reads}
 
 
-def _post_reason(policy: Policy, gate: Gate, qid: str, result: QuestionResult,
-                 cheap: EngineAnswer, row: RowPreview | None) -> Reason | None:
+def _signal(policy: Policy, qid: str, cheap: EngineAnswer, row: RowPreview | None
+            ) -> Reason | None:
+    """Truncation or option collapse, which escalate whatever the confidence."""
     th, usage = policy.thresholds, cheap.usage
-    result = gate_view(policy, result)  # a calibration's temperatures, when the policy has one
     truncated = qid in usage.truncated_questions or (row is not None and
                                                      row.state_tokens_dropped > 0)
     collapsed = qid in usage.options or (row is not None and row.collapsed)
@@ -265,21 +298,25 @@ def _post_reason(policy: Policy, gate: Gate, qid: str, result: QuestionResult,
         return "truncated"
     if th.collapsed and collapsed:
         return "options_collapsed"
+    return None
+
+
+def _read(policy: Policy, gate: Gate, result: QuestionResult) -> GateRead:
+    """The confidence gate on one cheap answer."""
+    result = gate_view(policy, result)  # a calibration's temperatures, when the policy has one
     band = option_band(len(result.probabilities))
     confidence = answer_confidence(result)
     floor = gate.confidence.of(result.type).get(band)
     margin = gate.margin.of(result.type).get(band)
-    reason: Reason | None = None
+    verdict: Reason | None = None
     if floor is not None and confidence < floor:
-        reason = "low_confidence"
+        verdict = "low_confidence"
     elif margin is not None and top_two_margin(result) < margin:
-        reason = "low_margin"
-    if reason is None:
-        return None
+        verdict = "low_margin"
     cut = gate.budget.of(result.type).get(band)
-    if not gate.escalate or (cut is not None and confidence >= cut):
-        return "budget"
-    return reason
+    if verdict is not None and (not gate.escalate or (cut is not None and confidence >= cut)):
+        verdict = "budget"
+    return GateRead(type=result.type, band=band, confidence=confidence, verdict=verdict)
 
 
 # ---------------------------------------------------------------- merge planning

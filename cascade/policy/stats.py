@@ -16,6 +16,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+import numpy as np
+
 from cascade.questions import BANDS
 
 ALPHA = 0.05
@@ -26,14 +28,15 @@ T = TypeVar("T")
 
 
 def quantile_threshold(confidences: Sequence[float], rate: float) -> float:
-    """A threshold under which a share ``rate`` of ``confidences`` falls."""
-    c = sorted(confidences)
-    k = round(rate * len(c))
-    if k <= 0 or not c:
+    """A threshold under which a share ``rate`` of ``confidences`` falls: midway between the
+    k-th and the (k+1)-th smallest (selected in linear time, not sorted)."""
+    k = round(rate * len(confidences))
+    if k <= 0 or not confidences:
         return 0.0
-    if k >= len(c):
+    if k >= len(confidences):
         return 1.0
-    return (c[k - 1] + c[k]) / 2
+    c = np.partition(np.asarray(confidences, dtype=np.float64), (k - 1, k))
+    return (float(c[k - 1]) + float(c[k])) / 2
 
 
 def betainc(a: float, b: float, x: float) -> float:

@@ -17,7 +17,6 @@ from cascade.control.drift import (
     RESERVOIR,
     DriftMonitor,
     counted,
-    gated,
     histogram,
     psi,
 )
@@ -53,6 +52,24 @@ def test_histogram_has_equal_count_bins_and_merges_ties() -> None:
     assert sum(tied.counts) == 100 and tied.counts[-1] == 70  # the ties share one bin
     assert len(tied.edges) < 9
     assert histogram([0.7] * 5, 10) == Histogram(edges=[], counts=[5])
+
+
+def test_histogram_selects_the_edges_a_full_sort_gives() -> None:
+    rng = random.Random(7)
+    for n in (1, 5, 9, 10, 11, 1000, 20_000):
+        values = [round(rng.random(), 3) for _ in range(n)]  # ties included
+        ordered = sorted(values)
+        edges: list[float] = []
+        for i in range(1, 10):
+            k = round(i * n / 10)
+            if 0 < k < n and ordered[k - 1] < ordered[k]:
+                edge = (ordered[k - 1] + ordered[k]) / 2
+                if not edges or edge > edges[-1]:
+                    edges.append(edge)
+        found = histogram(values, 10)
+        assert found.edges == edges
+        assert found.counts == [sum(lo <= v < hi for v in values) for lo, hi in zip(
+            [-1.0, *edges], [*edges, 2.0], strict=True)]
 
 
 def test_psi_stays_low_on_an_unshifted_sample_and_crosses_025_on_a_shifted_one() -> None:
@@ -144,13 +161,13 @@ def test_only_questions_that_reached_the_gate_count_with_the_tempered_confidence
 
     decision = run(decide(policy, call(questions=WIDE), previews=True), reply)
     assert decision.escalated == {"mood": "truncated"}  # big was pre-routed strong
-    found = dict(gated(policy, decision))
+    found = {r.cell: r.confidence for r in decision.gate.values()}
     # urgent: [0.9, 0.1] tempered by T = 2 -> 0.75; intent untempered; mood and big never gated
     assert set(found) == {("choice", "3-5"), ("noul", "2")}
     assert found[("noul", "2")] == pytest.approx(0.75)
     assert found[("choice", "3-5")] == pytest.approx(0.9)
     cheap_only = run(decide(policy, call(model="laya"), previews=True), reply)
-    assert dict(gated(policy, cheap_only)) == {}  # no cascade: no gate
+    assert cheap_only.gate == {}  # no cascade: no gate
 
 
 def test_a_new_drift_table_or_snapshot_starts_over() -> None:

@@ -137,3 +137,40 @@ def test_calibrate_stamps_the_weights_and_eval_applies_or_refuses_it(tmp_path: P
     with pytest.raises(SystemExit, match=f"made for {'0' * 64}, the configured weights are "
                        f"{cal.stamp.checkpoints['laya']}"):
         main(["eval", str(data), "--demo", "--out", str(out), "--calibration", str(cal_file)])
+
+
+def _with_long_states(path: Path, n: int, seed: int) -> Path:
+    """``_data``'s tickets, every fourth with a state long enough that only the choice question
+    (long criteria) truncates: it is pre-routed strong, its siblings reach the gate."""
+    _data(path, n, seed)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for i, line in enumerate(lines):
+        line["questions"]["team"]["criteria"]["billing"] = "Payments " * 30
+        if i % 4 == 0:
+            line["state"] += " refund" * 425
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_calibrate_and_eval_count_the_same_gated_questions(tmp_path: Path, demo_dir: Path,
+                                                           capsys: pytest.CaptureFixture[str]):
+    fitted, held_out = (_with_long_states(tmp_path / f"{h}.jsonl", 40, seed=20 + i)
+                        for i, h in enumerate("ab"))
+    cal_file = tmp_path / "cal.toml"
+    assert main(["calibrate", str(fitted), "--demo", "--out", str(cal_file), "--json",
+                 "--target-escalation", "0.3", "--no-progress"]) == 0
+    fit = json.loads(capsys.readouterr().out)
+    figures = []
+    for data in (fitted, held_out):
+        out = tmp_path / data.stem
+        assert main(["eval", str(data), "--demo", "--out", str(out), "--calibration",
+                     str(cal_file), "--no-progress"]) == 0
+        cascade = json.loads((out / "summary.json").read_text())["tiers"]["cascade"]
+        items = _items(out)
+        assert any(r["cascade"]["reason"] == "state_too_long" for r in items)
+        figures.append((cascade["confidence_escalation_rate"], cascade["gated_questions"]))
+    # on the data it was fitted on: the same questions, the same share, exactly
+    assert figures[0] == (fit["escalation"], fit["gated_questions"])
+    assert abs(fit["escalation"] - 0.3) < 0.02
+    rate, n = figures[1]  # held out: within sampling error (three standard deviations)
+    assert abs(rate - 0.3) <= 3 * (0.3 * 0.7 / n) ** 0.5

@@ -164,3 +164,11 @@ def test_a_small_band_keeps_its_own_escalation_quantile():
     diagnostics = fit(rows, "escalation", 0.3)[2]
     assert diagnostics["choice:6-10"].n == 12 and diagnostics["choice:6-10"].pooled
     assert 0.2 <= diagnostics["choice:6-10"].escalation <= 0.4
+
+
+def test_the_quantile_threshold_is_midway_between_the_sorted_neighbours() -> None:
+    rng = random.Random(3)
+    for n in (2, 7, 1000):
+        confs = [rng.random() for _ in range(n)]
+        ordered, k = sorted(confs), round(0.3 * n)
+        assert quantile_threshold(confs, 0.3) == (ordered[k - 1] + ordered[k]) / 2

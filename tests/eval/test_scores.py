@@ -50,10 +50,13 @@ def _row(i: int, conf: float, cheap_right: bool, strong_right: bool, *, tier="ch
         return TierOut(answer=right, probabilities=p, confidence=c)
 
     chosen = (cheap_right if tier == "cheap" else strong_right)
+    # the flow's verdict: only a cheap answer no other rule sent strong reaches the gate
+    gate = (reason or "kept") if cheap and reason in (None, "low_confidence") else None
     return ItemRow(
         id=f"item{i}", question="q", type="noul", band="2", gold=True, gold_index=1,
         cheap=out(cheap_right, conf) if cheap else None, strong=out(strong_right, 0.8),
-        cascade=CascadeOut(answer=chosen, tier=tier, reason=reason, pre_routed=pre_routed),
+        cascade=CascadeOut(answer=chosen, tier=tier, reason=reason, pre_routed=pre_routed,
+                           gate=gate),
         tokens={"cheap": 10.0, "strong": 100.0},
     )
 

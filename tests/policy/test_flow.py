@@ -195,3 +195,47 @@ def test_partial_refuses_the_question_the_standing_in_cheap_tier_names() -> None
     assert "cannot stand in (options do not fit)" in decision.refused["huge"].message
     assert decision.tiers == dict.fromkeys(WIDE, "laya")
     assert decision.degraded == {"big": "strong_failed"}
+
+
+def test_a_cheap_answer_missing_a_question_is_the_cheap_tier_failing() -> None:
+    asked, good = tiers()
+
+    def reply(ask: Ask) -> Reply:
+        answer = good(ask)
+        if isinstance(ask, TierCall) and ask.tier == "laya" and isinstance(answer, EngineAnswer):
+            return msgspec.structs.replace(answer, results={
+                q: r for q, r in answer.results.items() if q != "urgent"})
+        return answer
+    decision = run(decide(POLICY, call(), previews=True), reply)
+    assert decision.tiers == dict.fromkeys(QUESTIONS, "clef")
+    assert decision.escalated == dict.fromkeys(QUESTIONS, "cheap_failed")
+    assert decision.gate == {} and "laya" not in decision.answers
+
+
+def test_a_strong_answer_of_another_type_is_the_strong_tier_failing() -> None:
+    def wrong(c: EngineCall) -> Reply:
+        return EngineAnswer(model="clef-model", usage=EngineUsage(input_tokens=1), results={
+            q: QuestionResult(type="noul", probabilities=[0.5, 0.5]) for q in c.questions})
+    _, reply = tiers(low=frozenset({"intent"}), strong=wrong)
+    decision = run(decide(POLICY, call(), previews=True), reply)
+    assert decision.tiers == dict.fromkeys(QUESTIONS, "laya")
+    assert decision.degraded == {"intent": "strong_failed"}
+
+
+def test_the_decision_says_which_answers_reached_the_gate_and_what_it_read() -> None:
+    _, reply = tiers(low=frozenset({"urgent"}),
+                     strong=lambda c: Failure(EngineUnavailable("clef is down")))
+    decision = run(decide(POLICY, call(questions=WIDE), previews=True), reply)
+    # "big" was pre-routed (never read); "urgent" was read, escalated, then degraded: still read
+    assert list(decision.gate) == ["intent", "urgent", "mood"]
+    urgent = decision.gate["urgent"]
+    assert (urgent.cell, urgent.verdict) == (("noul", "2"), "low_confidence")
+    assert urgent.confidence == 0.5 and decision.gate["intent"].verdict is None
+
+
+def test_a_stand_in_adds_to_the_cheap_tiers_answer_and_its_tokens() -> None:
+    _, reply = tiers(strong=lambda c: Failure(EngineUnavailable("clef is down")))
+    decision = run(decide(POLICY, call(questions=WIDE), previews=True), reply)
+    cheap = decision.answers["laya"]
+    assert set(cheap.results) == set(WIDE)
+    assert cheap.usage.input_tokens == decision.usage.input_tokens == 4  # 3 + the stand-in's 1
