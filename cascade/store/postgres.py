@@ -8,13 +8,14 @@ serialize; ``cascade_schema.version`` is the schema version, as ``user_version``
 
 Writes: ``record`` puts the request on a bounded queue (full: dropped and counted, as SQLite's)
 and waits, at most ``DURABLE_WAIT_S``, until its rows are durable. One writer thread takes what
-is queued as one batch, writes it in one transaction (multi-row inserts through the pipeline,
-``ON CONFLICT (row_key) DO NOTHING``) and, when the database fails or is unreachable, appends
-the batch to the local spool instead (``cascade.store.spool``: fsynced, size-capped; past the
-cap the rows are dropped and counted). Either way the batch is durable and its requests are
-answered. While the spool holds batches every new batch goes behind them, and the writer
-replays them in order every ``RETRY_S`` until the database takes them all; a replayed row is
-written once whatever happens (its key). ``health`` says reachable or not and how far behind.
+is queued as one batch, writes it in one transaction (its rows by COPY into a staging table,
+then one ``INSERT ... SELECT ... ON CONFLICT (row_key) DO NOTHING``) and, when the database
+fails or is unreachable, appends the batch to the local spool instead (``cascade.store.spool``:
+fsynced, size-capped; past the cap, or when its disk is full, the rows are dropped and counted).
+Either way the batch is durable and its requests are answered. While the spool holds batches
+every new batch goes behind them, and the writer replays them in order every ``RETRY_S`` until
+the database takes them all; a replayed row is written once whatever happens (its key).
+``health`` says reachable or not and how far behind.
 
 Labels (``POST /v1/feedback``) are read and written at once, from a small pool, on a thread:
 the request's rows were durable before its response, so a label finds them from any replica.
@@ -87,8 +88,14 @@ CREATE TABLE IF NOT EXISTS labels (
     source text, count integer, tenant text NOT NULL DEFAULT ''
 );
 """
-INSERT = (f"INSERT INTO decisions (row_key, {', '.join(COLUMNS)}) VALUES "
-          f"({', '.join(['%s'] * (len(COLUMNS) + 1))}) ON CONFLICT (row_key) DO NOTHING")
+# A batch's rows are copied into a per-connection staging table (COPY: no per-row statement),
+# then moved in their order, each row once by its key.
+STAGED = ", ".join(("row_key", *COLUMNS))
+STAGE = (f"CREATE TEMP TABLE IF NOT EXISTS decisions_stage ON COMMIT DELETE ROWS AS "
+         f"SELECT 0::bigint AS n, {STAGED} FROM decisions WITH NO DATA")
+COPY = f"COPY decisions_stage (n, {STAGED}) FROM STDIN"
+MOVE = (f"INSERT INTO decisions ({STAGED}) SELECT {STAGED} FROM decisions_stage ORDER BY n "
+        "ON CONFLICT (row_key) DO NOTHING")
 INSERT_STATE = ("INSERT INTO states (key, state, ts) VALUES (%s, %s, %s) ON CONFLICT (key) "
                 "DO UPDATE SET ts = greatest(states.ts, excluded.ts)")
 SHADOW_UPDATE = (
@@ -385,14 +392,20 @@ class PostgresStore:
                     migrate(self.url)
                     self._migrated = True
                 self._conn = connect(self.url)
+                self._conn.execute(STAGE)
+                self._conn.commit()
             with self._conn.transaction(), self._conn.cursor() as cur:
+                staged: list[Any] = []
                 for kind, values in batch:
                     if kind == "state":
                         cur.execute(INSERT_STATE, values)
                     elif kind == "rows":
-                        cur.executemany(INSERT, values)
-                    else:
+                        staged += values
+                    else:  # a shadow answer updates rows that may be staged: move them first
+                        _move(cur, staged)
+                        staged = []
                         cur.executemany(SHADOW_UPDATE, values)
+                _move(cur, staged)
         except Exception as exc:
             self._unreachable(exc)
             return False
@@ -463,6 +476,18 @@ class PostgresStore:
             self.last_error = (time.time(), f"prune: {exc}")
             metrics.DECISION_LOG_ERRORS.labels(stage="prune").inc()
             log.warning("decision store: retention failed: %s", exc)
+
+
+def _move(cur: psycopg.Cursor[Any], rows: list[Any]) -> None:
+    """Copy ``rows`` (row key first, then ``COLUMNS``) into the staging table and insert them
+    in order, skipping keys already written. The commit empties the table; a second move in
+    one transaction (after a shadow update) finds the first's rows written and skips them."""
+    if not rows:
+        return
+    with cur.copy(COPY) as copy:
+        for n, row in enumerate(rows):
+            copy.write_row((n, *row))
+    cur.execute(MOVE)
 
 
 def prune(conn: psycopg.Connection[Any], before: float) -> int:
