@@ -252,6 +252,7 @@ class PostgresStore:
         self.written = self.failed = self.errors = self.dropped = self.spooled = 0
         self.last_error: tuple[float, str] | None = None
         self.lagging = False
+        self._spool_failing = False  # the last append hit a full or failing disk
         self._boot = uuid.uuid4().hex[:16]
         self._seq = itertools.count()
         self._conn: psycopg.Connection[Any] | None = None
@@ -437,12 +438,19 @@ class PostgresStore:
     def _to_spool(self, batch: list[Any], rows: int) -> None:
         try:
             kept = self.spool.append(batch, rows)
-        except OSError as exc:
+        except OSError as exc:  # its disk is full (or failing): dropped and counted
             kept = False
             self.errors += 1
             self.last_error = (time.time(), f"spool: {exc}")
             metrics.DECISION_LOG_ERRORS.labels(stage="spool").inc()
-            log.warning("decision store: spool %s failed: %s", self.spool.path, exc)
+            if not self._spool_failing:  # logged once until an append succeeds again
+                log.warning("decision store: spool %s failed (%s); rows are dropped and "
+                            "counted until it takes them again", self.spool.path, exc)
+            self._spool_failing = True
+        else:
+            if kept and self._spool_failing:
+                log.warning("decision store: spool %s takes rows again", self.spool.path)
+                self._spool_failing = False
         outcome = "spooled" if kept else "dropped"
         if kept:
             self.spooled += rows
