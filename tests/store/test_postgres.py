@@ -222,17 +222,21 @@ def test_bench_store_measures_both_backends(postgres: Postgres,
     assert sum(1 for _ in read_rows(url)) == written
 
 
-def test_one_batch_keeps_its_order_and_a_shadow_answer_finds_its_staged_rows(
-        postgres: Postgres, tmp_path: Path):
-    """The writer blocked behind a lock while eleven requests and a shadow answer queue up: they
-    go in as one batch (COPY through the staging table), ids in queue order, and the shadow
-    update of a request in that very batch lands on its rows."""
+@pytest.mark.parametrize(("requests", "by_copy"), [(11, False), (40, True)])
+def test_one_batch_keeps_its_order_and_a_shadow_answer_finds_its_rows(
+        postgres: Postgres, tmp_path: Path, requests: int, by_copy: bool):
+    """The writer blocked behind a lock while requests and a shadow answer queue up: they go in
+    as one batch (pipelined inserts, or from ``COPY_ROWS`` rows COPY through the staging table),
+    ids in queue order, and the shadow update of a request in that very batch lands on its
+    rows."""
     from cascade.bench.store import _decided
     from cascade.engines.fake import deterministic_answer
+    from cascade.store.postgres import COPY_ROWS
 
-    url = postgres.database("batch")
+    assert (2 * (requests - 1) >= COPY_ROWS) == by_copy  # the batch after the first request
+    url = postgres.database(f"batch{requests}")
     store = _store(url, tmp_path)
-    calls = [_call(f"r{n}") for n in range(11)]
+    calls = [_call(f"r{n}") for n in range(requests)]
     decisions = [_decided(call) for call in calls]
     with psycopg.connect(url) as lock:
         lock.execute("LOCK TABLE decisions IN ACCESS EXCLUSIVE MODE")
@@ -248,15 +252,15 @@ def test_one_batch_keeps_its_order_and_a_shadow_answer_finds_its_staged_rows(
                     for c, d in zip(calls[1:], decisions[1:], strict=True)]
             await asyncio.sleep(0.05)
             store.shadowed(calls[4], deterministic_answer(calls[4]), decisions[4].stamp)
-            assert store._queue.qsize() == 11
+            assert store._queue.qsize() == requests
             await asyncio.to_thread(lock.commit)
             await asyncio.gather(first, *rest)
 
         asyncio.run(run())
     store.close()
     rows = list(read_rows(url))
-    assert [r.request_id for r in rows] == [f"r{n // 2}" for n in range(22)]
-    assert [r.question_id for r in rows] == ["u", "v"] * 11
+    assert [r.request_id for r in rows] == [f"r{n // 2}" for n in range(2 * requests)]
+    assert [r.question_id for r in rows] == ["u", "v"] * requests
     assert {r.request_id for r in rows if r.shadow} == {"r4"}
     assert all(r.strong is not None for r in rows if r.request_id == "r4")
-    assert store.health()["errors"] == 0 and store.written == 22
+    assert store.health()["errors"] == 0 and store.written == 2 * requests
