@@ -41,12 +41,12 @@ def log_rows(paths: Sequence[str | Path], policy: Policy, *, labelled_only: bool
     ones unlabelled), or with ``labelled_only`` the shadow rows alone."""
     # Rows stream past; each kept one is cut to what its request's item needs (the fit needs
     # every confidence at once, so these stay until the end: docs/evaluation.md has the size).
-    requests: dict[str, list[Logged]] = defaultdict(list)
+    requests: dict[str, list[KeptRow]] = defaultdict(list)
     for path in paths:
         for row in read_rows(path, since=since, tenant=tenant):
             if row.cheap is None or (labelled_only and not _labelled(row)):
                 continue
-            requests[f"{path}#{row.request_id}"].append(Logged(
+            requests[f"{path}#{row.request_id}"].append(KeptRow(
                 row.question_id, msgspec.convert(row.question, Question), row.cheap.probabilities,
                 None if row.strong is None else row.strong.probabilities, _labelled(row)))
     out: list[ItemRow] = []
@@ -56,7 +56,7 @@ def log_rows(paths: Sequence[str | Path], policy: Policy, *, labelled_only: bool
     return out
 
 
-class Logged(NamedTuple):
+class KeptRow(NamedTuple):
     """What a kept row gives its request's item."""
 
     question_id: str
@@ -70,7 +70,7 @@ def _labelled(row: LogRow) -> bool:
     return row.shadow and row.strong is not None
 
 
-def _item(key: str, rows: Iterable[Logged], model: str, policy: Policy) -> tuple[Item, Outputs]:
+def _item(key: str, rows: Iterable[KeptRow], model: str, policy: Policy) -> tuple[Item, Outputs]:
     questions: dict[str, Question] = {}
     cheap: dict[str, QuestionResult] = {}
     strong: dict[str, QuestionResult] = {}
