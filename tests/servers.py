@@ -78,9 +78,11 @@ def wait_http(url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | Non
 
 @contextlib.contextmanager
 def run_process(cmd: Sequence[str], *, ready_url: str, env: dict[str, str] | None = None,
-                timeout_s: float = 120.0) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``cmd``, wait until ``ready_url`` answers, and always stop it afterwards."""
-    log = tempfile.TemporaryFile()
+                timeout_s: float = 120.0,
+                log_path: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``cmd``, wait until ``ready_url`` answers, and always stop it afterwards; its
+    output goes to ``log_path`` when given (for the test to read), else a temporary file."""
+    log = open(log_path, "w+b") if log_path else tempfile.TemporaryFile()  # noqa: SIM115
     proc = subprocess.Popen(list(cmd), env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         try:

@@ -35,6 +35,8 @@ SKIPS: list[tuple[str, str]] = [
      "the reader's own weights or data (placeholders); the real weights are 19 GB and a GPU"),
     (r"^cascade bench\b", "benchmarks take minutes; their figures are in docs/benchmarks.md"),
     (r"^docker compose\b|\| kubectl apply\b", "needs a Docker daemon or a Kubernetes cluster"),
+    (r"^cascade store migrate postgresql://",
+     "needs the reader's PostgreSQL (tests/store/ run it against a server of their own)"),
     (r"^ollama\b", "needs Ollama and its 6 GB model download"),
     (r"^\.venv/bin/(ruff|mypy)\b", "`make test` runs them on the repository itself"),
 ]

@@ -49,7 +49,7 @@ def _listening() -> socket.socket:
     return sock
 
 
-def _serve_fake(ports: Connection) -> None:
+def serve_fake(ports: Connection) -> None:
     import uvicorn
 
     from cascade.engines.fake import FakeEngine
@@ -83,7 +83,7 @@ def _serve_gateway(ports: Connection, upstream: str) -> None:
     serve(app, settings, "error", drain, sockets=[sock])
 
 
-def _started(ctx: Any, target: Callable[..., None], *args: Any
+def started(ctx: Any, target: Callable[..., None], *args: Any
              ) -> tuple[multiprocessing.process.BaseProcess, str]:
     """``target(ports, *args)`` in a process of its own, and the URL it serves."""
     here, there = ctx.Pipe()
@@ -131,7 +131,7 @@ async def _burst(client: httpx.AsyncClient, per_worker: int, concurrency: int) -
     return per_worker * concurrency / (time.perf_counter() - started)
 
 
-def _cpu_s(pid: int) -> float:
+def cpu_s(pid: int) -> float:
     """CPU seconds (user and system) process ``pid`` has used (Linux's ``/proc``)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
@@ -145,13 +145,13 @@ async def _round(clients: dict[str, httpx.AsyncClient], requests: int, concurren
     The server processes' CPU time over the one-at-a-time requests is the figure a busy machine
     moves least: the gateway's serves the cascade path only, the upstream's both."""
     latencies: dict[str, list[float]] = {name: [] for name in clients}
-    cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
+    cpu = {name: cpu_s(pid) for name, pid in pids.items()}
     for _ in range(requests):
         for name, client in clients.items():
             started = time.perf_counter()
             await _post(client)
             latencies[name].append(time.perf_counter() - started)
-    cpu_ms = {name: (_cpu_s(pid) - cpu[name]) * 1000 / requests for name, pid in pids.items()}
+    cpu_ms = {name: (cpu_s(pid) - cpu[name]) * 1000 / requests for name, pid in pids.items()}
     per_worker = max(1, requests // concurrency)
     return {
         name: {
@@ -195,9 +195,9 @@ def run(requests: int = 500, concurrency: int = 8, repeat: int = 3) -> dict[str,
     ctx = multiprocessing.get_context("spawn")
     procs = []
     try:
-        fake, upstream = _started(ctx, _serve_fake)
+        fake, upstream = started(ctx, serve_fake)
         procs.append(fake)
-        cascade, gateway = _started(ctx, _serve_gateway, upstream)
+        cascade, gateway = started(ctx, _serve_gateway, upstream)
         procs.append(cascade)
         asyncio.run(_wait(upstream))
         asyncio.run(_wait(gateway))

@@ -126,14 +126,24 @@ def register(groups: dict[str, Any]) -> None:
         description="In process, no tiers: CLIENTS concurrent clients record answered requests "
         "(two questions each) for SECONDS through the decision store, which returns once the "
         "rows are durable. Prints rows/s and the p50/p99 of that wait per backend and client "
-        "count (SQLite in a temporary file; PostgreSQL at --postgres URL), then JSON.",
+        "count (SQLite in a temporary file; PostgreSQL at --postgres URL), then JSON. With "
+        "--load: the gateway's goodput instead, three `cascade serve --demo` gateways (store "
+        "off, SQLite, PostgreSQL at --postgres) driven in turn by `bench load`'s clients.",
     )
     store.add_argument("--postgres", metavar="URL",
-                       help="a postgresql:// database to write bench rows to (else SQLite only)")
-    store.add_argument("--clients", default="1,8,32",
-                       help="comma-separated client counts (1,8,32)")
+                       help="a postgresql:// database to write bench rows to (else SQLite "
+                       "only; --load needs it)")
+    store.add_argument("--clients", help="comma-separated client counts (1,8,32; --load: 8)")
     store.add_argument("--seconds", type=float, default=5.0,
-                       help="per backend and client count (5)")
+                       help="per backend and client count (5; --load: per round)")
+    store.add_argument("--load", action="store_true",
+                       help="goodput of whole gateways with the store off, SQLite and "
+                       "PostgreSQL, side by side")
+    store.add_argument("--rounds", type=count, default=3,
+                       help="--load: rounds per store and client count, medians shown (3)")
+    store.add_argument("--tiers", choices=("demo", "fake"), default="demo",
+                       help="--load: the gateways' tiers, tiny random checkpoints in process "
+                       "(demo) or a fake upstream that costs almost nothing (fake) (demo)")
     store.add_argument("--json", type=Path, help="also write the JSON here")
     store.set_defaults(func=bench_store)
 
@@ -376,14 +386,28 @@ def bench_store(args: argparse.Namespace) -> int:
     from cascade.bench import store
     from cascade.store import is_url
 
+    text = args.clients or ("8" if args.load else "1,8,32")
     try:
-        clients = [int(c) for c in args.clients.split(",")]
+        clients = [int(c) for c in text.split(",")]
     except ValueError:
-        raise UsageError(f"--clients {args.clients}: give comma-separated integers") from None
+        raise UsageError(f"--clients {text}: give comma-separated integers") from None
     if min(clients) < 1 or not args.seconds > 0:
         raise UsageError("--clients must be >= 1 and --seconds > 0")
     if args.postgres is not None and not is_url(args.postgres):
         raise UsageError(f"--postgres {args.postgres!r}: give a postgresql:// URL")
+    if args.load:
+        from cascade.bench import store_load
+
+        if args.postgres is None:
+            raise UsageError("bench store --load needs --postgres URL: a database the "
+                             "PostgreSQL gateway may log bench requests to")
+        if args.rounds < 1:
+            raise UsageError("--rounds must be >= 1")
+        found = store_load.run_bench(postgres=args.postgres, clients=clients,
+                                     seconds=args.seconds, rounds=args.rounds, tiers=args.tiers)
+        random = ["its `cascade serve --demo` gateways"] if args.tiers == "demo" else []
+        return _report(store_load.table(found), found, args.json,
+                       _said("bench store --load", random) if random else None)
     result = store.run_bench(postgres=args.postgres, clients=clients, seconds=args.seconds)
     return _report(store.table(result), result, args.json)
 

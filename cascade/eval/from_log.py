@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -38,12 +39,16 @@ def log_rows(paths: Sequence[str | Path], policy: Policy, *, labelled_only: bool
              since: float | None = None, tenant: str | None = None) -> list[ItemRow]:
     """``items.jsonl`` rows from decision logs: every row the cheap tier answered (escalated
     ones unlabelled), or with ``labelled_only`` the shadow rows alone."""
-    requests: dict[str, list[LogRow]] = defaultdict(list)
+    # Rows stream past; each kept one is cut to what its request's item needs (the fit needs
+    # every confidence at once, so these stay until the end: docs/evaluation.md has the size).
+    requests: dict[str, list[KeptRow]] = defaultdict(list)
     for path in paths:
         for row in read_rows(path, since=since, tenant=tenant):
             if row.cheap is None or (labelled_only and not _labelled(row)):
                 continue
-            requests[f"{path}#{row.request_id}"].append(row)
+            requests[f"{path}#{row.request_id}"].append(KeptRow(
+                row.question_id, msgspec.convert(row.question, Question), row.cheap.probabilities,
+                None if row.strong is None else row.strong.probabilities, _labelled(row)))
     out: list[ItemRow] = []
     model = policy.models.cascade[0] if policy.models.cascade else "jev-latest"
     for key, rows in requests.items():
@@ -51,26 +56,34 @@ def log_rows(paths: Sequence[str | Path], policy: Policy, *, labelled_only: bool
     return out
 
 
+class KeptRow(NamedTuple):
+    """What a kept row gives its request's item."""
+
+    question_id: str
+    question: Question
+    cheap: list[float]
+    strong: list[float] | None
+    labelled: bool
+
+
 def _labelled(row: LogRow) -> bool:
     return row.shadow and row.strong is not None
 
 
-def _item(key: str, rows: Iterable[LogRow], model: str, policy: Policy) -> tuple[Item, Outputs]:
+def _item(key: str, rows: Iterable[KeptRow], model: str, policy: Policy) -> tuple[Item, Outputs]:
     questions: dict[str, Question] = {}
     cheap: dict[str, QuestionResult] = {}
     strong: dict[str, QuestionResult] = {}
     gold = {}
     for row in rows:  # the latest row wins if a request id repeats a question id
-        question = msgspec.convert(row.question, Question)
+        question = row.question
         questions[row.question_id] = question
-        assert row.cheap is not None
-        cheap[row.question_id] = QuestionResult(type=question.type,
-                                                probabilities=row.cheap.probabilities)
+        cheap[row.question_id] = QuestionResult(type=question.type, probabilities=row.cheap)
         if row.strong is not None:
             strong[row.question_id] = QuestionResult(type=question.type,
-                                                     probabilities=row.strong.probabilities)
-            if _labelled(row):
-                gold[row.question_id] = answer_label(question, row.strong.probabilities)
+                                                     probabilities=row.strong)
+            if row.labelled:
+                gold[row.question_id] = answer_label(question, row.strong)
     call = EngineCall(state="", questions=questions, model=model, request_id=key)
     strong_run = _run("strong", strong) if policy.route.strong is not None else None
     return Item(id=key, call=call, gold=gold), Outputs(preview=None, cheap=_run("cheap", cheap),

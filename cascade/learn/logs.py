@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,21 @@ def escalated(row: LogRow) -> bool:
     return row.cheap is not None and row.final_tier != row.cheap.tier
 
 
-def inverse_shadow_rate(rows: Sequence[LogRow]) -> float:
-    """``N_cheap_final / N_shadow`` over the cheap-final rows (1.0 when there is no shadow)."""
-    final = [r for r in rows if r.cheap is not None and not r.degraded and not escalated(r)]
-    shadowed = sum(1 for r in final if r.shadow and r.strong is not None)
-    return len(final) / shadowed if shadowed else 1.0
+class ShadowRate:
+    """``N_cheap_final / N_shadow`` over the cheap-final rows seen (1.0 when there is no
+    shadow), counted row by row: the rows need not be kept."""
+
+    def __init__(self) -> None:
+        self.final = self.shadowed = 0
+
+    def see(self, row: LogRow) -> None:
+        if row.cheap is not None and not row.degraded and not escalated(row):
+            self.final += 1
+            self.shadowed += row.shadow and row.strong is not None
+
+    @property
+    def inverse(self) -> float:
+        return self.final / self.shadowed if self.shadowed else 1.0
 
 
 def _usable(row: LogRow, left_out: Counter[str]) -> bool:
@@ -63,19 +73,20 @@ def _usable(row: LogRow, left_out: Counter[str]) -> bool:
 def read_log(paths: Iterable[str | Path], *, since: float | None = None, tenant: str | None = None
              ) -> tuple[list[Item], dict[str, Any], dict[str, Any]]:
     """The items of decision logs (rotated files included, each passed), what was left out,
-    and the teacher's identity (its tier names and weight hashes, as the log recorded them)."""
-    rows: list[LogRow] = []
-    for path in paths:
-        try:
-            rows += read_rows(path, since=since, tenant=tenant)
-        except (OSError, ValueError, sqlite3.Error) as exc:
-            raise SourceError(f"{path}: {exc}") from exc
-    shadow_weight = inverse_shadow_rate(rows)
+    and the teacher's identity (its tier names and weight hashes, as the log recorded them).
+    Rows stream past; only the usable ones (a strong answer and the state text) are kept."""
+    rate = ShadowRate()
     left_out: Counter[str] = Counter()
     groups: dict[tuple[str, bool], list[LogRow]] = defaultdict(list)
-    for row in rows:
-        if _usable(row, left_out):
-            groups[(row.request_id, row.shadow)].append(row)
+    for path in paths:
+        try:
+            for row in read_rows(path, since=since, tenant=tenant):
+                rate.see(row)
+                if _usable(row, left_out):
+                    groups[(row.request_id, row.shadow)].append(row)
+        except (OSError, ValueError, sqlite3.Error) as exc:
+            raise SourceError(f"{path}: {exc}") from exc
+    shadow_weight = rate.inverse
     items = [_item(group, shadow_weight if shadow else 1.0)
              for (_, shadow), group in groups.items()]
     if not items:

@@ -8,13 +8,15 @@ serialize; ``cascade_schema.version`` is the schema version, as ``user_version``
 
 Writes: ``record`` puts the request on a bounded queue (full: dropped and counted, as SQLite's)
 and waits, at most ``DURABLE_WAIT_S``, until its rows are durable. One writer thread takes what
-is queued as one batch, writes it in one transaction (multi-row inserts through the pipeline,
-``ON CONFLICT (row_key) DO NOTHING``) and, when the database fails or is unreachable, appends
-the batch to the local spool instead (``cascade.store.spool``: fsynced, size-capped; past the
-cap the rows are dropped and counted). Either way the batch is durable and its requests are
-answered. While the spool holds batches every new batch goes behind them, and the writer
-replays them in order every ``RETRY_S`` until the database takes them all; a replayed row is
-written once whatever happens (its key). ``health`` says reachable or not and how far behind.
+is queued as one batch, writes it in one transaction (``ON CONFLICT (row_key) DO NOTHING``:
+pipelined inserts, or from ``COPY_ROWS`` rows on a COPY into a staging table and one
+``INSERT ... SELECT``) and, when the database fails or is unreachable, appends the batch to
+the local spool instead (``cascade.store.spool``: fsynced, size-capped; past the cap, or when
+its disk is full, the rows are dropped and counted). Either way the batch is durable and its
+requests are answered. While the spool holds batches every new batch goes behind them, and the
+writer replays them in order every ``RETRY_S`` until the database takes them all; a replayed
+row is written once whatever happens (its key). ``health`` says reachable or not and how far
+behind.
 
 Labels (``POST /v1/feedback``) are read and written at once, from a small pool, on a thread:
 the request's rows were durable before its response, so a label finds them from any replica.
@@ -89,6 +91,14 @@ CREATE TABLE IF NOT EXISTS labels (
 """
 INSERT = (f"INSERT INTO decisions (row_key, {', '.join(COLUMNS)}) VALUES "
           f"({', '.join(['%s'] * (len(COLUMNS) + 1))}) ON CONFLICT (row_key) DO NOTHING")
+# A big batch's rows are copied into a per-connection staging table (COPY: no per-row
+# statement), then moved in their order, each row once by its key.
+STAGED = ", ".join(("row_key", *COLUMNS))
+STAGE = (f"CREATE TEMP TABLE IF NOT EXISTS decisions_stage ON COMMIT DELETE ROWS AS "
+         f"SELECT 0::bigint AS n, {STAGED} FROM decisions WITH NO DATA")
+COPY = f"COPY decisions_stage (n, {STAGED}) FROM STDIN"
+MOVE = (f"INSERT INTO decisions ({STAGED}) SELECT {STAGED} FROM decisions_stage ORDER BY n "
+        "ON CONFLICT (row_key) DO NOTHING")
 INSERT_STATE = ("INSERT INTO states (key, state, ts) VALUES (%s, %s, %s) ON CONFLICT (key) "
                 "DO UPDATE SET ts = greatest(states.ts, excluded.ts)")
 SHADOW_UPDATE = (
@@ -109,6 +119,10 @@ UPSERT_LABEL = (
     "count = labels.count + 1, tenant = excluded.tenant"
 )
 MAX_BATCH = 1024  # queue items per transaction
+# From this many rows a batch goes by COPY (less CPU a row: measured 0.13 against 0.18 ms a
+# request at 32 clients); a smaller one as pipelined inserts, one round trip (COPY's extra
+# round trips cut one client's rows/s by half).
+COPY_ROWS = 64
 DURABLE_WAIT_S = 5.0  # the longest a response waits for its rows (store or spool)
 RETRY_S = 1.0  # between tries of an unreachable database
 PRUNE_EVERY_S = 3600.0
@@ -245,6 +259,7 @@ class PostgresStore:
         self.written = self.failed = self.errors = self.dropped = self.spooled = 0
         self.last_error: tuple[float, str] | None = None
         self.lagging = False
+        self._spool_failing = False  # the last append hit a full or failing disk
         self._boot = uuid.uuid4().hex[:16]
         self._seq = itertools.count()
         self._conn: psycopg.Connection[Any] | None = None
@@ -385,14 +400,15 @@ class PostgresStore:
                     migrate(self.url)
                     self._migrated = True
                 self._conn = connect(self.url)
-            with self._conn.transaction(), self._conn.cursor() as cur:
-                for kind, values in batch:
-                    if kind == "state":
-                        cur.execute(INSERT_STATE, values)
-                    elif kind == "rows":
-                        cur.executemany(INSERT, values)
-                    else:
-                        cur.executemany(SHADOW_UPDATE, values)
+                self._conn.execute(STAGE)
+                self._conn.commit()
+            if rows >= COPY_ROWS:
+                with self._conn.transaction(), self._conn.cursor() as cur:
+                    _copy(cur, batch)
+            else:
+                with (self._conn.pipeline(), self._conn.transaction(),
+                      self._conn.cursor() as cur):
+                    _insert(cur, batch)
         except Exception as exc:
             self._unreachable(exc)
             return False
@@ -424,12 +440,19 @@ class PostgresStore:
     def _to_spool(self, batch: list[Any], rows: int) -> None:
         try:
             kept = self.spool.append(batch, rows)
-        except OSError as exc:
+        except OSError as exc:  # its disk is full (or failing): dropped and counted
             kept = False
             self.errors += 1
             self.last_error = (time.time(), f"spool: {exc}")
             metrics.DECISION_LOG_ERRORS.labels(stage="spool").inc()
-            log.warning("decision store: spool %s failed: %s", self.spool.path, exc)
+            if not self._spool_failing:  # logged once until an append succeeds again
+                log.warning("decision store: spool %s failed (%s); rows are dropped and "
+                            "counted until it takes them again", self.spool.path, exc)
+            self._spool_failing = True
+        else:
+            if kept and self._spool_failing:
+                log.warning("decision store: spool %s takes rows again", self.spool.path)
+                self._spool_failing = False
         outcome = "spooled" if kept else "dropped"
         if kept:
             self.spooled += rows
@@ -463,6 +486,44 @@ class PostgresStore:
             self.last_error = (time.time(), f"prune: {exc}")
             metrics.DECISION_LOG_ERRORS.labels(stage="prune").inc()
             log.warning("decision store: retention failed: %s", exc)
+
+
+def _insert(cur: psycopg.Cursor[Any], batch: list[Any]) -> None:
+    """A batch's operations in order, a statement a row (in the connection's pipeline)."""
+    for kind, values in batch:
+        if kind == "state":
+            cur.execute(INSERT_STATE, values)
+        elif kind == "rows":
+            cur.executemany(INSERT, values)
+        else:
+            cur.executemany(SHADOW_UPDATE, values)
+
+
+def _copy(cur: psycopg.Cursor[Any], batch: list[Any]) -> None:
+    """A batch's operations in order, its rows through the staging table."""
+    staged: list[Any] = []
+    for kind, values in batch:
+        if kind == "state":
+            cur.execute(INSERT_STATE, values)
+        elif kind == "rows":
+            staged += values
+        else:  # a shadow answer updates rows that may be staged: move them first
+            _move(cur, staged)
+            staged = []
+            cur.executemany(SHADOW_UPDATE, values)
+    _move(cur, staged)
+
+
+def _move(cur: psycopg.Cursor[Any], rows: list[Any]) -> None:
+    """Copy ``rows`` (row key first, then ``COLUMNS``) into the staging table and insert them
+    in order, skipping keys already written. The commit empties the table; a second move in
+    one transaction (after a shadow update) finds the first's rows written and skips them."""
+    if not rows:
+        return
+    with cur.copy(COPY) as copy:
+        for n, row in enumerate(rows):
+            copy.write_row((n, *row))
+    cur.execute(MOVE)
 
 
 def prune(conn: psycopg.Connection[Any], before: float) -> int:

@@ -4,8 +4,9 @@ Each record is one batch (a list of write operations, msgpack), framed as its le
 a record torn by ``kill -9`` mid-append fails its check and ends the file there (the rest was
 never acknowledged). ``append`` returns once the record is fsynced, so a response waiting for it
 has its rows durable on this disk. Past ``max_bytes`` a batch is refused (the caller drops and
-counts it). ``records`` reads from ``offset`` on; ``clear`` empties the file once every record
-is in the database. Records hold row keys: replaying one twice writes nothing twice.
+counts it); on a full disk ``append`` raises ``OSError`` with the file as it was. ``records``
+reads from ``offset`` on; ``clear`` empties the file once every record is in the database.
+Records hold row keys: replaying one twice writes nothing twice.
 """
 
 from __future__ import annotations
@@ -38,14 +39,19 @@ class Spool:
         record = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
         if self.size + len(record) > self.max_bytes:
             return False
-        with open(self.path, "ab") as f:
-            try:
-                f.write(record)
-                f.flush()
-                os.fsync(f.fileno())
-            except OSError:
-                f.truncate(self.size)  # a full disk: no half record stays behind
-                raise
+        # Unbuffered: a full disk fails os.write itself (or writes short), and the cut below
+        # is the last word; a buffer would retry the tail on close, after the cut.
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            view = memoryview(record)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, self.size)  # no half record stays behind
+            raise
+        finally:
+            os.close(fd)
         self.size += len(record)
         self.rows += rows
         return True

@@ -17,6 +17,7 @@ import compose_spec
 import pytest
 import yaml
 
+from cascade.settings import Settings
 from tests.deploy import promql
 
 COMPOSE = promql.REPO / "docker-compose.yml"
@@ -54,7 +55,8 @@ def test_every_service_has_a_health_check_and_a_pinned_image(compose: dict[str, 
         check = service["healthcheck"]
         assert check["test"][0] == "CMD" and not check.get("disable"), name
         image = service["image"]
-        assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", image), (name, image)
+        # A release, or PostgreSQL's MAJOR.MINOR (its own numbering has no third part).
+        assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+|postgres:\d+\.\d+", image), (name, image)
 
 
 def test_profiles(compose: dict[str, Any]) -> None:
@@ -62,7 +64,9 @@ def test_profiles(compose: dict[str, Any]) -> None:
     profiles = {name: tuple(s.get("profiles", ())) for name, s in services.items()}
     assert profiles == {
         "gateway": ("gpu",), "clef": ("gpu",), "demo": ("demo",), "ollama": ("ollama",),
-        "gateway-ollama": ("ollama",), "prometheus": (), "grafana": (),
+        "gateway-ollama": ("ollama",), "postgres": ("fleet",), "fleet-a": ("fleet",),
+        "fleet-b": ("fleet",),
+        "prometheus": (), "grafana": (),
     }
     # The demo needs no GPU: nothing reserves one.
     assert "deploy" not in services["demo"] and "--demo" in services["demo"]["entrypoint"]
@@ -102,7 +106,7 @@ def test_mounted_files_exist_and_agree(compose: dict[str, Any]) -> None:
 
 # Services that are a cascade gateway (auth by API key): the only ones published on every
 # interface. The rest have no auth of their own.
-GATEWAYS = {"gateway", "gateway-ollama", "demo"}
+GATEWAYS = {"gateway", "gateway-ollama", "demo", "fleet-a", "fleet-b"}
 
 
 def published(port: str) -> tuple[str, str]:
@@ -118,8 +122,8 @@ def test_only_gateways_listen_on_every_interface(compose: dict[str, Any]) -> Non
         for port in service.get("ports", []):
             address, host_port = published(port)
             seen.add(name)
-            if name in GATEWAYS:
-                assert host_port == "8000", (name, port)
+            if name in GATEWAYS:  # the fleet's second replica on the next port
+                assert host_port == ("8001" if name == "fleet-b" else "8000"), (name, port)
             else:
                 assert address == "127.0.0.1", (name, port)
     assert seen >= {"clef", "ollama", "prometheus", "grafana"}
@@ -151,3 +155,39 @@ def test_demo_builds_on_a_cpu_base_image(compose: dict[str, Any]) -> None:
     lock = (promql.REPO / "deploy" / "lock" / "serve.txt").read_text()
     assert re.search(r"^torch==[\d.]+\+cpu ", lock, re.MULTILINE)
     assert demo["image"].startswith("cascade-demo:")
+
+
+def test_fleet_gateways_share_the_postgres_service(compose: dict[str, Any]) -> None:
+    """The fleet profile: PostgreSQL 15 (official image, a named volume, ``pg_isready``, the
+    password from a secret file), and gateway replicas that log to it once it is healthy,
+    reading the same secret as CASCADE_DECISION_LOG_PASSWORD_FILE."""
+    services = compose["services"]
+    postgres = services["postgres"]
+    fleet = [services["fleet-a"], services["fleet-b"]]
+    assert postgres["image"].split(":")[0] == "postgres"
+    assert postgres["image"].split(":")[1].split(".")[0] == "15"
+    assert "ports" not in postgres  # reached on the compose network only
+    volume, _, data = postgres["volumes"][0].partition(":")
+    assert volume in compose["volumes"] and data == "/var/lib/postgresql/data"
+    check = postgres["healthcheck"]["test"]
+    assert check[:2] == ["CMD", "pg_isready"]
+    env = postgres["environment"]
+    user, database = env["POSTGRES_USER"], env["POSTGRES_DB"]
+    assert check[check.index("-U") + 1] == user and check[check.index("-d") + 1] == database
+    assert "POSTGRES_PASSWORD" not in env
+    (secret,) = postgres["secrets"]
+    assert env["POSTGRES_PASSWORD_FILE"] == f"/run/secrets/{secret}"
+    password = (promql.REPO / compose["secrets"][secret]["file"]).read_text().split()
+    assert len(password) == 1  # one line: both sides read the file whole
+
+    fields = {f"CASCADE_{f.upper()}" for f in Settings.__struct_fields__}
+    for gateway in fleet:
+        assert gateway["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+        assert secret in gateway["secrets"] and "--demo" in gateway["entrypoint"]
+        gateway_env = gateway["environment"]
+        assert "PGPASSWORD" not in gateway_env
+        # The same database, no password in the URL: it comes from the secret.
+        url = gateway_env["CASCADE_DECISION_LOG"]
+        assert url == f"postgresql://{user}@postgres:5432/{database}"
+        assert gateway_env["CASCADE_DECISION_LOG_PASSWORD_FILE"] == f"/run/secrets/{secret}"
+        assert {"CASCADE_DECISION_LOG", "CASCADE_DECISION_LOG_PASSWORD_FILE"} <= fields

@@ -80,8 +80,9 @@ def validate(docs: list[dict[str, Any]], tmp_path: Path, version: str) -> str:
 def test_overlays_render(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert OVERLAYS == ["cpu-demo", "gpu"]
     common = ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Namespace",
-              "PodDisruptionBudget", "Secret", "Secret", "Service"]
-    assert kinds(rendered["cpu-demo"]) == common
+              "PodDisruptionBudget", "Secret", "Secret", "Secret", "Service"]
+    # cpu-demo brings its decision store (components/postgres); gpu names an external one.
+    assert kinds(rendered["cpu-demo"]) == sorted(common + ["Service", "StatefulSet"])
     assert kinds(rendered["gpu"]) == sorted(
         common + ["Deployment", "HorizontalPodAutoscaler", "PersistentVolumeClaim",
                   "PodDisruptionBudget", "PrometheusRule", "Service", "ServiceMonitor",
@@ -159,19 +160,22 @@ def test_the_gateway_reads_an_admin_key_in_every_overlay(
 
 def test_workloads_are_wired(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for docs in rendered.values():
-        deployments = [d for d in docs if d["kind"] == "Deployment"]
-        for deployment in deployments:
-            name = deployment["metadata"]["name"]
-            labels = deployment["spec"]["template"]["metadata"]["labels"]
-            assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        workloads = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+        for workload in workloads:
+            name = workload["metadata"]["name"]
+            labels = workload["spec"]["template"]["metadata"]["labels"]
+            assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
             service = one(docs, "Service", name)
             assert service["spec"]["selector"].items() <= labels.items()
-            pdb = one(docs, "PodDisruptionBudget", name)
-            assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
-            target = one(docs, "HorizontalPodAutoscaler", name)["spec"]["scaleTargetRef"]
-            assert (target["kind"], target["name"]) == ("Deployment", name)
-            pod = deployment["spec"]["template"]["spec"]
+            if workload["kind"] == "Deployment":
+                pdb = one(docs, "PodDisruptionBudget", name)
+                assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+                target = one(docs, "HorizontalPodAutoscaler", name)["spec"]["scaleTargetRef"]
+                assert (target["kind"], target["name"]) == ("Deployment", name)
+            pod = workload["spec"]["template"]["spec"]
             volumes = {v["name"]: v for v in pod["volumes"]}
+            volumes |= {c["metadata"]["name"]: c for c in workload["spec"].get(
+                "volumeClaimTemplates", [])}
             for container in pod["containers"] + pod.get("initContainers", []):
                 assert container["resources"]["requests"]["memory"], container["name"]
                 assert container["resources"]["requests"]["cpu"], container["name"]
@@ -189,7 +193,7 @@ def test_gateway_exports_laya_into_a_shared_cache(rendered: dict[str, Any]) -> N
         (gateway,) = pod["containers"]
         exports = [c for c in pod["initContainers"] if c["args"][:2] == ["export", "laya"]]
         assert exports and all(c["command"] == ["cascade"] for c in exports)
-        env = {e["name"]: e["value"] for e in gateway["env"]}
+        env = {e["name"]: e.get("value") for e in gateway["env"]}
         mounts = {m["mountPath"]: m["name"] for m in gateway["volumeMounts"]}
         for init in exports:
             init_env = {e["name"]: e["value"] for e in init["env"]}
@@ -277,7 +281,7 @@ def test_cpu_demo_instructions_read_the_deployed_key(
 
 def seconds(container: dict[str, Any], name: str) -> float:
     """A drain setting from the container's environment, else cascade's default."""
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
     field = name.removeprefix("CASCADE_").lower()
     return float(env.get(name, getattr(Settings(), field)))
 
@@ -301,6 +305,80 @@ def test_grace_period_covers_prestop_drain_and_grace_with_slack(
                     deployment["metadata"]["name"], needed)
                 checked += 1
     assert checked == 3  # two gateways and the gpu overlay's engine
+
+
+def decision_store(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """The Secret the gateway's CASCADE_DECISION_LOG comes from (``secretKeyRef``), checked to
+    hold the password file the gateway mounts too; (the Secret, its URL)."""
+    pod = one(docs, "Deployment", "cascade-gateway")["spec"]["template"]["spec"]
+    (gateway,) = pod["containers"]
+    env = {e["name"]: e for e in gateway["env"]}
+    ref = env["CASCADE_DECISION_LOG"]["valueFrom"]["secretKeyRef"]
+    assert "value" not in env["CASCADE_DECISION_LOG"]
+    secret = one(docs, "Secret", ref["name"])
+    url = base64.b64decode(secret["data"][ref["key"]]).decode()
+    assert url.startswith("postgresql://") and url == url.strip()
+    assert "@" in url and ":" not in url.split("@")[0].removeprefix("postgresql://")  # no password
+    folder, _, key = env["CASCADE_DECISION_LOG_PASSWORD_FILE"]["value"].rpartition("/")
+    (mount,) = [m for m in gateway["volumeMounts"] if m["mountPath"] == folder]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == ref["name"]
+    assert {"key": "password", "path": key} in volume["secret"]["items"]
+    assert len(base64.b64decode(secret["data"]["password"]).decode().split()) == 1
+    return secret, url
+
+
+def test_gateways_share_a_decision_store_from_a_secret(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Every overlay's replicas log to one PostgreSQL URL read from a Secret; none keeps a
+    decision log of its own on a pod volume."""
+    for name, docs in rendered.items():
+        _, url = decision_store(docs)
+        pod = one(docs, "Deployment", "cascade-gateway")["spec"]["template"]["spec"]
+        (gateway,) = pod["containers"]
+        assert "--decision-log" not in gateway.get("args", []), name
+        spool = next(e["value"] for e in gateway["env"] if e["name"] == "CASCADE_DECISION_SPOOL")
+        assert any(spool.startswith(m["mountPath"] + "/") for m in gateway["volumeMounts"])
+    # gpu documents an external database; cpu-demo's is the component's Service.
+    assert "@postgres.example.com:5432/" in decision_store(rendered["gpu"])[1]
+    assert not [d for d in rendered["gpu"] if d["metadata"]["name"] == "cascade-postgres"]
+
+
+def test_postgres_component_is_a_small_non_root_statefulset(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["cpu-demo"]
+    secret, url = decision_store(docs)
+    statefulset = one(docs, "StatefulSet", "cascade-postgres")
+    spec = statefulset["spec"]
+    assert spec["replicas"] == 1
+    pod = spec["template"]["spec"]
+    security = pod["securityContext"]
+    assert security["runAsNonRoot"] and security["runAsUser"] == 999 == security["fsGroup"]
+    (container,) = pod["containers"]
+    assert re.fullmatch(r"postgres:15\.\d+", container["image"]), container["image"]
+    assert container["resources"]["limits"]["memory"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["exec"]["command"][0] == "pg_isready", probe
+    # The data on a claim from the template, PGDATA below its mount point (lost+found).
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"]
+    (data,) = [m for m in container["volumeMounts"] if m["name"] == claim["metadata"]["name"]]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PGDATA"].startswith(data["mountPath"] + "/")
+    assert "POSTGRES_PASSWORD" not in env
+    # The password: the same Secret's key the gateways read.
+    folder, _, key = env["POSTGRES_PASSWORD_FILE"].rpartition("/")
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    assert {"key": "password", "path": key} in volume["secret"]["items"]
+    # The gateways' URL names the Service, its port, and the image's user and database.
+    service = one(docs, "Service", "cascade-postgres")
+    assert spec["serviceName"] == "cascade-postgres"
+    (port,) = service["spec"]["ports"]
+    assert url == (f"postgresql://{env['POSTGRES_USER']}@cascade-postgres:{port['port']}/"
+                   f"{env['POSTGRES_DB']}")
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
 
 
 def test_the_fleet_meets_on_its_redis_and_reloads_mounted_files_in_place(

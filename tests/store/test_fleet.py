@@ -1,7 +1,8 @@
 """Real ``cascade serve --demo`` replicas sharing one PostgreSQL decision store: feedback reaches
 the request whichever replica served it, scoped to its tenant; a reload under load stamps every
 row with the policy that decided it; PostgreSQL stopped for 20 s under load loses no answered
-row and costs no 5xx; ``kill -9`` of a replica loses no answered row."""
+row and costs no 5xx; ``kill -9`` of a replica loses no answered row; a spool whose disk fills
+while PostgreSQL is down drops and counts (logged once), costs no 5xx, and replays whole."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import httpx
 
 from cascade.store import read_rows
 from tests.servers import Postgres, free_port, run_process
+from tests.store.helpers import small_disk
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,18 +55,21 @@ def _health(base: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def replica(tmp_path: Path, name: str, url: str, *args: str,
-            port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """One ``cascade serve --demo`` logging to ``url`` (its own demo directory and spool), ready;
-    yields its base URL and process."""
+def replica(tmp_path: Path, name: str, url: str, *args: str, port: int | None = None,
+            spool: Path | None = None,
+            log: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """One ``cascade serve --demo`` logging to ``url`` (its own demo directory and spool, or
+    ``spool``; its output to ``log`` when given), ready; yields its base URL and process."""
     port = port or free_port()
+    spool = spool or tmp_path / f"spool-{name}"
     env = {**os.environ, "CASCADE_DEMO_DIR": str(tmp_path / f"demo-{name}"),
-           "CASCADE_REPLICA": name, "CASCADE_DECISION_SPOOL": str(tmp_path / f"spool-{name}"),
+           "CASCADE_REPLICA": name, "CASCADE_DECISION_SPOOL": str(spool),
            "CASCADE_API_KEYS_FILE": str(_keys_file(tmp_path)), "CASCADE_ADMIN_KEYS": "admin-key"}
     cmd = [str(BIN / "cascade"), "serve", "--demo", "--decision-log", url, "--port", str(port),
            "--log-level", "warning", *args]
     base = f"http://127.0.0.1:{port}"
-    with run_process(cmd, ready_url=base + "/health", env=env, timeout_s=240) as proc:
+    with run_process(cmd, ready_url=base + "/health", env=env, timeout_s=240,
+                     log_path=log) as proc:
         deadline = time.monotonic() + 240
         while httpx.get(base + "/ready").status_code != 200:
             assert time.monotonic() < deadline, "the replica never became ready"
@@ -235,3 +240,53 @@ def test_a_replica_killed_with_sigkill_loses_no_answered_row(postgres: Postgres,
           f"{sum(rows.values())} rows")
     assert len(answered) > 10
     assert {(rid, q) for rid in answered for q in ("urgent", "team")} <= set(rows)
+
+
+def test_a_full_spool_disk_drops_and_counts_logged_once_and_costs_no_5xx(postgres: Postgres,
+                                                                         tmp_path: Path):
+    """PostgreSQL stopped under load with the replica's spool on a 64 KiB tmpfs: the disk fills
+    (ENOSPC, not the spool's cap), later batches are dropped and counted, the warning is logged
+    once, every request is a 200; back up, the spool replays whole: each row once, and exactly
+    the rows not dropped."""
+    url = postgres.database("fleet_spool_full")
+    log = tmp_path / "replica.log"
+    seen: dict[str, Any] = {}
+    with small_disk(tmp_path / "disk", "64k") as disk, \
+            replica(tmp_path, "a", url, spool=disk / "spool", log=log) as (a, _):
+
+        def outage() -> None:
+            time.sleep(1)
+            postgres.stop()
+            try:
+                deadline = time.monotonic() + 120
+                while _health(a)["decision_log"]["failed"] < 6:  # three batches dropped
+                    assert time.monotonic() < deadline, "the spool's disk never filled"
+                    time.sleep(0.2)
+                time.sleep(1)
+                seen["down"] = _health(a)["decision_log"]
+            finally:
+                postgres.start()
+            deadline = time.monotonic() + 60
+            while _health(a)["decision_log"]["behind"]:
+                assert time.monotonic() < deadline, "the spool was never replayed"
+                time.sleep(0.2)
+
+        done = _run_load([a], outage, workers=2)
+        health = _health(a)["decision_log"]
+        metrics = httpx.get(a + "/metrics", headers={"authorization": "Bearer admin-key"}).text
+    statuses = Counter(status for _, status, _, _ in done)
+    answered = {rid for rid, status, _, _ in done if status == 200}
+    rows = _rows(url)
+    lines = log.read_text().splitlines()
+    print(f"spool disk full: {len(done)} requests, statuses {dict(statuses)}, "
+          f"{sum(rows.values())} rows, health while down {seen['down']}, after {health}")
+    assert set(statuses) == {200} and len(answered) > 20
+    assert seen["down"]["failed"] > 0 and seen["down"]["spool_bytes"] <= 64 << 10
+    assert health["failed"] >= seen["down"]["failed"]
+    assert set(rows.values()) == {1}  # once each
+    assert {rid for rid, _ in rows} <= answered
+    assert sum(rows.values()) == 2 * len(answered) - health["failed"]  # dropped rows only
+    assert health["spooled"] > 0 and health["errors"] >= 2
+    assert 'cascade_decision_log_errors_total{stage="spool"}' in metrics
+    full = [line for line in lines if "dropped and counted until it takes them again" in line]
+    assert len(full) == 1 and "No space left on device" in full[0], lines

@@ -220,3 +220,47 @@ def test_bench_store_measures_both_backends(postgres: Postgres,
                    for r in rows)
     written = sum(r["requests"] for r in result["backends"]["postgresql"]) * 2
     assert sum(1 for _ in read_rows(url)) == written
+
+
+@pytest.mark.parametrize(("requests", "by_copy"), [(11, False), (40, True)])
+def test_one_batch_keeps_its_order_and_a_shadow_answer_finds_its_rows(
+        postgres: Postgres, tmp_path: Path, requests: int, by_copy: bool):
+    """The writer blocked behind a lock while requests and a shadow answer queue up: they go in
+    as one batch (pipelined inserts, or from ``COPY_ROWS`` rows COPY through the staging table),
+    ids in queue order, and the shadow update of a request in that very batch lands on its
+    rows."""
+    from cascade.bench.store import _decided
+    from cascade.engines.fake import deterministic_answer
+    from cascade.store.postgres import COPY_ROWS
+
+    assert (2 * (requests - 1) >= COPY_ROWS) == by_copy  # the batch after the first request
+    url = postgres.database(f"batch{requests}")
+    store = _store(url, tmp_path)
+    calls = [_call(f"r{n}") for n in range(requests)]
+    decisions = [_decided(call) for call in calls]
+    with psycopg.connect(url) as lock:
+        lock.execute("LOCK TABLE decisions IN ACCESS EXCLUSIVE MODE")
+
+        async def run() -> None:
+            first = asyncio.ensure_future(store.record(calls[0], decisions[0], 0.01))
+            await asyncio.sleep(0)  # it queued its request
+            deadline = time.monotonic() + 10
+            while store._queue.qsize():  # the writer took the first and waits for the lock
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            rest = [asyncio.ensure_future(store.record(c, d, 0.01))
+                    for c, d in zip(calls[1:], decisions[1:], strict=True)]
+            await asyncio.sleep(0.05)
+            store.shadowed(calls[4], deterministic_answer(calls[4]), decisions[4].stamp)
+            assert store._queue.qsize() == requests
+            await asyncio.to_thread(lock.commit)
+            await asyncio.gather(first, *rest)
+
+        asyncio.run(run())
+    store.close()
+    rows = list(read_rows(url))
+    assert [r.request_id for r in rows] == [f"r{n // 2}" for n in range(2 * requests)]
+    assert [r.question_id for r in rows] == ["u", "v"] * requests
+    assert {r.request_id for r in rows if r.shadow} == {"r4"}
+    assert all(r.strong is not None for r in rows if r.request_id == "r4")
+    assert store.health()["errors"] == 0 and store.written == 2 * requests

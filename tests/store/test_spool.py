@@ -1,11 +1,16 @@
-"""The local spool: records back in order, a cap that refuses (the caller drops and counts), and a
-record torn by ``kill -9`` mid-append cut off when the spool is opened again."""
+"""The local spool: records back in order, a cap that refuses (the caller drops and counts), a
+record torn by ``kill -9`` mid-append cut off when the spool is opened again, and a full disk
+(a real small tmpfs) that fails an append and leaves the file whole."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
+import pytest
+
 from cascade.store.spool import Spool
+from tests.store.helpers import small_disk
 
 
 def test_records_come_back_in_order_and_the_cap_refuses(tmp_path: Path):
@@ -33,3 +38,22 @@ def test_a_torn_last_record_is_cut_off(tmp_path: Path):
     assert (again.rows, again.size) == (1, whole)
     assert again.append([["rows", [["c"]]]], 1)
     assert [batch[0][1][0][0] for batch, _, _ in again.records()] == ["a", "c"]
+
+
+def test_a_full_disk_fails_the_append_and_leaves_every_whole_record(tmp_path: Path):
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        spool = Spool(disk / "s", max_bytes=1 << 30)  # the cap is not what stops it
+        batch = [["rows", [["k" * 40, "x" * 3000]]]]
+        appended = 0
+        with pytest.raises(OSError) as full:
+            for _ in range(100):
+                assert spool.append(batch, 1)
+                appended += 1
+        assert full.value.errno == errno.ENOSPC and appended > 5
+        # Nothing of the failed record stays: the file is its whole records, and the next
+        # append (after a replay emptied it) goes on from there.
+        assert (disk / "s").stat().st_size == spool.size
+        assert [rows for _, rows, _ in spool.records()] == [1] * appended == [1] * spool.rows
+        spool.clear()
+        assert spool.append(batch, 1)
+        assert len(list(spool.records())) == 1
