@@ -34,6 +34,7 @@ from cascade.answers import Profile
 from cascade.cache.decision import CacheControl, DecisionCache, Lookup
 from cascade.calls import Budget, EngineAnswer, EngineCall
 from cascade.control.drift import DriftMonitor
+from cascade.control.fleet import FleetLink
 from cascade.control.live import LiveControl
 from cascade.engines.base import Engine
 from cascade.errors import (
@@ -102,6 +103,7 @@ class Gateway(Reconfigurable):
         self._shadow_tasks: set[asyncio.Task[None]] = set()
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
+        self.fleet = FleetLink(self.control)  # [control] scope = "fleet": syncs with the others
         self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
         self.reconfigured.append(lambda serving: self.control.rebase(serving.policy))
 
@@ -114,10 +116,12 @@ class Gateway(Reconfigurable):
             await asyncio.gather(*(e.aclose() for e in self.engines.values()),
                                  return_exceptions=True)
             raise failed[0]
+        await self.fleet.start()
         self.started = True
 
     async def aclose(self) -> None:
         self.started = False
+        await self.fleet.aclose()
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)

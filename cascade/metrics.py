@@ -235,6 +235,24 @@ GATE_CHANGES = Counter(
     "or relaxing).",
     ["source"],
 )
+FLEET_SHARE = Gauge(
+    "cascade_fleet_strong_share",
+    "[control] scope = \"fleet\": share of the fleet's answered questions (every replica's, "
+    "from Redis) the strong tier answered over window_s.",
+)
+FLEET_CONNECTED = Gauge(
+    "cascade_fleet_connected",
+    "[control] scope = \"fleet\": 1 while the last sync with the fleet's Redis succeeded; 0 "
+    "while this replica paces on its own counts and keeps its last gate.",
+)
+FLEET_ERRORS = Counter(
+    "cascade_fleet_errors_total",
+    "Syncs with the fleet's Redis that failed or timed out, by operation (sync: counts and "
+    "gates; refit: the lease holder's fit and publication).",
+    ["op"],
+)
+for _op in ("sync", "refit"):
+    FLEET_ERRORS.labels(op=_op)
 for _type in ("choice", "score", "noul"):  # exported at 0 from the start, as above
     BUDGET_FLAGGED.labels(type=_type)
 for _label in ("budget", "accuracy"):

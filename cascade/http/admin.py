@@ -114,7 +114,8 @@ async def unfreeze(request: Request) -> Response[bytes]:
 
 
 def _control_status(request: Request) -> Response[bytes]:
-    status = request.app.state.gateway.control.status()
+    gateway = request.app.state.gateway
+    status = {**gateway.control.status(), "fleet": gateway.fleet.status()}
     return Response(content=encoder.encode(status), status_code=200, media_type=JSON)
 
 

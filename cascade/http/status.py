@@ -45,6 +45,7 @@ def health(gateway: Gateway) -> dict[str, Any]:
         "route": {"cheap": route.cheap, "strong": route.strong},
         "tiers": tiers,
         **({"decision_log": gateway.decisions.health()} if gateway.decisions is not None else {}),
+        **({"fleet": fleet} if (fleet := gateway.fleet.status()) is not None else {}),
     }
 
 

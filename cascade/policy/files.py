@@ -281,11 +281,15 @@ def _control_findings(policy: Policy) -> Iterator[Finding]:
                    "route needs both")
     if control.max_strong_share is not None:
         yield from _unit(("control", "max_strong_share"), control.max_strong_share)
-    for key in ("window_s", "refit_interval_s"):
+    for key in ("window_s", "refit_interval_s", "timeout_s", "sync_s"):
         if getattr(control, key) <= 0:
             yield _err(("control", key), f"control.{key} must be > 0")
     for key in ("min_threshold", "max_threshold", "max_tenant_share"):
         yield from _unit(("control", key), getattr(control, key))
+    if control.scope == "fleet" and not control.url:
+        yield _err(("control", "url"), 'scope = "fleet" needs url, the Redis the replicas share')
+    if control.scope == "replica" and control.url:
+        yield _warn(("control", "url"), 'url without scope = "fleet": each replica paces alone')
     if control.min_threshold > control.max_threshold:
         yield _err(("control", "max_threshold"), "control.max_threshold must be >= "
                    "min_threshold")
