@@ -35,9 +35,9 @@ def test_the_fleet_holds_the_budget_that_replicas_paced_alone_miss(tmp_path: Pat
 
             def measured() -> float:
                 start = time.monotonic()
-                answers = asyncio.run(drive(urls, seconds=1.5 * WINDOW_S, weights=[0.6, 0.2, 0.2],
+                answers = asyncio.run(drive(urls, seconds=2 * WINDOW_S, weights=[0.6, 0.2, 0.2],
                                             wide=[0.4, 0.0, 0.0], clients=3))
-                return share(answers, start + 0.5 * WINDOW_S)
+                return share(answers, start + WINDOW_S)
 
             alone = measured()
             policy_file(policy, control("fleet", url))
