@@ -5,7 +5,7 @@ Every ``sync_s``, off the request path, a sync adds what this replica answered t
 counters and reads the fleet's window back (``cascade.fleet.counters``, handed to
 ``LiveControl.shared``); publishes this replica's budget cuts once it paces on history of its
 own, or adopts the fleet's while it has none (``cascade.fleet.gates``). Every Redis call is
-bounded by ``timeout_s``. A failed or slow sync is counted (``cascade_fleet_errors_total``),
+bounded by ``timeout_s``. A failed or slow sync is counted (``cascade_fleet_sync_errors_total``),
 ``cascade_fleet_connected`` drops to 0, ``/health`` and ``GET /admin/control`` say since when,
 and the pacer paces on this replica's counts (its tally kept for the next sync) until a sync
 succeeds again. A request never waits on any of it.
@@ -120,7 +120,7 @@ class FleetLink:
         return self._redis
 
     def _failed(self, exc: BaseException) -> None:
-        metrics.FLEET_ERRORS.labels(op="sync").inc()
+        metrics.FLEET_SYNC_ERRORS.inc()
         metrics.FLEET_CONNECTED.set(0)
         self.failures += 1
         if self.connected is not False:

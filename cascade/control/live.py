@@ -44,7 +44,7 @@ from cascade.control.prior import snapshot_cuts
 from cascade.control.refit import Fitted, Refit
 from cascade.engines.base import Waiting
 from cascade.errors import Overloaded
-from cascade.fleet.counters import Counts, Tally
+from cascade.fleet.counters import AnswerTally, Counts
 from cascade.policy.calibration import QTYPES, bands_of, gate_view
 from cascade.policy.flow import Decision, ShadowCall
 from cascade.policy.model import ClefTier, LayaTier, Policy
@@ -81,7 +81,7 @@ class LiveControl:
         self._cut_fitted: set[Cell] = set()  # refit cells the budget cuts (prefer = "budget")
         self._target_won = False  # the budget could not be met (prefer = "accuracy")
         self._wait: Callable[[], float] | None = None
-        self.tally: Tally | None = None  # scope = "fleet": what this replica answered, unsynced
+        self.tally: AnswerTally | None = None  # scope = "fleet": answered, not synced yet
         self._fleet: Counts | None = None
         self._fleet_at = -math.inf  # when ``_fleet`` was read (clock)
         self._apply(policy, engines or {}, old=None)
@@ -227,7 +227,7 @@ class LiveControl:
                 self.refit.forget()
             fleet = control.scope == "fleet"
             if not fleet or self.tally is None or self.tally.window_s != control.window_s:
-                self.tally = Tally(control.window_s) if fleet else None
+                self.tally = AnswerTally(control.window_s) if fleet else None
         self._fitted = {} if retempered or control is None else self._fitted
         self._configured: dict[Cell, float] = {
             (qtype, band): value for qtype in QTYPES

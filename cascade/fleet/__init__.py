@@ -1,1 +1,1 @@
-"""What a fleet of gateways shares in Redis: answer counts, the lease, gates, histograms."""
+"""Replicas acting as one fleet: reloads, who serves what, and the live gate's shared state."""

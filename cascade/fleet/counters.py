@@ -1,7 +1,7 @@
 """Answer counts every replica adds to, in windows on Redis's clock.
 
 A replica tallies the questions it answered (and those the strong tier answered) per bucket of
-its own monotonic clock (``Tally``, no I/O); a sync (``sync``) reads Redis's ``TIME`` and adds
+its own monotonic clock (``AnswerTally``, no I/O); a sync (``sync``) reads Redis's ``TIME`` and adds
 each bucket's counts to the shared bucket of Redis's clock that bucket falls in (Redis's now
 less its age here), so replicas whose wall clocks disagree still fill the same buckets. A
 shared bucket is one hash (``answered``, ``strong``, ``HINCRBY``) that expires two windows
@@ -34,7 +34,7 @@ class Counts:
 
 
 @dataclass
-class Tally:
+class AnswerTally:
     """What this replica answered since its last sync, by bucket of its monotonic clock."""
 
     window_s: float
@@ -64,7 +64,7 @@ class Tally:
             counts[1] += strong
 
 
-async def sync(redis: Any, tally: Tally, now: float, horizon_s: float,
+async def sync(redis: Any, tally: AnswerTally, now: float, horizon_s: float,
                least: int = 0) -> Counts:
     """Add ``tally``'s buckets (``now``: its clock) to the shared ones and read the fleet's
     window back (``window_counts``). Raises what the Redis client raises; the tally keeps its

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from cascade.fleet import client, counters
-from cascade.fleet.counters import Tally
+from cascade.fleet.counters import AnswerTally
 from tests.servers import run_redis
 
 
@@ -16,7 +16,7 @@ def test_replicas_with_skewed_clocks_fill_one_window() -> None:
     with run_redis() as (url, _):
         async def run() -> tuple[counters.Counts, counters.Counts]:
             redis = client.connect(url, 1.0)
-            a, b = Tally(window_s=60.0), Tally(window_s=60.0)
+            a, b = AnswerTally(window_s=60.0), AnswerTally(window_s=60.0)
             # a's clock reads 5000 s, b's 2 s: their own clocks, one Redis clock
             a.add(4998.0, answered=10, strong=2)  # 2 s ago on a's clock
             b.add(2.0, answered=30, strong=5)
@@ -34,7 +34,7 @@ def test_replicas_with_skewed_clocks_fill_one_window() -> None:
 def test_a_failed_sync_keeps_its_tally_for_the_next() -> None:
     with run_redis() as (url, proc):
         port = int(url.rsplit(":", 1)[1].split("/")[0])
-        tally = Tally(window_s=60.0)
+        tally = AnswerTally(window_s=60.0)
         tally.add(10.0, answered=7, strong=3)
         proc.terminate()
         proc.wait(10)

@@ -49,7 +49,7 @@ def test_redis_stopped_started_and_hung() -> None:
 
 async def _stopped_started_and_hung() -> None:
     clock = Clock()
-    errors = metrics.FLEET_ERRORS.labels(op="sync")
+    errors = metrics.FLEET_SYNC_ERRORS
     with run_redis() as (url, proc):
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         control = fleet_control(url, clock)
