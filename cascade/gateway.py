@@ -34,6 +34,7 @@ from cascade.answers import Profile
 from cascade.cache.decision import CacheControl, DecisionCache, Lookup
 from cascade.calls import Budget, EngineAnswer, EngineCall
 from cascade.control.drift import DriftMonitor
+from cascade.control.fleet import FleetLink
 from cascade.control.live import LiveControl
 from cascade.engines.base import Engine
 from cascade.errors import (
@@ -101,6 +102,7 @@ class Gateway(Reconfigurable):
         self._shadow_tasks: set[asyncio.Task[None]] = set()
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
+        self.fleet = FleetLink(self.control)  # [control] scope = "fleet": syncs with the others
         self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
         self.reconfigured.append(lambda serving: self.control.prepare(serving.policy))
         if cache is not None:  # its identity of the next version's weights, hashed before it serves
@@ -115,10 +117,12 @@ class Gateway(Reconfigurable):
             await asyncio.gather(*(e.aclose() for e in self.engines.values()),
                                  return_exceptions=True)
             raise failed[0]
+        await self.fleet.start()
         self.started = True
 
     async def aclose(self) -> None:
         self.started = False
+        await self.fleet.aclose()
         for task in list(self._shadow_tasks):
             task.cancel()
         await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
@@ -281,6 +285,9 @@ class Gateway(Reconfigurable):
 
     def decision_log_health(self) -> dict[str, Any] | None:
         return None if self.decisions is None else self.decisions.health()
+
+    def fleet_status(self) -> dict[str, Any] | None:
+        return self.fleet.status()
 
     def psi(self) -> dict[tuple[str, str], float]:
         return {(qtype, band): v for (qtype, band), v in self.drift.psi().items()}

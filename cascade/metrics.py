@@ -194,6 +194,21 @@ GATE_CHANGES = Counter(
     "or relaxing).",
     ["source"],
 )
+FLEET_SHARE = Gauge(
+    "cascade_fleet_strong_share",
+    "[control] scope = \"fleet\": share of the fleet's answered questions (every replica's, "
+    "from Redis) the strong tier answered over window_s.",
+)
+FLEET_CONNECTED = Gauge(
+    "cascade_fleet_connected",
+    "[control] scope = \"fleet\": 1 while the last sync with the fleet's Redis succeeded; 0 "
+    "while this replica paces on its own counts and keeps its last gate.",
+)
+FLEET_SYNC_ERRORS = Counter(
+    "cascade_fleet_sync_errors_total",
+    "[control] scope = \"fleet\": syncs of the live gate's counts and gates with the fleet's "
+    "Redis that failed or timed out.",
+)
 for _type in ("choice", "score", "noul"):  # exported at 0 from the start, as above
     BUDGET_FLAGGED.labels(type=_type)
 for _label in ("budget", "accuracy"):

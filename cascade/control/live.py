@@ -19,6 +19,11 @@ the aim); ``thresholds()`` and ``strong_share`` are what the gateway's registry 
 policy's, or ``freeze()``) holds every threshold where it is; observations still accrue.
 ``rebase`` takes a reloaded policy and keeps the observations, except confidences and labels
 read under calibration temperatures no longer in force.
+
+With ``scope = "fleet"`` the pacer paces against the fleet's counts (``shared``, handed over by
+``cascade.control.fleet``, which also takes this replica's ``tally``) while they are fresh, and
+on its own otherwise. Before any history the pacer's cuts are the ``prior``
+(``cascade.control.prior``): the fleet's published gate (``adopt``) or the snapshot's.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ from cascade import metrics
 from cascade.calls import EngineAnswer, EngineCall, QuestionResult
 from cascade.control.evidence import Labelled
 from cascade.control.pacer import BINS, Pace, Pacer
+from cascade.control.prior import snapshot_cuts
 from cascade.control.refit import Fitted, Refit
 from cascade.engines.base import Waiting
 from cascade.errors import Overloaded
+from cascade.fleet.counters import AnswerTally, Counts
 from cascade.policy.calibration import QTYPES, bands_of, gate_view
 from cascade.policy.flow import Decision, ShadowCall
 from cascade.policy.model import ClefTier, LayaTier, Policy
@@ -74,6 +81,9 @@ class LiveControl:
         self._target_won = False  # the budget could not be met (prefer = "accuracy")
         self._wait: Callable[[], float] | None = None
         self.strong_share = 0.0  # the last share the pacer measured (``cascade_strong_share``)
+        self.tally: AnswerTally | None = None  # scope = "fleet": answered, not synced yet
+        self._fleet: Counts | None = None
+        self._fleet_at = -math.inf  # when ``_fleet`` was read (clock)
         self._plan(policy, engines or {}, old=None)()
 
     # ------------------------------------------------------------ what the gateway asks
@@ -104,6 +114,8 @@ class LiveControl:
         if self.pacer is None:
             return
         now = self.clock()
+        if self.tally is not None:
+            self.tally.add(now, answered=len(decision.routes), strong=n_strong)
         self.pacer.record(now, answered=len(decision.routes), strong=n_strong, forced=forced,
                           gated=gated)
         if "strong_overloaded" in decision.degraded.values() or any(
@@ -137,6 +149,32 @@ class LiveControl:
         """Labelled cheap answers (the ``Learner`` of ``cascade.control.evidence``)."""
         if self.refit is not None:
             self.refit.observe(answers)
+
+    # ------------------------------------------------------------ what the fleet tells
+
+    def shared(self, counts: Counts) -> None:
+        """The fleet's counts, read now (``cascade.control.fleet``)."""
+        self._fleet, self._fleet_at = counts, self.clock()
+        if counts.answered:
+            metrics.FLEET_SHARE.set(counts.strong / counts.answered)
+
+    def adopt(self, cuts: Mapping[Cell, float]) -> None:
+        """The fleet's published cuts, as the pacer's prior while it has no history."""
+        if self.pacer is not None and not self.pacer.has_history and cuts:
+            self.pacer.prior = dict(cuts)
+
+    def published(self) -> dict[Cell, float] | None:
+        """The cuts this replica paces with, for replicas without history (None: it has
+        none of its own yet)."""
+        if self.pacer is None or not self.pacer.has_history:
+            return None
+        return dict(self._pace.cuts)
+
+    def pacing_on_fleet(self) -> bool:
+        """Whether the last pace read the fleet's counts (fresh: within three syncs)."""
+        control = self.policy.control
+        return (control is not None and control.scope == "fleet" and self._fleet is not None
+                and self.clock() - self._fleet_at <= 3 * control.sync_s)
 
     # ------------------------------------------------------------ what an operator asks
 
@@ -181,15 +219,18 @@ class LiveControl:
             (qtype, band): value for qtype in QTYPES
             for band, value in policy.thresholds.confidence.of(qtype).items()}
         bands_of(configured)  # the gate's thresholds as bands: this policy's must make one
-        pacer = refit = None
+        pacer = refit = tally = None
         if control is not None:
             pacer = self.pacer or Pacer(control.max_strong_share, control.window_s,
                                         control.capacity)
             refit = self.refit or Refit(control)
+            if control.scope == "fleet":
+                same = self.tally is not None and self.tally.window_s == control.window_s
+                tally = self.tally if same else AnswerTally(control.window_s)
 
         def apply() -> None:
             self.policy, self._wait, self._wait_limit = policy, wait, wait_limit
-            self.pacer, self.refit = pacer, refit
+            self.pacer, self.refit, self.tally = pacer, refit, tally
             if control is not None:
                 assert pacer is not None and refit is not None
                 pacer.budget, pacer.window_s = control.max_strong_share, control.window_s
@@ -200,6 +241,10 @@ class LiveControl:
                     refit.forget()
             self._fitted = {} if retempered or control is None else self._fitted
             self._configured = configured
+            if pacer is not None and control is not None and not pacer.has_history:
+                budget = control.max_strong_share
+                pacer.prior = {} if budget is None else snapshot_cuts(
+                    policy.calibration.snapshot, self._thresholds(), budget)
             self._next_refit = -math.inf  # refit at the next request
             self._next_pace = -math.inf
             self._pace = Pace({}, self._pace.share, None, False, False)
@@ -210,7 +255,10 @@ class LiveControl:
     def status(self) -> dict[str, Any]:
         """For an admin view: what the gate applies now and why."""
         pace = self._pace
+        control = self.policy.control
         return {
+            "scope": control.scope if control is not None else None,
+            "pacing": "fleet" if self.pacing_on_fleet() else "replica",
             "frozen": self.frozen, "strong_share": pace.share, "aim": pace.aim,
             "capacity_binds": pace.capped,
             "thresholds": {f"{t}:{b}": live for (t, b), live in self.thresholds().items()},
@@ -264,7 +312,8 @@ class LiveControl:
         protected = set(self._fitted) if control.prefer == "accuracy" else set()
         wait = self._wait() if self._wait is not None else None
         pace = self.pacer.pace(now, wanted, protected=protected, pressure=None if wait is None
-                               else wait / self._wait_limit)
+                               else wait / self._wait_limit,
+                               fleet=self._fleet if self.pacing_on_fleet() else None)
         before, self._pace = self._pace, pace
         for cell in sorted(set(before.cuts) | set(pace.cuts)):
             old = before.cuts.get(cell, wanted.get(cell))

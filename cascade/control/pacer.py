@@ -27,6 +27,13 @@ feeds it each decided request and asks it for the cuts about once a second. Desi
   strong share is set to 0.7 of the share then (at most once per 2 s, so one burst of
   refusals is one step); below a quarter and with no overload, the cap rises two points a
   second and is lifted at 100 %. The aim is the lower of the budget's and the cap.
+- **The fleet's counts.** Given ``fleet`` (``cascade.fleet.counters.Counts``: every replica's
+  answers over the window), the allowance and the aim are the fleet's: each replica cuts its
+  own cells so that its recent traffic escalates at the fleet's aim, and a replica whose
+  traffic is forced strong beyond the budget is made up for by the others.
+- **Before any history.** Until it has ``MIN_RECENT`` recent answers of its own, a pacer with
+  a budget applies ``prior``: cuts from the fleet's published gate, or from the calibration
+  snapshot's confidences (``cascade.control.prior``), never none.
 - **Relaxing.** When the allowance covers what the thresholds escalate on their own (easier
   traffic, less of it forced, the window back under budget, capacity back), there are no cuts:
   the gate is the configured one again.
@@ -39,6 +46,7 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cascade.fleet.counters import Counts
 from cascade.policy.stats import Cell, quantile_threshold
 
 BINS = 300  # per window
@@ -82,6 +90,8 @@ class Pacer:
     _cap_moved: float = -math.inf
     _overloads: int = 0
     _last: float | None = None
+    prior: dict[Cell, float] = field(default_factory=dict)  # cuts before any history
+    _paced: bool = False  # had MIN_RECENT recent answers once
 
     def record(self, now: float, *, answered: int, strong: int, forced: int,
                gated: Sequence[tuple[Cell, float]]) -> None:
@@ -100,6 +110,11 @@ class Pacer:
         for cell, confidence in gated:
             self._samples.setdefault(cell, deque(maxlen=SAMPLES)).append((now, confidence))
 
+    @property
+    def has_history(self) -> bool:
+        """Whether it has paced on answers of its own (the ``prior`` no longer applies)."""
+        return self._paced
+
     def overloaded(self, now: float) -> None:
         """The strong tier refused work for overload."""
         self._overloads += 1
@@ -109,33 +124,55 @@ class Pacer:
         self._samples.clear()
 
     def pace(self, now: float, thresholds: Mapping[Cell, float], *,
-             protected: Collection[Cell] = (), pressure: float | None = None) -> Pace:
+             protected: Collection[Cell] = (), pressure: float | None = None,
+             fleet: Counts | None = None) -> Pace:
         """The cuts now, for cells escalating below ``thresholds``; ``pressure``: the strong
-        tier's predicted wait over its admission deadline (None: it predicts none)."""
+        tier's predicted wait over its admission deadline (None: it predicts none); ``fleet``:
+        every replica's counts, to pace against instead of this one's."""
         self._evict(now)
         window = list(self._bins)
-        n_w, s_w = sum(b.answered for b in window), sum(b.strong for b in window)
-        share = s_w / n_w if n_w else None
         horizon = self.window_s * HORIZON
         recent = [b for b in window if b.start > now - horizon]
         n_r = sum(b.answered for b in recent)
+        counts = fleet or self._counts(now, window, recent)
+        # what the cut goes on: the recent traffic, or the window's when that is too little
+        basis, since = (recent, now - horizon) if n_r >= MIN_RECENT else (
+            window, now - self.window_s)
+        n_b = sum(b.answered for b in basis)
+        self._paced = self._paced or n_b >= MIN_RECENT
+        share = counts.strong / counts.answered if counts.answered else None
         self._capacity(now, recent, pressure)
         aims = [self._cap] if self._cap is not None else []
-        span = min(horizon, now - (self._started if self._started is not None else now))
-        if self.budget is not None and n_r >= MIN_RECENT and span > 0:
-            new = n_r * horizon / span
-            leaving = [b for b in window if b.start < now - self.window_s + horizon]
-            a_out, s_out = sum(b.answered for b in leaving), sum(b.strong for b in leaving)
-            allowed = (self.budget - GUARD) * (n_w - a_out + new) - (s_w - s_out)
+        if self.budget is not None and counts.recent >= MIN_RECENT and counts.span > 0:
+            new = counts.recent * horizon / counts.span
+            allowed = (self.budget - GUARD) * (counts.answered - counts.leaving_answered + new) \
+                - (counts.strong - counts.leaving_strong)
             aims.append(min(1.0, max(0.0, allowed / new)))
         aim = min(aims) if aims else None
-        gated = sum(b.gated for b in recent)
-        if aim is None or n_r < MIN_RECENT or not gated:
+        gated = sum(b.gated for b in basis)
+        if not self._paced and self.budget is not None:
+            cuts = {c: min(v, thresholds[c]) for c, v in self.prior.items()
+                    if c in thresholds and c not in protected}
+            return Pace(cuts, share, aim, self._cap is not None, False)
+        if aim is None or n_b < MIN_RECENT or not gated:
             return Pace({}, share, aim, self._cap is not None, False)
-        forced = sum(b.forced for b in recent)
-        rate = max(0.0, (aim * n_r - forced) / gated)
-        cuts, conflict = self._fill(now - horizon, thresholds, protected, rate)
+        forced = sum(b.forced for b in basis)
+        rate = max(0.0, (aim * n_b - forced) / gated)
+        cuts, conflict = self._fill(since, thresholds, protected, rate)
         return Pace(cuts, share, aim, self._cap is not None, conflict)
+
+    def _counts(self, now: float, window: list[_Bin], recent: list[_Bin]) -> Counts:
+        """This replica's own counts, as the fleet's read (``recent``: the whole window's when
+        the last horizon has too few answers to give a rate)."""
+        horizon = self.window_s * HORIZON
+        leaving = [b for b in window if b.start < now - self.window_s + horizon]
+        reach = horizon
+        if sum(b.answered for b in recent) < MIN_RECENT:
+            recent, reach = window, self.window_s
+        span = min(reach, now - (self._started if self._started is not None else now))
+        return Counts(sum(b.answered for b in window), sum(b.strong for b in window),
+                      sum(b.answered for b in leaving), sum(b.strong for b in leaving),
+                      sum(b.answered for b in recent), span)
 
     def _evict(self, now: float) -> None:
         width = self.window_s / BINS
@@ -165,32 +202,40 @@ class Pacer:
 
     def _fill(self, since: float, thresholds: Mapping[Cell, float],
               protected: Collection[Cell], rate: float) -> tuple[dict[Cell, float], bool]:
-        """Water-filling: the cuts that make the gated escalation rate ``rate``."""
-        weight: dict[Cell, int] = {}
-        wants: dict[Cell, float] = {}  # each cell's escalation rate at its own threshold
-        confs: dict[Cell, list[float]] = {}
-        for cell, samples in self._samples.items():
-            threshold = thresholds.get(cell)
-            weight[cell] = sum(1 for t, _ in samples if t > since)
-            if threshold is None or not samples or not weight[cell]:
-                continue
-            confs[cell] = [c for _, c in samples]
-            wants[cell] = sum(c < threshold for c in confs[cell]) / len(confs[cell])
-        total = sum(weight.values())
-        if not total:
-            return {}, False
-        fixed = sum(weight[c] * wants[c] for c in wants if c in protected) / total
-        movable = {c: w for c, w in wants.items() if c not in protected}
+        """Water-filling over the recent gated traffic (``water_fill``)."""
+        weight = {cell: sum(1 for t, _ in samples if t > since)
+                  for cell, samples in self._samples.items()}
+        confs = {cell: [c for _, c in samples] for cell, samples in self._samples.items()}
+        return water_fill(confs, weight, thresholds, protected, rate)
 
-        def spend(level: float) -> float:
-            return fixed + sum(weight[c] * min(w, level) for c, w in movable.items()) / total
 
-        if spend(1.0) <= rate:
-            return {}, False
-        lo, hi = 0.0, 1.0
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if spend(mid) < rate else (lo, mid)
-        cuts = {c: min(thresholds[c], quantile_threshold(confs[c], lo))
-                for c, w in movable.items() if w > lo}
-        return cuts, fixed > rate and bool(protected)
+def water_fill(confs: Mapping[Cell, Sequence[float]], weight: Mapping[Cell, int],
+               thresholds: Mapping[Cell, float], protected: Collection[Cell],
+               rate: float) -> tuple[dict[Cell, float], bool]:
+    """The cuts that make the gated escalation rate ``rate``, cells weighted by ``weight`` and
+    each escalating as its ``confs`` do (module docstring), and whether ``protected`` cells
+    alone escalate more than that."""
+    wants: dict[Cell, float] = {}  # each cell's escalation rate at its own threshold
+    for cell, seen in confs.items():
+        threshold = thresholds.get(cell)
+        if threshold is None or not seen or not weight.get(cell):
+            continue
+        wants[cell] = sum(c < threshold for c in seen) / len(seen)
+    total = sum(weight.values())
+    if not total:
+        return {}, False
+    fixed = sum(weight[c] * wants[c] for c in wants if c in protected) / total
+    movable = {c: w for c, w in wants.items() if c not in protected}
+
+    def spend(level: float) -> float:
+        return fixed + sum(weight[c] * min(w, level) for c, w in movable.items()) / total
+
+    if spend(1.0) <= rate:
+        return {}, False
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spend(mid) < rate else (lo, mid)
+    cuts = {c: min(thresholds[c], quantile_threshold(confs[c], lo))
+            for c, w in movable.items() if w > lo}
+    return cuts, fixed > rate and bool(protected)

@@ -1,1 +1,1 @@
-"""Replicas acting as one fleet: reloads on file changes and on a broadcast, who serves what."""
+"""Replicas acting as one fleet: reloads, who serves what, and the live gate's shared state."""

@@ -124,7 +124,7 @@ async def unfreeze(services: Services) -> Response[bytes]:
 
 
 def _control_status(services: Services) -> Response[bytes]:
-    status = services.control.status()
+    status = {**services.control.status(), "fleet": services.gateway.fleet.status()}
     return Response(content=encoder.encode(status), status_code=200, media_type=JSON)
 
 

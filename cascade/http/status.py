@@ -39,6 +39,7 @@ def health(gateway: GatewayView) -> dict[str, Any]:
         "route": {"cheap": route.cheap, "strong": route.strong},
         "tiers": tiers,
         **({"decision_log": log} if log is not None else {}),
+        **({"fleet": fleet} if (fleet := gateway.fleet_status()) is not None else {}),
     }
 
 

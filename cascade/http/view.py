@@ -2,9 +2,10 @@
 
 ``/health``, ``/ready``, ``/v1/models``, the start-up line and the per-gateway gauges
 (``cascade.http.status``, ``cascade.http.gauges``) read a gateway only through this protocol:
-its policy, its tiers' kind, readiness, health and breaker state, its decision log's health, the
-hashes it serves, its drift, its live gate and its cache's size. ``cascade.gateway.Gateway``
-implements it (the tiers' part in its base, ``cascade.policy.serving.Reconfigurable``).
+its policy, its tiers' kind, readiness, health and breaker state, its decision log's health,
+its fleet link, the hashes it serves, its drift, its live gate and its cache's size.
+``cascade.gateway.Gateway`` implements it (the tiers' part in its base,
+``cascade.policy.serving.Reconfigurable``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class GatewayView(Protocol):
     def tier_states(self) -> dict[str, TierState]: ...
 
     def decision_log_health(self) -> dict[str, Any] | None: ...
+
+    def fleet_status(self) -> dict[str, Any] | None: ...
 
     def hashes(self) -> tuple[str, str]: ...
 

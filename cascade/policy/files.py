@@ -239,6 +239,10 @@ def _control_findings(policy: Policy) -> Iterator[Finding]:
     if policy.route.cheap is None or policy.route.strong is None:
         yield _err(("control",), "[control] moves the gate between a cheap and a strong tier; "
                    "route needs both")
+    if control.scope == "fleet" and not control.url:
+        yield _err(("control", "url"), 'scope = "fleet" needs url, the Redis the replicas share')
+    if control.scope == "replica" and control.url:
+        yield _warn(("control", "url"), 'url without scope = "fleet": each replica paces alone')
     if control.min_threshold > control.max_threshold:
         yield _err(("control", "max_threshold"), "control.max_threshold must be >= "
                    "min_threshold")

@@ -309,6 +309,11 @@ class Control(_Strict, frozen=True):
     shadow answers). ``max_tenant_share``: the most of a cell's labels one tenant's may be (its
     oldest beyond it are left out of the fit). ``prefer``: which wins when the budget and the
     target conflict. ``frozen``: hold every threshold where it is.
+
+    ``scope = "fleet"`` (with ``url``, a Redis URL): the budget counts every replica's answers
+    and the replicas share one gate (``cascade.control.fleet``): those pointing at that Redis
+    pace as one. Each Redis call is bounded by ``timeout_s`` and made off the request path,
+    every ``sync_s``; without Redis a replica paces on its own counts until it returns.
     """
 
     max_strong_share: Unit | None = None
@@ -324,6 +329,10 @@ class Control(_Strict, frozen=True):
     min_threshold: Unit = 0.0
     max_threshold: Unit = 1.0
     frozen: bool = False
+    scope: Literal["replica", "fleet"] = "replica"
+    url: str | None = None  # redis://host:6379/0 (scope = "fleet" only)
+    timeout_s: Positive = 0.25  # each Redis call of the fleet scope, connecting included
+    sync_s: Positive = 1.0  # how often a replica trades its counts and gates with the fleet
 
     def target(self, qtype: str) -> float | None:
         """The accuracy target of ``qtype``'s cells (None: no target)."""

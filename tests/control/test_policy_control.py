@@ -76,3 +76,16 @@ def test_max_tenant_share_is_a_share_checked_on_its_line() -> None:
     assert findings("[control]\nmax_tenant_share = nan\n") == [
         f"p.toml:{lines + 1}: error: `control.max_tenant_share` must be a finite number, not nan"]
     assert findings("[control]\nmax_tenant_share = 1.0\n") == []
+
+
+def test_the_fleet_scope_needs_the_redis_it_shares() -> None:
+    lines = DEFAULT.count("\n") + 2
+    assert findings('[control]\nscope = "fleet"\nsync_s = 0\n') == [
+        f"p.toml:{lines + 2}: error: `control.sync_s`: Expected `float` > 0.0",
+        f"p.toml:{lines}: error: scope = \"fleet\" needs url, the Redis the replicas share"]
+    assert any("each replica paces alone" in f for f in findings(
+        '[control]\nurl = "redis://127.0.0.1:6379/0"\n'))
+    policy, found = check_text(DEFAULT + '\n[control]\nscope = "fleet"\n'
+                               'url = "redis://127.0.0.1:6379/0"\n')
+    assert policy is not None and policy.control is not None and not found
+    assert policy.control.scope == "fleet" and policy.control.sync_s == 1.0
