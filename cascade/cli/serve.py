@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import logging
 import socket
 import typing
@@ -114,11 +115,15 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         from cascade.http.app import create_app
         from cascade.http.drain import Drain
         from cascade.http.server import serve
+        from cascade.tracing.active import install
+        from cascade.tracing.config import from_env as tracing_from_env
 
         policy = policy_from_settings(settings)
         tenants = load_tenants(settings, policy)  # and each tenant's policy
         decisions = open_decision_log(settings, policy)
         drain = Drain()
+        traces = tracing_from_env(os.environ)  # OTEL_*: off unless asked for
+        install(traces)
         try:
             gateway = build_gateway(settings, policy=policy, decisions=decisions)
             serve(create_app(settings, gateway, drain, tenants), settings, level.lower(), drain,
@@ -126,6 +131,9 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         finally:
             if decisions is not None:
                 decisions.close()
+            if traces is not None:
+                install(None)
+                traces.shutdown()  # what the batch processor still holds, within its timeout
     return 0
 
 

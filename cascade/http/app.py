@@ -24,7 +24,8 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException
 from litestar.handlers import BaseRouteHandler
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
+from prometheus_client.exposition import choose_encoder
 
 from cascade import __version__, answers, metrics
 from cascade.cache.decision import combined
@@ -77,6 +78,8 @@ from cascade.schema import (
 from cascade.settings import Settings
 from cascade.tenants.files import load_tenants
 from cascade.tenants.keys import Tenants
+from cascade.tracing import active as tracing
+from cascade.tracing import headers as timed
 
 log = logging.getLogger("cascade")
 JSON = "application/json"
@@ -225,7 +228,8 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
 def _record(route: str, started: float, outcome: str, status: int) -> None:
     metrics.REQUESTS.labels(route=route, outcome=outcome, status=str(status)).inc()
-    metrics.REQUEST_DURATION.labels(route=route).observe(time.perf_counter() - started)
+    metrics.REQUEST_DURATION.labels(route=route).observe(time.perf_counter() - started,
+                                                         tracing.exemplar())
 
 
 def _json(payload: Any, headers: dict[str, str] | None = None) -> Response[bytes]:
@@ -240,7 +244,9 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
     started = time.perf_counter()
     try:
         await tenancy.admit(request)  # auth, and the tenant's limits
+        admitted = time.perf_counter()
         body, parts = await _decoded(request)
+        decoded = time.perf_counter()
         with _permits(request, 1), tenancy.reservation(request):
             response, outcome = await work(body, parts)
     except CascadeError as exc:
@@ -257,13 +263,23 @@ async def _guarded(request: Request, route: str, work: Any) -> Response[bytes]:
         _record(route, started, "error", 500)
         raise
     _record(route, started, outcome, response.status_code)
+    _timed(response, started, admitted, decoded)
     return response
+
+
+def _timed(response: Response[bytes], started: float, admitted: float, decoded: float) -> None:
+    """``Server-Timing``: admission, decode, the tiers' entries ``work`` set, the whole."""
+    tiers = response.headers.get(timed.SERVER_TIMING)
+    entries = timed.timing({"admission": admitted - started, "decode": decoded - admitted})
+    whole = timed.timing({"gateway": time.perf_counter() - started})
+    response.headers[timed.SERVER_TIMING] = ", ".join(e for e in (entries, tiers, whole) if e)
+    tracing.annotate(lambda: {"cascade.admission_s": admitted - started})
 
 
 async def _decoded(request: Request) -> tuple[bytes, dict[str, Any]]:
     """The request's decoded body and multipart parts, timed as the ``decode`` hop."""
     state = request.app.state
-    with metrics.HOP_DURATION.labels(hop="decode").time():
+    with metrics.HOP_DURATION.labels(hop="decode").time(), tracing.span("cascade.decode"):
         return await read_request(request, state.settings, state.decode_pool, state.body_reads)
 
 
@@ -312,6 +328,8 @@ async def systemone_batch(request: Request) -> Response[bytes]:
                                   demo=gateway.demo)
         if gateway.cache is not None:
             headers["x-cascade-cache"] = combined([o.headers["x-cascade-cache"] for o in outcomes])
+        headers[timed.SERVER_TIMING] = timed.timing(timed.slowest(o.timings for o in outcomes))
+        headers[timed.COST] = timed.cost(timed.summed(o.costs for o in outcomes))
         return _json(BatchResponse(results=results, total_usage=total), headers), label
 
     return await _guarded(request, "/v1/systemone/batch", work)
@@ -380,9 +398,13 @@ async def ready(request: Request) -> Response[bytes]:
 async def prometheus_metrics(request: Request) -> Response[bytes]:
     if not request.app.state.settings.public_metrics:
         require_operator(request, "/metrics")
-    # the process's metrics, then this app's gateway gauges (read now)
-    content = generate_latest() + generate_latest(request.app.state.gauges)
-    return Response(content=content, media_type=CONTENT_TYPE_LATEST)
+    # the process's metrics, then this app's gateway gauges (read now); OpenMetrics (with the
+    # latency histograms' trace-id exemplars) when the scraper asks for it, one "# EOF" last
+    encode, media_type = choose_encoder(request.headers.get("accept", ""))
+    first = encode(REGISTRY)
+    if media_type != CONTENT_TYPE_LATEST:
+        first = first.removesuffix(b"# EOF\n")
+    return Response(content=first + encode(request.app.state.gauges), media_type=media_type)
 
 
 def _docs_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
@@ -425,6 +447,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
         route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
                         prometheus_metrics, feedback.route(_guarded), usage.route, admin_router()],
         lifespan=[lifespan],
+        middleware=tracing.middleware(),  # the server span, when tracing is on
         before_send=[echo_request_id, tenancy.rate_headers],
         exception_handlers={
             CascadeError: _handle_cascade_error,
