@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler
 
 from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.fake import FakeEngine, deterministic_answer
@@ -59,8 +59,9 @@ def app(decisions: DecisionStore | None = None, **settings: Any) -> Any:
 
 
 @contextlib.contextmanager
-def tracing_to(url: str, sampler: Sampler = ALWAYS_ON) -> Iterator[OtelTracing]:
-    """Tracing exported to the receiver at ``url``, installed for the block, then shut down."""
+def tracing_to(url: str, sampler: Sampler = ParentBased(ALWAYS_ON)) -> Iterator[OtelTracing]:
+    """Tracing exported to the receiver at ``url``, installed for the block, then shut down
+    (the SDK's default sampler: a caller's sampling decision stands, else every trace)."""
     tracing = build(OTLPSpanExporter(endpoint=url + "/v1/traces", timeout=5), sampler=sampler)
     try:
         with installed(tracing):
