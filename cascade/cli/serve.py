@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import errno
-import os
 import logging
+import os
 import socket
 import typing
 from pathlib import Path

@@ -59,10 +59,11 @@ def app(decisions: DecisionStore | None = None, **settings: Any) -> Any:
 
 
 @contextlib.contextmanager
-def tracing_to(url: str, sampler: Sampler = ParentBased(ALWAYS_ON)) -> Iterator[OtelTracing]:
+def tracing_to(url: str, sampler: Sampler | None = None) -> Iterator[OtelTracing]:
     """Tracing exported to the receiver at ``url``, installed for the block, then shut down
     (the SDK's default sampler: a caller's sampling decision stands, else every trace)."""
-    tracing = build(OTLPSpanExporter(endpoint=url + "/v1/traces", timeout=5), sampler=sampler)
+    tracing = build(OTLPSpanExporter(endpoint=url + "/v1/traces", timeout=5),
+                    sampler=sampler or ParentBased(ALWAYS_ON))
     try:
         with installed(tracing):
             yield tracing

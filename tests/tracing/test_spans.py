@@ -51,7 +51,8 @@ def test_a_request_continues_the_callers_trace_with_a_span_per_hop() -> None:
     assert cheap.attributes["gen_ai.request.model"] == "english"  # the checkpoint it runs
     assert cheap.attributes["gen_ai.response.model"] == "cascade-fake"
     assert cheap.attributes["gen_ai.usage.input_tokens"] > 0
-    assert cheap.attributes["cascade.slot"] == "cheap" and cheap.attributes["cascade.questions"] == 2
+    assert cheap.attributes["cascade.slot"] == "cheap"
+    assert cheap.attributes["cascade.questions"] == 2
     assert 0.5 in cheap.attributes["cascade.confidence"]
     assert strong.attributes["cascade.slot"] == "strong"
     assert strong.attributes["cascade.questions"] == 1
@@ -72,3 +73,19 @@ def test_a_malformed_traceparent_starts_a_new_trace() -> None:
     servers = [s for s in spans if s.kind == SERVER]
     assert all(s.parent_id == "" for s in servers)
     assert len({s.trace_id for s in servers}) == 3
+
+
+def test_a_batch_has_one_decide_span_per_state() -> None:
+    batch = {"model": BODY["model"], "states": ["one", "two", "three"],
+             "questions": BODY["questions"]}
+    with run_receiver() as receiver:
+        with tracing_to(receiver.url) as tracing, serve_app(app()) as url:
+            response = httpx.post(url + "/v1/systemone/batch", json=batch)
+            assert response.status_code == 200, response.text
+            tracing.provider.force_flush()
+        spans = receiver.wait_for(lambda found: any(s.kind == SERVER for s in found))
+    (server,) = [s for s in spans if s.kind == SERVER]
+    decides = [s for s in _children(spans, server) if s.name == "cascade.decide"]
+    assert len(decides) == 3
+    for decide in decides:
+        assert sorted(s.name for s in _children(spans, decide)) == ["decide clef", "decide laya"]

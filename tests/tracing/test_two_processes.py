@@ -6,6 +6,7 @@ engine sends), its decide and tier spans below it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -26,6 +27,7 @@ BODY = {"model": "jev-latest", "state": {"ticket": "I was charged twice"},
         "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"}}}
 
 
+@contextlib.contextmanager
 def _serve(service: str, receiver: Receiver, work: Path, *flags: str) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CASCADE_", "OTEL_")) or k == "CASCADE_CACHE"}
@@ -48,14 +50,14 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Res
                                                                         list[Span]]]:
     work = tmp_path_factory.mktemp("two")
     with run_receiver() as receiver:
-        for back in _serve("strong-cascade", receiver, work, "--demo"):
-            for front in _serve("front", receiver, work, "--upstream", back):
-                response = httpx.post(front + "/v1/systemone", json=BODY, timeout=60,
-                                      headers={"traceparent": f"00-{TRACE}-{CALLER}-01"})
-                spans = receiver.wait_for(lambda found: {"front", "strong-cascade"} <= {
-                    s.service for s in found if s.kind == SERVER and s.trace_id == TRACE})
-                time.sleep(0.5)  # the spans that end just after their server span
-                yield response, [s for s in receiver.spans if s.trace_id == TRACE]
+        with _serve("strong-cascade", receiver, work, "--demo") as back, \
+                _serve("front", receiver, work, "--upstream", back) as front:
+            response = httpx.post(front + "/v1/systemone", json=BODY, timeout=60,
+                                  headers={"traceparent": f"00-{TRACE}-{CALLER}-01"})
+            # a server span ends last: once both are in, so is every span below them
+            spans = receiver.wait_for(lambda found: {"front", "strong-cascade"} <= {
+                s.service for s in found if s.kind == SERVER and s.trace_id == TRACE})
+            yield response, [s for s in spans if s.trace_id == TRACE]
 
 
 def _one(spans: list[Span], service: str, name: str) -> Span:
