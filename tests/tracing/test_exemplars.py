@@ -41,3 +41,14 @@ def test_an_unsampled_trace_leaves_no_exemplar() -> None:
                    headers={"traceparent": f"00-{unsampled}-00f067aa0ba902b7-00"})
         scraped = httpx.get(url + "/metrics", headers={"accept": OPENMETRICS})
     assert unsampled not in scraped.text
+
+
+def test_the_dashboards_latency_panels_show_exemplars() -> None:
+    from tests.deploy import promql
+
+    latency = [t for panel in promql.panels(promql.dashboard()) for t in panel.get("targets", [])
+               if "_duration_seconds_bucket" in t.get("expr", "")
+               and ("cascade_request_" in t["expr"] or "cascade_tier_" in t["expr"])]
+    assert len(latency) == 4 and all(t.get("exemplar") is True for t in latency)
+    compose = promql.load_yaml(promql.REPO / "docker-compose.yml")
+    assert "--enable-feature=exemplar-storage" in compose["services"]["prometheus"]["command"]
