@@ -68,7 +68,6 @@ from cascade.tenants.usage import UsageBook
 from cascade.tiercall import call_tier
 from cascade.tracing import active as tracing
 from cascade.tracing import attributes
-from cascade.tracing import headers as timed
 from cascade.tracing.calls import traced
 
 log = logging.getLogger("cascade")
@@ -158,8 +157,7 @@ class Gateway(Reconfigurable):
         return await self.decide(call, **kw)
 
     async def decide(self, call: EngineCall, **kw: Any) -> Outcome:
-        """``_decide`` in a ``cascade.decide`` span (one per state of a batch)."""
-        with tracing.span("cascade.decide"):
+        with tracing.span("cascade.decide"):  # ``_decide``'s keywords; one per state of a batch
             return await self._decide(call, **kw)
 
     async def _decide(self, call: EngineCall, *, budget: Budget | None = None,
@@ -208,10 +206,9 @@ class Gateway(Reconfigurable):
         label = "degraded" if decision.degraded or decision.refused else "ok"
         tracing.annotate(lambda: attributes.decided(call, decision, label))
         costs = {tier: tally.cost for tier, tally in charged.items() if tally.requests}
-        headers = answers.headers(Counter(tiers.values()), demo=self.demo) | (
-            lookup.header if lookup else {})
-        headers[timed.SERVER_TIMING], headers[timed.COST] = timed.timing(timings), timed.cost(costs)
-        return Outcome(response=response, headers=headers,
+        return Outcome(response=response, headers=answers.headers(
+                           Counter(tiers.values()), demo=self.demo, timings=timings, costs=costs)
+                       | (lookup.header if lookup else {}),
                        label=label, tiers=tiers, refused=decision.refused,
                        cached_tokens=decision.usage.cached_tokens,
                        timings=timings, costs=costs)
@@ -240,14 +237,12 @@ class Gateway(Reconfigurable):
         if "pre_route" not in timings:  # the first tier call: routing before it is done
             timings["pre_route"] = time.perf_counter() - started
             metrics.HOP_DURATION.labels(hop="pre_route").observe(timings["pre_route"])
+        answering = (self._call(serving, ask.tier, ask.call, timings) if lookup is None
+                     else lookup.call(ask.tier, ask.call, timings))  # in a span when traced
         slot = "cheap" if ask.tier == serving.policy.route.cheap else "strong"
-        kind = kind_of(serving.policy.tiers[ask.tier])
         try:
-            if lookup is not None:
-                return await traced(ask.tier, slot, kind, ask.call,
-                                    lookup.call(ask.tier, ask.call, timings))
-            return await traced(ask.tier, slot, kind, ask.call,
-                                self._call(serving, ask.tier, ask.call, timings))
+            return await traced(ask.tier, slot, kind_of(serving.policy.tiers[ask.tier]),
+                                ask.call, answering)
         except CascadeError as exc:
             return Failure(exc)
 
@@ -292,9 +287,9 @@ class Gateway(Reconfigurable):
 
     async def _run_shadow(self, serving: Serving, shadow: ShadowCall, stamp: Stamp) -> None:
         try:
-            strong = await traced(shadow.tier, "shadow", kind_of(serving.policy.tiers[shadow.tier]),
-                                  shadow.call, self._call(serving, shadow.tier, shadow.call, {},
-                                                          record=False))
+            answering = self._call(serving, shadow.tier, shadow.call, {}, record=False)
+            strong = await traced(shadow.tier, "shadow", kind_of(serving.policy.tiers[
+                shadow.tier]), shadow.call, answering)
         except (EngineError, Overloaded, ClientError):
             metrics.SHADOW.labels(outcome="failed").inc()
             return

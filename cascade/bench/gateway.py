@@ -10,7 +10,7 @@ the result. Prints a table and JSON; the figures to watch are the added p50 and 
 ratio, and on a busy machine the gateway's CPU per request next to its upstream's.
 
 ``tracing=True`` runs three gateways side by side instead of one: tracing off, on at 0 %
-sampling (``OTEL_TRACES_SAMPLER=always_off``) and on at 100 % exporting every span over
+sampling (the ``always_off`` sampler) and on at 100 % (``always_on``) exporting every span over
 OTLP/HTTP to a sink on loopback (a process that answers each export at once); each gateway's
 CPU per request includes its exporter thread.
 """
@@ -71,19 +71,24 @@ def _serve_fake(ports: Connection) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def _serve_gateway(ports: Connection, upstream: str, environ: dict[str, str] | None = None
-                   ) -> None:
-    """The gateway as ``cascade serve`` runs it (its HTTP protocol and limits, tracing as
-    ``environ``'s ``OTEL_*`` say), no drain."""
+def _serve_gateway(ports: Connection, upstream: str, collector: str = "",
+                   sampled: bool = False) -> None:
+    """The gateway as ``cascade serve`` runs it (its HTTP protocol and limits), no drain;
+    with a ``collector``, traced to it (every trace ``sampled``, or none)."""
     from cascade.http.app import create_app
     from cascade.http.drain import Drain
     from cascade.http.server import serve
     from cascade.settings import Settings
-    from cascade.tracing.active import install
-    from cascade.tracing.config import from_env
 
-    os.environ.update(environ or {})
-    install(from_env(os.environ))
+    if collector:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+        from cascade.tracing.active import install
+        from cascade.tracing.config import build
+
+        install(build(OTLPSpanExporter(endpoint=collector + "/v1/traces"),
+                      sampler=ALWAYS_ON if sampled else ALWAYS_OFF))
     settings = Settings(upstream=upstream, host="127.0.0.1", drain_s=0)
     drain = Drain()
     app = create_app(settings, drain=drain)
@@ -234,16 +239,15 @@ def run(requests: int = 500, concurrency: int = 8, repeat: int = 3,
     try:
         fake, upstream = _started(ctx, _serve_fake)
         procs.append(fake)
-        gateways: dict[str, dict[str, str]] = {"cascade": {}}
+        gateways: dict[str, tuple[str, bool]] = {"cascade": ("", False)}
         if tracing:
             sink, collector = _started(ctx, _serve_sink)
             procs.append(sink)
-            traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector, "OTEL_BSP_SCHEDULE_DELAY": "200"}
-            gateways = {TRACED[0]: {}, TRACED[1]: traced | {"OTEL_TRACES_SAMPLER": "always_off"},
-                        TRACED[2]: traced | {"OTEL_TRACES_SAMPLER": "always_on"}}
+            gateways = {TRACED[0]: ("", False), TRACED[1]: (collector, False),
+                        TRACED[2]: (collector, True)}
         urls, pids = {"direct": upstream}, {"direct": fake.pid}
-        for name, environ in gateways.items():
-            proc, urls[name] = _started(ctx, _serve_gateway, upstream, environ)
+        for name, (traced_to, sampled) in gateways.items():
+            proc, urls[name] = _started(ctx, _serve_gateway, upstream, traced_to, sampled)
             procs.append(proc)
             pids[name] = proc.pid
         for url in urls.values():
@@ -251,7 +255,7 @@ def run(requests: int = 500, concurrency: int = 8, repeat: int = 3,
         rounds = asyncio.run(_measure(urls, requests, concurrency, repeat, {
             name: pid for name, pid in pids.items() if pid is not None}))  # started: never None
     finally:
-        for proc in procs:
+        for proc in reversed(procs):  # the gateways first: they flush to the sink as they stop
             proc.terminate()
             proc.join(10)
     paths = {name: {key: statistics.median(r[name][key] for r in rounds)

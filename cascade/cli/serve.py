@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
-import os
 import socket
 import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cascade.cli.errors import ConfigError
-from cascade.settings import LogLevel, Settings, from_env, parse_map, under_make
+from cascade.settings import LogLevel, Settings, from_env, otel_environ, parse_map, under_make
 
 if TYPE_CHECKING:
     from cascade.policy.model import Policy
@@ -122,7 +121,7 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         tenants = load_tenants(settings, policy)  # and each tenant's policy
         decisions = open_decision_log(settings, policy)
         drain = Drain()
-        traces = tracing_from_env(os.environ)  # OTEL_*: off unless asked for
+        traces = tracing_from_env(otel_environ())  # off unless OTEL_* asks for traces
         install(traces)
         try:
             gateway = build_gateway(settings, policy=policy, decisions=decisions)

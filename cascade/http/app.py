@@ -325,11 +325,11 @@ async def systemone_batch(request: Request) -> Response[bytes]:
         )
         label = "degraded" if any(o.label == "degraded" for o in outcomes) else "ok"
         headers = answers.headers(Counter(t for o in outcomes for t in o.tiers.values()),
-                                  demo=gateway.demo)
+                                  demo=gateway.demo,
+                                  timings=timed.slowest(o.timings for o in outcomes),
+                                  costs=timed.summed(o.costs for o in outcomes))
         if gateway.cache is not None:
             headers["x-cascade-cache"] = combined([o.headers["x-cascade-cache"] for o in outcomes])
-        headers[timed.SERVER_TIMING] = timed.timing(timed.slowest(o.timings for o in outcomes))
-        headers[timed.COST] = timed.cost(timed.summed(o.costs for o in outcomes))
         return _json(BatchResponse(results=results, total_usage=total), headers), label
 
     return await _guarded(request, "/v1/systemone/batch", work)

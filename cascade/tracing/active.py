@@ -31,7 +31,7 @@ class Tracing(Protocol):
     def span(self, name: str, attributes: Attributes | None = None, *, remote: bool = False
              ) -> AbstractContextManager[Span]: ...
 
-    def annotate(self, attributes: Attributes) -> None: ...
+    def annotate(self, build: Callable[[], Attributes]) -> None: ...
 
     def inject(self, headers: MutableSequence[tuple[str, str]]) -> None: ...
 
@@ -67,9 +67,10 @@ def span(name: str, attributes: Attributes | None = None, *, remote: bool = Fals
 
 
 def annotate(build: Callable[[], Attributes]) -> None:
-    """Set ``build()``'s attributes on the current span (``build`` is not called while off)."""
+    """Set ``build()``'s attributes on the current span (``build`` is called only when that
+    span records)."""
     if _active is not None:
-        _active.annotate(build())
+        _active.annotate(build)
 
 
 def injected(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -6,12 +6,43 @@ per-question lists are in the request's question order and capped at ``MAX_LIST`
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from cascade.calls import EngineAnswer, EngineCall
-    from cascade.policy.flow import Decision
-    from cascade.policy.stamp import Stamp
+    from cascade.calls import EngineAnswer, EngineCall, EngineUsage
+
+
+# What is read of the flow's ``Stamp`` and ``Decision`` (``cascade.policy``, a layer above):
+class Stamp(Protocol):
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def policy_hash(self) -> str: ...
+    @property
+    def tenant_policy_hash(self) -> str | None: ...
+
+
+class Route(Protocol):
+    @property
+    def tier(self) -> str: ...
+    @property
+    def reason(self) -> str | None: ...
+
+
+class Decision(Protocol):
+    @property
+    def routes(self) -> Mapping[str, Route]: ...
+    @property
+    def escalated(self) -> Mapping[str, Any]: ...
+    @property
+    def degraded(self) -> Mapping[str, str]: ...
+    @property
+    def refused(self) -> Mapping[str, Any]: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def usage(self) -> EngineUsage: ...
 
 MAX_LIST = 64  # values per list attribute (a request has at most a few dozen questions)
 OPERATION = "decide"  # gen_ai.operation.name of a tier call (typed decisions, not chat)
@@ -61,7 +92,7 @@ def decided(call: EngineCall, decision: Decision, outcome: str) -> dict[str, Any
     reasons = Counter[str](r.reason for r in decision.routes.values() if r.reason is not None)
     found: dict[str, Any] = {
         "cascade.outcome": outcome, "cascade.questions": len(call.questions),
-        "cascade.route": counts(Counter(decision.tiers.values())),
+        "cascade.route": counts(Counter(r.tier for r in decision.routes.values())),
         "gen_ai.response.model": decision.model,
         "gen_ai.usage.input_tokens": decision.usage.input_tokens,
         "cascade.escalated": len(decision.escalated), "cascade.degraded": len(decision.degraded),

@@ -18,10 +18,8 @@ async def traced(tier: str, slot: str, provider: str, call: EngineCall,
     ``provider``: laya, clef or upstream), or bare while tracing is off."""
     if active.current() is None:
         return await answering
-    with active.span(f"{attributes.OPERATION} {tier}",
-                     attributes.tier_call(tier, slot, call, provider),
-                     remote=provider == "upstream") as span:
+    with active.span(f"{attributes.OPERATION} {tier}", remote=provider == "upstream"):
+        active.annotate(lambda: attributes.tier_call(tier, slot, call, provider))
         answer = await answering
-        if span is not None:
-            span.set_attributes(attributes.tier_answer(answer))
+        active.annotate(lambda: attributes.tier_answer(answer))
         return answer

@@ -1,7 +1,7 @@
 """Whether ``OTEL_*`` asks for traces, and the ``OtelTracing`` it describes.
 
 Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is
-set, or ``OTEL_TRACES_EXPORTER`` names ``otlp`` or ``console``; ``OTEL_SDK_DISABLED=true`` turns
+set, or ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp`` or ``console``; another is refused); ``OTEL_SDK_DISABLED=true`` turns
 it off. The SDK reads the rest itself: ``OTEL_SERVICE_NAME`` (default ``cascade``),
 ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``/``_ARG``, ``OTEL_PROPAGATORS``,
 ``OTEL_BSP_*`` (the batch processor's bounded queue: a slow or unreachable collector drops
@@ -30,7 +30,7 @@ def wanted(environ: Mapping[str, str]) -> bool:
     exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if exporter == "none":
         return False
-    return exporter in EXPORTERS or any(environ.get(name) for name in _SWITCHES)
+    return bool(exporter) or any(environ.get(name) for name in _SWITCHES)
 
 
 def from_env(environ: Mapping[str, str]) -> OtelTracing | None:

@@ -4,7 +4,7 @@ span as ASGI middleware. Imported only when tracing is on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableSequence
+from collections.abc import Callable, Iterator, MutableSequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,12 +29,21 @@ class OtelTracing:
     @contextmanager
     def span(self, name: str, attributes: Attributes | None = None, *,
              remote: bool = False) -> Iterator[Any]:
+        parent = trace.get_current_span()
+        context = parent.get_span_context()
+        if context.is_valid and not context.trace_flags.sampled:
+            # An unsampled trace samples none of its children (the parent-based samplers):
+            # the parent stays current, its context is what goes upstream.
+            yield parent
+            return
         kind = SpanKind.CLIENT if remote else SpanKind.INTERNAL
         with self.tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
             yield span
 
-    def annotate(self, attributes: Attributes) -> None:
-        trace.get_current_span().set_attributes(attributes)
+    def annotate(self, build: Callable[[], Attributes]) -> None:
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(build())
 
     def inject(self, headers: MutableSequence[tuple[str, str]]) -> None:
         carrier: dict[str, str] = {}
