@@ -1,11 +1,12 @@
 """Whether ``OTEL_*`` asks for traces, and the ``OtelTracing`` it describes.
 
 Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is
-set, or ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp`` or ``console``; another is refused); ``OTEL_SDK_DISABLED=true`` turns
-it off. The SDK reads the rest itself: ``OTEL_SERVICE_NAME`` (default ``cascade``),
-``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``/``_ARG``, ``OTEL_PROPAGATORS``,
-``OTEL_BSP_*`` (the batch processor's bounded queue: a slow or unreachable collector drops
-spans, never delays a response) and ``OTEL_EXPORTER_OTLP_*`` (OTLP/HTTP protobuf).
+set, or ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp`` or ``console``; another is
+refused); ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none`` turns it off. The SDK
+reads the rest itself: ``OTEL_SERVICE_NAME`` (default ``cascade``), ``OTEL_RESOURCE_ATTRIBUTES``,
+``OTEL_TRACES_SAMPLER``/``_ARG``, ``OTEL_PROPAGATORS``, ``OTEL_BSP_*`` (the batch processor's
+bounded queue: a slow or unreachable collector drops spans, never delays a response) and
+``OTEL_EXPORTER_OTLP_*`` (OTLP/HTTP protobuf).
 """
 
 from __future__ import annotations
