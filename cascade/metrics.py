@@ -385,6 +385,36 @@ class ConfigInfo(Collector):
             "hashes, cascade.policy.fingerprint).", labels=["policy_hash", "calibration_hash"])
         info.add_metric(list(self._hashes()), 1.0)
         yield info
+
+# ---------------------------------------------------------------- fleet (cascade.fleet)
+class InflightGauge(Collector):
+    """``cascade_inflight_requests``: one app's in-flight permits taken now, read at scrape
+    time (an autoscaler's signal beside the queue wait: KEDA's ScaledObject in deploy/k8s)."""
+
+    def __init__(self, inflight: Callable[[], int]) -> None:
+        self._inflight = inflight
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "cascade_inflight_requests", "Requests in flight now, holding the gateway's "
+            "in-flight permits (a batch holds one per state; CASCADE_MAX_INFLIGHT of them).",
+            value=self._inflight())
+
+
+FLEET_CONFIG_SKEW = Gauge(
+    "cascade_fleet_config_skew",
+    "Replicas seen (heartbeat within CASCADE_FLEET_SEEN_S) serving another policy or calibration "
+    "hash than most replicas do, as this replica read the fleet at its last heartbeat.",
+)
+FLEET_REPLICAS = Gauge(
+    "cascade_fleet_replicas",
+    "Replicas seen (heartbeat within CASCADE_FLEET_SEEN_S) at this replica's last heartbeat.",
+)
+FLEET_ERRORS = Counter(
+    "cascade_fleet_errors_total",
+    "Heartbeats (write and fleet read) that failed or timed out on the fleet's Redis.",
+)
+
 # ---------------------------------------------------------------- drift (cascade.control.drift)
 
 UPSTREAM_MODEL_CHANGES = Counter(

@@ -383,6 +383,54 @@ class ConfigErrorBody(Base, kw_only=True):
     detail: ConfigErrorDetail
 
 
+# ---------------------------------------------------------------- fleet (cascade.fleet)
+
+ReloadOutcome = Literal["applied", "unchanged", "rejected", "restart_needed"]
+
+
+class ReplicaReload(Base, kw_only=True):
+    """One replica's answer to a fleet reload: its outcome and what it serves after it."""
+
+    replica: str
+    outcome: ReloadOutcome
+    policy_hash: str
+    calibration_hash: str
+    errors: list[str] | None = None  # FILE[:LINE]: error: ... of a refused reload
+
+
+class FleetReloadReport(Base, kw_only=True):
+    """``POST /admin/reload?scope=fleet`` (200): every replica's outcome. ``refused``: the
+    replicas that keep their version (rejected or restart needed); ``not_answered``: replicas
+    seen (heartbeat) that sent no outcome within ``CASCADE_FLEET_REPLY_S``."""
+
+    replicas: list[ReplicaReload]
+    refused: list[str]
+    not_answered: list[str]
+
+
+class ReplicaSeen(Base, kw_only=True):
+    """A replica's last heartbeat (``cascade.fleet.registry``)."""
+
+    replica: str
+    policy_hash: str
+    calibration_hash: str
+    version: str
+    uptime_s: float  # when it beat last
+    strong_share: float | None = None  # over [control] window_s; None before any answer
+    age_s: float = 0.0  # since that heartbeat (Redis's clock)
+
+
+class FleetView(Base, kw_only=True):
+    """``GET /admin/fleet``: the replicas seen within ``CASCADE_FLEET_SEEN_S``, the
+    (policy, calibration) hashes most of them serve, and ``skew``: how many serve another."""
+
+    replicas: list[ReplicaSeen]
+    policy_hash: str | None
+    calibration_hash: str | None
+    skew: int
+    skewed: list[str]
+
+
 # ---------------------------------------------------------------- codecs
 
 envelope_decoder = msgspec.json.Decoder(RequestEnvelope)

@@ -39,7 +39,7 @@ from cascade.policy.stats import lower_bound
 from cascade.policy.toml_keys import KeyPath, key_lines, locate
 from cascade.questions import BAND_MAX_OPTIONS, Band
 from cascade.schema import QuestionType
-from cascade.store import is_url
+from cascade.settings import is_database_url
 
 
 class Finding(msgspec.Struct, frozen=True):
@@ -479,7 +479,7 @@ def _anchored(policy: Policy, base: Path) -> Policy:
     files = {
         "calibration": policy.calibration.file and msgspec.structs.replace(
             policy.calibration, file=local_path(policy.calibration.file)),
-        "decision_log": policy.decision_log.file and not is_url(policy.decision_log.file)
+        "decision_log": policy.decision_log.file and not is_database_url(policy.decision_log.file)
         and msgspec.structs.replace(
             policy.decision_log, file=local_path(policy.decision_log.file)),
     }
