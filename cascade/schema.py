@@ -79,7 +79,8 @@ class Base(msgspec.Struct, kw_only=True, omit_defaults=True):
 Text = str | dict[str, Any] | list[Any] | bool | int | float
 """Instructions and descriptions: a string, or structured JSON rendered by each engine."""
 
-Label = str | int | float | bool
+OptionKey = str | int | float | bool
+"""A choice option as a criteria list names it (a JSON scalar; compared as given)."""
 QuestionType = Literal["choice", "score", "noul"]
 
 
@@ -103,7 +104,7 @@ class _QuestionBase(Base, tag_field="type", kw_only=True):
 
 class ChoiceQuestion(_QuestionBase, tag="choice", kw_only=True):
     # An object label -> description (Jev), or a list of labels (Laya).
-    criteria: dict[str, Text | None] | list[Label]
+    criteria: dict[str, Text | None] | list[OptionKey]
 
 
 class ScoreQuestion(_QuestionBase, tag="score", kw_only=True):
@@ -440,8 +441,9 @@ encoder = msgspec.json.Encoder()
 
 # ---------------------------------------------------------------- feedback
 
-# A label as ``cascade eval`` data writes it: a choice key, a noul's true/false, a score's level
-FeedbackLabel = str | bool | int
+# The one label type (eval data, feedback, the store, control): a choice key, a noul's
+# true/false, a score's level
+Label = str | bool | int
 
 
 class FeedbackRequest(Base, kw_only=True):
@@ -449,7 +451,7 @@ class FeedbackRequest(Base, kw_only=True):
 
     request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS,
                                     pattern=FEEDBACK_ID)]  # x-request-id
-    labels: Annotated[dict[Name, FeedbackLabel], Meta(min_length=1, max_length=MAX_ASKED)]
+    labels: Annotated[dict[Name, Label], Meta(min_length=1, max_length=MAX_ASKED)]
 
 
 class FeedbackResponse(Base, kw_only=True):
@@ -470,4 +472,4 @@ class FeedbackEnvelope(Base, kw_only=True):
 
 
 feedback_decoder = msgspec.json.Decoder(FeedbackEnvelope)
-label_decoder = msgspec.json.Decoder(FeedbackLabel)
+label_decoder = msgspec.json.Decoder(Label)

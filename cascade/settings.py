@@ -6,7 +6,6 @@ Nothing reads the environment at import time; ``create_app(settings)`` receives 
 from __future__ import annotations
 
 import os
-import re
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from cascade.overrides import msgspec as messages
 from cascade.schema import LIMITS
 
 ADMISSION_DEADLINE_S = 8.0  # under the 10 s timeout of the official SDKs
@@ -273,10 +273,10 @@ def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> S
 def _named(message: str, sources: Mapping[str, str]) -> str:
     """msgspec's ``Expected `int`, got `str` - at `$.port``` as ``CASCADE_PORT=abc: expected
     `int`, got `str```: the variable (or flag) the user wrote, not a JSON path."""
-    found = re.fullmatch(r"(?s)(.*) - at `\$\.(\w+)[^`]*`", message)
-    if found is None:
+    reason, loc = messages.split(message)
+    if not loc or not isinstance(loc[0], str):
         return message
-    reason, field = found.groups()
+    field = loc[0]
     choices = typing.get_args(typing.get_type_hints(Settings).get(field))
     if reason.startswith("Invalid enum value") and choices:
         reason += f" (one of: {', '.join(choices)})"
