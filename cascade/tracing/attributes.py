@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 # What is read of the flow's ``Stamp`` and ``Decision`` (``cascade.policy``, a layer above):
-class Stamp(Protocol):
+class StampView(Protocol):
     @property
     def tenant(self) -> str: ...
     @property
@@ -23,16 +23,16 @@ class Stamp(Protocol):
     def tenant_policy_hash(self) -> str | None: ...
 
 
-class Route(Protocol):
+class RouteView(Protocol):
     @property
     def tier(self) -> str: ...
     @property
     def reason(self) -> str | None: ...
 
 
-class Decision(Protocol):
+class DecisionView(Protocol):
     @property
-    def routes(self) -> Mapping[str, Route]: ...
+    def routes(self) -> Mapping[str, RouteView]: ...
     @property
     def escalated(self) -> Mapping[str, Any]: ...
     @property
@@ -76,7 +76,7 @@ def tier_answer(answer: EngineAnswer) -> dict[str, Any]:
     }
 
 
-def started(call: EngineCall, stamp: Stamp) -> dict[str, Any]:
+def started(call: EngineCall, stamp: StampView) -> dict[str, Any]:
     """A request's attributes as it starts: whose, under which policy version."""
     found: dict[str, Any] = {"cascade.tenant": stamp.tenant,
                              "cascade.policy_hash": stamp.policy_hash}
@@ -87,7 +87,7 @@ def started(call: EngineCall, stamp: Stamp) -> dict[str, Any]:
     return found
 
 
-def decided(call: EngineCall, decision: Decision, outcome: str) -> dict[str, Any]:
+def decided(call: EngineCall, decision: DecisionView, outcome: str) -> dict[str, Any]:
     """A decided request's attributes (its tenant and policy hash are set when it starts)."""
     reasons = Counter[str](r.reason for r in decision.routes.values() if r.reason is not None)
     found: dict[str, Any] = {
