@@ -58,7 +58,7 @@ clean:
 lock:
 	test -x $(VENV)-lock/bin/uv || ($(PYTHON) -m venv $(VENV)-lock && \
 		$(VENV)-lock/bin/pip install -q uv==0.13.8)
-	$(UV_COMPILE) --extra export --extra gpu -o $(LOCKS)/serve.txt
+	$(UV_COMPILE) --extra export --extra gpu --extra tracing -o $(LOCKS)/serve.txt
 	$(UV_COMPILE) --extra test --no-emit-package torchvision -o $(LOCKS)/test.txt
 
 # The Kubernetes PrometheusRule is the Prometheus rule file wrapped; tests/deploy fails on drift.

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from cascade.calls import EngineCall, EngineUsage, QuestionResult
@@ -40,6 +40,7 @@ from cascade.schema import (
     SystemOneResponse,
     Usage,
 )
+from cascade.tracing import headers as timed
 
 if TYPE_CHECKING:
     from cascade.policy.flow import Decision
@@ -208,10 +209,17 @@ def response(call: EngineCall, decision: Decision, timings: dict[str, float], *,
     return shaped
 
 
-def headers(counts: Counter[str], *, demo: bool) -> dict[str, str]:
+def headers(counts: Counter[str], *, demo: bool, timings: Mapping[str, float] | None = None,
+            costs: Mapping[str, float] | None = None) -> dict[str, str]:
     """``x-cascade-tiers``: tier names and question counts (question ids are client text: they
-    stay in the body); ``x-cascade-demo`` in demo mode."""
+    stay in the body); ``x-cascade-demo`` in demo mode; with ``timings`` (seconds by tier) and
+    ``costs`` (``[cost]`` units by tier that ran), ``Server-Timing``'s tier entries and
+    ``x-cascade-cost`` (``cascade.tracing.headers``)."""
     found = {"x-cascade-tiers": ",".join(f"{t}={n}" for t, n in counts.items())}
     if demo:
         found["x-cascade-demo"] = "random weights; answers are meaningless"
+    if timings is not None:
+        found[timed.SERVER_TIMING] = timed.timing(timings)
+    if costs is not None:
+        found[timed.COST] = timed.cost(costs)
     return found

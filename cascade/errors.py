@@ -214,6 +214,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "accelerate": ("gpu",),
     "matplotlib": ("eval",),
     "tqdm": ("eval",),
+    "opentelemetry": ("tracing",),
 }
 
 

@@ -43,6 +43,7 @@ from cascade.errors import (
     EngineError,
     Overloaded,
 )
+from cascade.policy.costs import kind_of
 from cascade.policy.fingerprint import policy_hash
 from cascade.policy.flow import (
     Ask,
@@ -66,6 +67,9 @@ from cascade.store.base import DecisionStore
 from cascade.tenants import spend
 from cascade.tenants.usage import UsageBook
 from cascade.tiercall import call_tier
+from cascade.tracing import active as tracing
+from cascade.tracing import attributes
+from cascade.tracing.calls import traced
 
 log = logging.getLogger("cascade")
 
@@ -78,6 +82,8 @@ class Outcome(msgspec.Struct, kw_only=True):
     # question id -> why it is not answered (``decide(partial=True)`` only; not in ``response``)
     refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
     cached_tokens: int = 0  # of the response's input tokens, answered from the decision cache
+    timings: dict[str, float] = msgspec.field(default_factory=dict)  # seconds, by tier
+    costs: dict[str, float] = msgspec.field(default_factory=dict)  # [cost] units, by tier ran
 
 
 class Gateway(Reconfigurable):
@@ -155,10 +161,15 @@ class Gateway(Reconfigurable):
         """System One's answer: every question, or the request fails (``decide``'s ``kw``)."""
         return await self.decide(call, **kw)
 
-    async def decide(self, call: EngineCall, *, budget: Budget | None = None,
-                     partial: bool = False, tenant: str = "", policy: Policy | None = None,
-                     escalate: bool = True, cache: CacheControl = "use",
-                     serving: Serving | None = None, quota: StrongQuota | None = None) -> Outcome:
+    async def decide(self, call: EngineCall, **kw: Any) -> Outcome:
+        with tracing.span("cascade.decide"):  # ``_decide``'s keywords; one per state of a batch
+            return await self._decide(call, **kw)
+
+    async def _decide(self, call: EngineCall, *, budget: Budget | None = None,
+                      partial: bool = False, tenant: str = "", policy: Policy | None = None,
+                      escalate: bool = True, cache: CacheControl = "use",
+                      serving: Serving | None = None, quota: StrongQuota | None = None
+                      ) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
         the response) while the others are answered; the request fails only when all are.
         ``escalate=False``: no cheap answer escalates on confidence (flagged ``budget``).
@@ -177,7 +188,9 @@ class Gateway(Reconfigurable):
             policy, escalate=escalate)
         stamp = Stamp(policy_hash=serving.policy_hash, calibration_hash=serving.calibration_hash,
                       weights=self.weights, tenant=tenant,
-                      tenant_policy_hash=None if policy is None else self._own_hash(policy))
+                      tenant_policy_hash=None if policy is None else self._own_hash(policy),
+                      trace_id=tracing.trace_id())
+        tracing.annotate(lambda: attributes.started(call, stamp))
         policy = policy or serving.policy
         flow = decide(policy, call, previews=serving.previewer is not None, shadow_key=key,
                       partial=partial, gate=gate, quota=quota, stamp=stamp)
@@ -185,20 +198,25 @@ class Gateway(Reconfigurable):
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision, serving.policy)
         self.control.decided(call, decision)
-        spend.record(tenant, policy, decision, self.usage)
+        charged = spend.record(tenant, policy, decision, self.usage)
         response = answers.response(call, decision, timings, profile=self.profile,
                                     demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)
         if self.decisions is not None:
-            await self.decisions.record(call, decision, time.perf_counter() - started)
+            with tracing.span("cascade.decision_log"):
+                await self.decisions.record(call, decision, time.perf_counter() - started)
         if decision.shadow is not None:
             self._shadow(serving, decision.shadow, decision.stamp)
         tiers = decision.tiers
-        return Outcome(response=response, headers=answers.headers(Counter(tiers.values()),
-                       demo=self.demo) | (lookup.header if lookup else {}),
-                       label="degraded" if decision.degraded or decision.refused else "ok",
-                       tiers=tiers, refused=decision.refused,
-                       cached_tokens=decision.usage.cached_tokens)
+        label = "degraded" if decision.degraded or decision.refused else "ok"
+        tracing.annotate(lambda: attributes.decided(call, decision, label))
+        costs = {tier: tally.cost for tier, tally in charged.items() if tally.requests}
+        return Outcome(response=response, headers=answers.headers(
+                           Counter(tiers.values()), demo=self.demo, timings=timings, costs=costs)
+                       | (lookup.header if lookup else {}),
+                       label=label, tiers=tiers, refused=decision.refused,
+                       cached_tokens=decision.usage.cached_tokens,
+                       timings=timings, costs=costs)
 
     async def _drive(self, flow: Flow[Decision], serving: Serving, timings: dict[str, float],
                      started: float, lookup: Lookup | None = None) -> tuple[Decision, float]:
@@ -224,10 +242,12 @@ class Gateway(Reconfigurable):
         if "pre_route" not in timings:  # the first tier call: routing before it is done
             timings["pre_route"] = time.perf_counter() - started
             metrics.HOP_DURATION.labels(hop="pre_route").observe(timings["pre_route"])
+        answering = (self._call(serving, ask.tier, ask.call, timings) if lookup is None
+                     else lookup.call(ask.tier, ask.call, timings))  # in a span when traced
+        slot = "cheap" if ask.tier == serving.policy.route.cheap else "strong"
         try:
-            if lookup is not None:
-                return await lookup.call(ask.tier, ask.call, timings)
-            return await self._call(serving, ask.tier, ask.call, timings)
+            return await traced(ask.tier, slot, kind_of(serving.policy.tiers[ask.tier]),
+                                ask.call, answering)
         except CascadeError as exc:
             return Failure(exc)
 
@@ -272,7 +292,9 @@ class Gateway(Reconfigurable):
 
     async def _run_shadow(self, serving: Serving, shadow: ShadowCall, stamp: Stamp) -> None:
         try:
-            strong = await self._call(serving, shadow.tier, shadow.call, {}, record=False)
+            answering = self._call(serving, shadow.tier, shadow.call, {}, record=False)
+            strong = await traced(shadow.tier, "shadow", kind_of(serving.policy.tiers[
+                shadow.tier]), shadow.call, answering)
         except (EngineError, Overloaded, ClientError):
             metrics.SHADOW.labels(outcome="failed").inc()
             return

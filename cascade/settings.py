@@ -212,6 +212,12 @@ def env_value(field: str, environ: Mapping[str, str] | None = None) -> str | Non
     return (os.environ if environ is None else environ).get(f"CASCADE_{field.upper()}")
 
 
+def otel_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``OTEL_*`` variables, which configure tracing (``cascade.tracing.config``)."""
+    found = os.environ if environ is None else environ
+    return {name: value for name, value in found.items() if name.startswith("OTEL_")}
+
+
 def under_make(environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``make`` started this process (it sets ``MAKELEVEL``): hints then name make's
     variables (``make serve PORT=N``) rather than flags."""

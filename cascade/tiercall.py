@@ -28,6 +28,7 @@ from cascade.errors import (
 )
 from cascade.policy.breaker import CircuitBreaker
 from cascade.policy.model import Tier, UpstreamTier
+from cascade.tracing import active as tracing
 
 log = logging.getLogger("cascade")
 
@@ -65,7 +66,8 @@ async def call_tier(tier: str, engine: Engine, config: Tier, breaker: CircuitBre
     finally:
         elapsed = time.perf_counter() - started
         timings[tier] = timings.get(tier, 0.0) + elapsed
-        metrics.TIER_DURATION.labels(tier=tier, outcome=outcome).observe(elapsed)
+        metrics.TIER_DURATION.labels(tier=tier, outcome=outcome).observe(elapsed,
+                                                                         tracing.exemplar())
         if record and outcome in ("client_error", "overloaded", "cancelled"):
             breaker.release(clock())  # no verdict on the tier's health
         elif record:

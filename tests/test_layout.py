@@ -19,7 +19,7 @@ LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "casc
           "cascade.contracts", "cascade.request", "cascade.build", "cascade.gateway",
           "cascade.store", "cascade.cache", "cascade.tiercall", "cascade.answers",
           "cascade.control", "cascade.tenants", "cascade.fleet", "cascade.policy",
-          "cascade.engines", FORMATS]
+          "cascade.engines", "cascade.tracing", FORMATS]
 
 
 def _module(path: Path) -> str:

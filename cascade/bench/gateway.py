@@ -8,6 +8,11 @@ on each (requests/s), and the CPU time each server process spent per request. Ea
 its median over the rounds, so a burst of other load on a shared machine moves one round, not
 the result. Prints a table and JSON; the figures to watch are the added p50 and the throughput
 ratio, and on a busy machine the gateway's CPU per request next to its upstream's.
+
+``tracing=True`` runs three gateways side by side instead of one: tracing off, on at 0 %
+sampling (the ``always_off`` sampler) and on at 100 % (``always_on``) exporting every span over
+OTLP/HTTP to a sink on loopback (a process that answers each export at once); each gateway's
+CPU per request includes its exporter thread.
 """
 
 from __future__ import annotations
@@ -68,19 +73,54 @@ def serve_fake(ports: Connection) -> None:
     DrainingServer(config, Drain(), 0.0).run(sockets=[sock])  # start-up frozen, as served
 
 
-def _serve_gateway(ports: Connection, upstream: str) -> None:
-    """The gateway as ``cascade serve`` runs it (its HTTP protocol and limits), no drain."""
+def _serve_gateway(ports: Connection, upstream: str, collector: str = "",
+                   sampled: bool = False) -> None:
+    """The gateway as ``cascade serve`` runs it (its HTTP protocol and limits), no drain;
+    with a ``collector``, traced to it (every trace ``sampled``, or none)."""
     from cascade.http.app import create_app
     from cascade.http.drain import Drain
     from cascade.http.server import serve
     from cascade.settings import Settings
 
+    if collector:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+        from cascade.tracing.active import install
+        from cascade.tracing.config import build
+
+        install(build(OTLPSpanExporter(endpoint=collector + "/v1/traces"),
+                      sampler=ALWAYS_ON if sampled else ALWAYS_OFF))
     settings = Settings(upstream=upstream, host="127.0.0.1", drain_s=0)
     drain = Drain()
     app = create_app(settings, drain=drain)
     sock = _listening()
     ports.send(sock.getsockname()[1])
     serve(app, settings, "error", drain, sockets=[sock])
+
+
+def _serve_sink(ports: Connection) -> None:
+    """An OTLP/HTTP sink: answers every POST 200 with an empty (valid) export response."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n"
+                             b"Content-Length: 0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def main() -> None:
+        sock = _listening()
+        ports.send(sock.getsockname()[1])
+        server = await asyncio.start_server(answer, sock=sock)
+        await server.serve_forever()
+
+    asyncio.run(main())
 
 
 def started(ctx: Any, target: Callable[..., None], *args: Any
@@ -159,7 +199,7 @@ async def _round(clients: dict[str, httpx.AsyncClient], requests: int, concurren
             "p99_ms": _percentile(latencies[name], 0.99) * 1000,
             "rps": await _burst(client, per_worker, concurrency),
             # CPU ms per request: the upstream's split over the paths it served
-            "cpu_ms": cpu_ms["cascade"] if name == "cascade" else cpu_ms["direct"] / 2,
+            "cpu_ms": cpu_ms[name] if name != "direct" else cpu_ms["direct"] / len(clients),
         }
         for name, client in clients.items()
     }
@@ -190,28 +230,41 @@ def _figures(paths: dict[str, dict[str, float]]) -> dict[str, float]:
     }
 
 
-def run(requests: int = 500, concurrency: int = 8, repeat: int = 3) -> dict[str, Any]:
+TRACED = ("tracing off", "sampled 0%", "sampled 100%")
+
+
+def run(requests: int = 500, concurrency: int = 8, repeat: int = 3,
+        tracing: bool = False) -> dict[str, Any]:
     """``repeat`` rounds side by side; the figures are each one's median over the rounds."""
     ctx = multiprocessing.get_context("spawn")
     procs = []
     try:
         fake, upstream = started(ctx, serve_fake)
         procs.append(fake)
-        cascade, gateway = started(ctx, _serve_gateway, upstream)
-        procs.append(cascade)
-        asyncio.run(_wait(upstream))
-        asyncio.run(_wait(gateway))
-        pids = {name: proc.pid for name, proc in zip(("direct", "cascade"), procs, strict=True)
-                if proc.pid is not None}  # started: never None
-        rounds = asyncio.run(_measure({"direct": upstream, "cascade": gateway}, requests,
-                                      concurrency, repeat, pids))
+        gateways: dict[str, tuple[str, bool]] = {"cascade": ("", False)}
+        if tracing:
+            sink, collector = started(ctx, _serve_sink)
+            procs.append(sink)
+            gateways = {TRACED[0]: ("", False), TRACED[1]: (collector, False),
+                        TRACED[2]: (collector, True)}
+        urls, pids = {"direct": upstream}, {"direct": fake.pid}
+        for name, (traced_to, sampled) in gateways.items():
+            proc, urls[name] = started(ctx, _serve_gateway, upstream, traced_to, sampled)
+            procs.append(proc)
+            pids[name] = proc.pid
+        for url in urls.values():
+            asyncio.run(_wait(url))
+        rounds = asyncio.run(_measure(urls, requests, concurrency, repeat, {
+            name: pid for name, pid in pids.items() if pid is not None}))  # started: never None
     finally:
-        for proc in procs:
+        for proc in reversed(procs):  # the gateways first: they flush to the sink as they stop
             proc.terminate()
             proc.join(10)
     paths = {name: {key: statistics.median(r[name][key] for r in rounds)
-                    for key in ("p50_ms", "p99_ms", "rps", "cpu_ms")}
-             for name in ("direct", "cascade")}
+                    for key in ("p50_ms", "p99_ms", "rps", "cpu_ms")} for name in urls}
+    if tracing:
+        return {"requests": requests, "concurrency": concurrency, "repeat": repeat,
+                "tracing": True, **paths, "rounds": rounds}
     figures = [_figures(r) for r in rounds]
     return {
         "requests": requests,
@@ -225,10 +278,9 @@ def run(requests: int = 500, concurrency: int = 8, repeat: int = 3) -> dict[str,
 
 def table(result: dict[str, Any]) -> str:
     rows = [f"{'path':<18}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'server CPU ms':>15}"]
-    for name in ("direct", "cascade"):
-        r = result[name]
-        rows.append(f"{name:<18}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{r['rps']:>10.0f}"
-                    f"{r['cpu_ms']:>15.2f}")
+    if result.get("tracing"):
+        return "\n".join([*rows, *_rows(result, ("direct", *TRACED)), _price(result)])
+    rows += _rows(result, ("direct", "cascade"))
     rows.append(
         f"added p50 {result['added_p50_ms']:.2f} ms, p99 {result['added_p99_ms']:.2f} ms; "
         f"throughput ratio {result['rps_ratio']:.2f}; gateway CPU {result['cpu_ratio']:.2f}x "
@@ -239,8 +291,29 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def main(requests: int, concurrency: int, repeat: int = 3) -> int:
-    result = run(requests, concurrency, repeat)
+def _price(result: dict[str, Any]) -> str:
+    """Each traced gateway's CPU per request against the untraced one's, per round."""
+    off = TRACED[0]
+    each = {name: [r[name]["cpu_ms"] - r[off]["cpu_ms"] for r in result["rounds"]]
+            for name in TRACED[1:]}
+    return "; ".join(
+        f"{name}: {result[name]['cpu_ms'] - result[off]['cpu_ms']:+.3f} CPU ms/request "
+        f"({(result[name]['cpu_ms'] / result[off]['cpu_ms'] - 1) * 100:+.1f} %; rounds "
+        + ", ".join(f"{d:+.3f}" for d in deltas) + ")"
+        for name, deltas in each.items()) + f" (medians of {result['repeat']} rounds)"
+
+
+def _rows(result: dict[str, Any], names: tuple[str, ...]) -> list[str]:
+    rows = []
+    for name in names:
+        r = result[name]
+        rows.append(f"{name:<18}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{r['rps']:>10.0f}"
+                    f"{r['cpu_ms']:>15.2f}")
+    return rows
+
+
+def main(requests: int, concurrency: int, repeat: int = 3, tracing: bool = False) -> int:
+    result = run(requests, concurrency, repeat, tracing)
     print(table(result))
     print(json.dumps(result, indent=2))
     return 0

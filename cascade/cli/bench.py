@@ -31,6 +31,9 @@ def register(groups: dict[str, Any]) -> None:
     gateway.add_argument("--concurrency", type=count, default=8, help="concurrent clients (8)")
     gateway.add_argument("--repeat", type=count, default=3,
                          help="rounds; each figure is the median over them (3)")
+    gateway.add_argument("--tracing", action="store_true",
+                         help="three gateways side by side instead: tracing off, on at 0%% "
+                         "sampling, on at 100%% to an OTLP/HTTP sink (needs the tracing extra)")
     gateway.set_defaults(func=_run_gateway)
 
     load = groups["bench"].add_parser(
@@ -307,7 +310,7 @@ def _run_gateway(args: argparse.Namespace) -> int:
 
     if min(args.requests, args.concurrency, args.repeat) < 1:
         raise UsageError("--requests, --concurrency and --repeat must be at least 1")
-    return main(args.requests, args.concurrency, args.repeat)
+    return main(args.requests, args.concurrency, args.repeat, args.tracing)
 
 
 def reachable(url: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cascade.cli.errors import ConfigError
-from cascade.settings import LogLevel, Settings, from_env, parse_map, under_make
+from cascade.settings import LogLevel, Settings, from_env, otel_environ, parse_map, under_make
 
 if TYPE_CHECKING:
     from cascade.policy.model import Policy
@@ -114,11 +114,15 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         from cascade.http.app import create_app
         from cascade.http.drain import Drain
         from cascade.http.server import serve
+        from cascade.tracing.active import install
+        from cascade.tracing.config import from_env as tracing_from_env
 
         policy = policy_from_settings(settings)
         tenants = load_tenants(settings, policy)  # and each tenant's policy
         decisions = open_decision_log(settings, policy)
         drain = Drain()
+        traces = tracing_from_env(otel_environ())  # off unless OTEL_* asks for traces
+        install(traces)
         try:
             gateway = build_gateway(settings, policy=policy, decisions=decisions)
             serve(create_app(settings, gateway, drain, tenants), settings, level.lower(), drain,
@@ -126,6 +130,9 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
         finally:
             if decisions is not None:
                 decisions.close()
+            if traces is not None:
+                install(None)
+                traces.shutdown()  # what the batch processor still holds, within its timeout
     return 0
 
 

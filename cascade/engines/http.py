@@ -88,6 +88,7 @@ from cascade.errors import (
 )
 from cascade.questions import option_names
 from cascade.schema import NoulQuestion, OptionSpans, Question
+from cascade.tracing import active as tracing
 
 ENDPOINT = "/v1/systemone"
 log = logging.getLogger("cascade")
@@ -503,6 +504,7 @@ class HttpEngine:
         headers = self._headers
         if call.request_id:
             headers = [*headers, ("x-request-id", call.request_id)]
+        headers = tracing.injected(headers)  # traceparent: the upstream's span is a child
         response, upstream = await self._post(content, headers)
         if response.status_code == 503 and _unavailable(response):
             # Never sleep here: back this URL off for its Retry-After and try another one now.

@@ -23,7 +23,8 @@ from litestar.connection import ASGIConnection
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.handlers import BaseRouteHandler
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
+from prometheus_client.exposition import choose_encoder
 
 from cascade import __version__, answers, metrics
 from cascade.cache.decision import combined
@@ -81,6 +82,8 @@ from cascade.schema import (
 from cascade.settings import Settings
 from cascade.tenants.files import load_tenants
 from cascade.tenants.keys import Tenants
+from cascade.tracing import active as tracing
+from cascade.tracing import headers as timed
 
 log = logging.getLogger("cascade")
 JSON = "application/json"
@@ -224,7 +227,8 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
 def _record(route: str, started: float, outcome: str, status: int) -> None:
     metrics.REQUESTS.labels(route=route, outcome=outcome, status=str(status)).inc()
-    metrics.REQUEST_DURATION.labels(route=route).observe(time.perf_counter() - started)
+    metrics.REQUEST_DURATION.labels(route=route).observe(time.perf_counter() - started,
+                                                         tracing.exemplar())
 
 
 def _json(payload: Any, headers: dict[str, str] | None = None) -> Response[bytes]:
@@ -240,7 +244,9 @@ async def _guarded(request: Request, services: Services, route: str,
     started = time.perf_counter()
     try:
         await tenancy.admit(request, services)  # auth, and the tenant's limits
+        admitted = time.perf_counter()
         body, parts = await _decoded(request, services)
+        decoded = time.perf_counter()
         with _permits(request, services, 1), tenancy.reservation(request, services):
             response, outcome = await work(body, parts)
     except CascadeError as exc:
@@ -257,12 +263,22 @@ async def _guarded(request: Request, services: Services, route: str,
         _record(route, started, "error", 500)
         raise
     _record(route, started, outcome, response.status_code)
+    _timed(response, started, admitted, decoded)
     return response
+
+
+def _timed(response: Response[bytes], started: float, admitted: float, decoded: float) -> None:
+    """``Server-Timing``: admission, decode, the tiers' entries ``work`` set, the whole."""
+    tiers = response.headers.get(timed.SERVER_TIMING)
+    entries = timed.timing({"admission": admitted - started, "decode": decoded - admitted})
+    whole = timed.timing({"gateway": time.perf_counter() - started})
+    response.headers[timed.SERVER_TIMING] = ", ".join(e for e in (entries, tiers, whole) if e)
+    tracing.annotate(lambda: {"cascade.admission_s": admitted - started})
 
 
 async def _decoded(request: Request, services: Services) -> tuple[bytes, dict[str, Any]]:
     """The request's decoded body and multipart parts, timed as the ``decode`` hop."""
-    with metrics.HOP_DURATION.labels(hop="decode").time():
+    with metrics.HOP_DURATION.labels(hop="decode").time(), tracing.span("cascade.decode"):
         return await read_request(request, services.settings, services.decode_pool,
                                   services.body_reads)
 
@@ -307,7 +323,9 @@ async def systemone_batch(request: Request, services: Services) -> Response[byte
         )
         label = "degraded" if any(o.label == "degraded" for o in outcomes) else "ok"
         headers = answers.headers(Counter(t for o in outcomes for t in o.tiers.values()),
-                                  demo=gateway.demo)
+                                  demo=gateway.demo,
+                                  timings=timed.slowest(o.timings for o in outcomes),
+                                  costs=timed.summed(o.costs for o in outcomes))
         if gateway.cache is not None:
             headers["x-cascade-cache"] = combined([o.headers["x-cascade-cache"] for o in outcomes])
         return _json(BatchResponse(results=results, total_usage=total), headers), label
@@ -375,9 +393,13 @@ async def ready(services: Services) -> Response[bytes]:
 async def prometheus_metrics(request: Request, services: Services) -> Response[bytes]:
     if not services.settings.public_metrics:
         require_operator(request, services.access, "/metrics")
-    # the process's metrics, then this app's gateway gauges (read now)
-    content = generate_latest() + generate_latest(services.gauges)
-    return Response(content=content, media_type=CONTENT_TYPE_LATEST)
+    # the process's metrics, then this app's gateway gauges (read now); OpenMetrics (with the
+    # latency histograms' trace-id exemplars) when the scraper asks for it, one "# EOF" last
+    encode, media_type = choose_encoder(request.headers.get("accept", ""))
+    first = encode(REGISTRY)
+    if media_type != CONTENT_TYPE_LATEST:
+        first = first.removesuffix(b"# EOF\n")
+    return Response(content=first + encode(services.gauges), media_type=media_type)
 
 
 def _docs_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
@@ -427,6 +449,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
                         prometheus_metrics, feedback.route(_guarded), usage.route, admin_router()],
         dependencies={"services": Provide(lambda: services, sync_to_thread=False)},
         lifespan=[lifespan, fleet_lifespan],  # fleet: file watch and membership
+        middleware=tracing.middleware(),  # the server span, when tracing is on
         before_send=[echo_request_id, tenancy.rate_headers],
         exception_handlers={
             CascadeError: _handle_cascade_error,

@@ -14,7 +14,8 @@ class Stamp(msgspec.Struct, frozen=True, kw_only=True):
     """``policy_hash``/``calibration_hash``: the served version's (``cascade.policy.fingerprint``);
     ``weights``: {tier: content hash} of the in-process tiers; ``tenant``: whose request ("":
     keyless) and ``tenant_policy_hash``: its own policy's hash (None: it has none);
-    ``cheap``/``strong``: the deciding policy's tier names (set by the flow)."""
+    ``cheap``/``strong``: the deciding policy's tier names (set by the flow); ``trace_id``: the
+    OpenTelemetry trace the request ran in (``cascade.tracing``)."""
 
     policy_hash: str = ""
     calibration_hash: str = ""
@@ -23,3 +24,4 @@ class Stamp(msgspec.Struct, frozen=True, kw_only=True):
     tenant_policy_hash: str | None = None
     cheap: str | None = None
     strong: str | None = None
+    trace_id: str = ""  # the request's trace (32 hex digits; "": tracing off)

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5  # the SQLite file's layout this database holds (``cascade.store.sqlite``)
+SCHEMA_VERSION = 6  # the SQLite file's layout this database holds (``cascade.store.sqlite``)
 LOCK = 0x63617363_64656373  # pg_advisory_xact_lock's key: "cascdecs"
 CREATE = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -76,8 +76,9 @@ CREATE TABLE IF NOT EXISTS decisions (
     degraded smallint, shadow smallint, latency_s double precision,
     tenant text NOT NULL DEFAULT '', cheap_tokens double precision,
     strong_tokens double precision, calibration_hash text, tenant_policy_hash text,
-    replica text
+    replica text, trace_id text
 );
+ALTER TABLE decisions ADD COLUMN IF NOT EXISTS trace_id text;  -- schema 5 -> 6
 CREATE INDEX IF NOT EXISTS decisions_request ON decisions (tenant, request_id, question_id);
 CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
 CREATE TABLE IF NOT EXISTS states (
@@ -179,7 +180,7 @@ def read_rows(url: str, *, since: float | None = None,
     if tenant is not None:
         where.append("d.tenant = %s")
         params.append(tenant)
-    query = SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY d.id"
+    filters = (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY d.id"
     import psycopg
 
     try:
@@ -188,7 +189,8 @@ def read_rows(url: str, *, since: float | None = None,
         raise ConnectionError(f"{safe_url(url)}: cannot connect: "
                               f"{' '.join(str(exc).split())}") from None
     with conn:
-        _check_version(conn, url)
+        old = _check_version(conn, url) < SCHEMA_VERSION  # not migrated yet: no trace_id
+        query = (SELECT.replace("d.trace_id", "NULL AS trace_id") if old else SELECT) + filters
         with conn.cursor(name="cascade_rows") as cursor:
             cursor.itersize = 2000
             cursor.execute(query, params)
@@ -196,7 +198,7 @@ def read_rows(url: str, *, since: float | None = None,
                 yield _decode(values)
 
 
-def _check_version(conn: psycopg.Connection[Any], url: str) -> None:
+def _check_version(conn: psycopg.Connection[Any], url: str) -> int:
     import psycopg
 
     try:
@@ -208,6 +210,7 @@ def _check_version(conn: psycopg.Connection[Any], url: str) -> None:
     if row is None or row[0] > SCHEMA_VERSION:
         raise NotADecisionLog(f"{safe_url(url)}: decision store schema "
                               f"{None if row is None else row[0]} is not one this cascade reads")
+    return int(row[0])
 
 
 def _decode(values: tuple[Any, ...]) -> LogRow:
@@ -217,6 +220,12 @@ def _decode(values: tuple[Any, ...]) -> LogRow:
     if raw["state_mode"] == "text":
         raw["state"] = None if state_text is None else _loads(state_text)
     return decode_row(raw, tuple(values[n + 1:]))
+
+
+def _full(row: list[Any]) -> list[Any]:
+    """A spooled row with the columns its writer's schema lacked (NULL): a spool written
+    before an upgrade is replayed after it."""
+    return [*row, *[None] * (1 + len(COLUMNS) - len(row))]
 
 
 def _loads(text: str) -> Any:
@@ -494,7 +503,7 @@ def _insert(cur: psycopg.Cursor[Any], batch: list[Any]) -> None:
         if kind == "state":
             cur.execute(INSERT_STATE, values)
         elif kind == "rows":
-            cur.executemany(INSERT, values)
+            cur.executemany(INSERT, [_full(row) for row in values])
         else:
             cur.executemany(SHADOW_UPDATE, values)
 
@@ -506,7 +515,7 @@ def _copy(cur: psycopg.Cursor[Any], batch: list[Any]) -> None:
         if kind == "state":
             cur.execute(INSERT_STATE, values)
         elif kind == "rows":
-            staged += values
+            staged += [_full(row) for row in values]
         else:  # a shadow answer updates rows that may be staged: move them first
             _move(cur, staged)
             staged = []

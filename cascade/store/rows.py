@@ -27,7 +27,7 @@ COLUMNS = (
     "request_id", "ts", "model", "policy_hash", "checkpoints", "question_id", "type", "band",
     "question", "state", "state_mode", "cheap", "strong", "final_tier", "reason", "degraded",
     "shadow", "latency_s", "tenant", "cheap_tokens", "strong_tokens", "calibration_hash",
-    "tenant_policy_hash", "replica",
+    "tenant_policy_hash", "replica", "trace_id",
 )
 
 
@@ -56,7 +56,8 @@ class LabelEntry(msgspec.Struct, kw_only=True):
 class LogRow(msgspec.Struct, kw_only=True):
     """One ``decisions`` row with its JSON columns decoded (``degraded``/``shadow`` as bools),
     and its label if it has one. Rows of files before schema 3 have ``tenant`` "" and no token
-    shares (None); before schema 5 no calibration hash, tenant policy hash or replica."""
+    shares (None); before schema 5 no calibration hash, tenant policy hash or replica; before 6 no
+    trace id."""
 
     id: int
     request_id: str
@@ -84,6 +85,7 @@ class LogRow(msgspec.Struct, kw_only=True):
     calibration_hash: str = ""
     tenant_policy_hash: str | None = None  # the tenant's own policy's, when it has one
     replica: str = ""  # the gateway that wrote it (hostname or CASCADE_REPLICA)
+    trace_id: str = ""  # its request's OpenTelemetry trace ("": tracing off, or before schema 6)
     label: LabelEntry | None = None
 
 
@@ -130,7 +132,7 @@ def request_rows(
             option_band(n_options(question)), to_json(question), state, state_mode, cheap_json,
             strong_json, route.tier, route.reason, int(qid in decision.degraded), 0, latency_s,
             stamp.tenant, share(cheap, qid), share(strong, qid), stamp.calibration_hash,
-            stamp.tenant_policy_hash, replica,
+            stamp.tenant_policy_hash, replica, stamp.trace_id or None,
         ))
     return rows, stored
 
@@ -165,6 +167,7 @@ def decode_row(raw: dict[str, Any], label: tuple[Any, ...]) -> LogRow:
     raw["tenant"] = raw["tenant"] or ""
     raw["calibration_hash"] = raw["calibration_hash"] or ""
     raw["replica"] = raw["replica"] or ""
+    raw["trace_id"] = raw["trace_id"] or ""
     value, ts, source, count, labeller = label
     if value is not None:
         raw["label"] = {"value": msgspec.json.decode(value), "ts": ts, "source": source,

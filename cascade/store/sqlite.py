@@ -39,7 +39,8 @@ The tables (agreed with ``cascade distill --from-log``; read them through ``read
               cheap_tokens REAL, strong_tokens REAL,  -- this row's share of the tier's input
                                  -- tokens (the call's, split evenly over its questions)
               calibration_hash TEXT, tenant_policy_hash TEXT,  -- the version that decided it
-              replica TEXT)      -- the gateway that answered (hostname or CASCADE_REPLICA)
+              replica TEXT,      -- the gateway that answered (hostname or CASCADE_REPLICA)
+              trace_id TEXT)     -- its request's OpenTelemetry trace id (NULL: tracing off)
     states(key TEXT PRIMARY KEY,  -- sha256 hex of the stored JSON text
            state TEXT)            -- the state as JSON, once per distinct state (not per row)
     labels(decision INTEGER PRIMARY KEY,  -- decisions.id of the labelled row
@@ -55,13 +56,13 @@ Every row is stamped by the version that decided it, carried on the request's de
 
 Schema versions (``PRAGMA user_version``): 0, files written before the ``states`` table, kept the
 state text in every row; 2 added ``states``; 3 rows' tenants, token shares and ``labels``; 4
-``labels.tenant``; ``SCHEMA_VERSION`` (5) is the layout above (the stamp's calibration hash,
-tenant policy hash and replica). ``read_rows`` reads every one of them (an older file's rows
-have no tenant, no token shares, no labels and no stamp beyond the policy hash; a label of
-schema 3 has tenant ""). The writer never mixes layouts in one file: it migrates a file of
-schema 3 or 4 in place (``ALTER TABLE``s: old rows keep NULL there, labels of schema 3 keep
-tenant "") and rotates a file of any other version aside when it opens it (labels then go to
-requests of the new file only).
+``labels.tenant``; 5 the stamp's calibration hash, tenant policy hash and replica;
+``SCHEMA_VERSION`` (6) is the layout above (the request's trace id). ``read_rows`` reads every
+one of them (an older file's rows have no tenant, no token shares, no labels and no stamp beyond
+the policy hash; a label of schema 3 has tenant ""). The writer never mixes layouts in one
+file: it migrates a file of schema 3, 4 or 5 in place (``ALTER TABLE``s: old rows keep NULL
+there, labels of schema 3 keep tenant "") and rotates a file of any other version aside when
+it opens it (labels then go to requests of the new file only).
 
 A request is known by its tenant and its id: two tenants' requests with the same id never meet.
 ``label`` (``POST /v1/feedback``) goes through the writer's queue, behind the rows queued before
@@ -113,7 +114,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY,
@@ -122,7 +123,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     state TEXT, state_mode TEXT, cheap TEXT, strong TEXT,
     final_tier TEXT, reason TEXT, degraded INTEGER, shadow INTEGER, latency_s REAL,
     tenant TEXT, cheap_tokens REAL, strong_tokens REAL,
-    calibration_hash TEXT, tenant_policy_hash TEXT, replica TEXT
+    calibration_hash TEXT, tenant_policy_hash TEXT, replica TEXT, trace_id TEXT
 );
 CREATE INDEX IF NOT EXISTS decisions_request_id ON decisions (request_id);
 CREATE TABLE IF NOT EXISTS states (key TEXT PRIMARY KEY, state TEXT NOT NULL);
@@ -132,19 +133,20 @@ CREATE TABLE IF NOT EXISTS labels (
 );
 PRAGMA user_version = {SCHEMA_VERSION};
 """
-# Files of schema 3 or 4 become files of schema 5 in place, by version: labels of schema 3 were
-# given by no one named; rows before 5 have no stamp beyond the policy hash.
+# Files of schema 3 to 5 become files of schema 6 in place, by version: labels of schema 3 were
+# given by no one named; rows before 5 have no stamp beyond the policy hash, before 6 no trace.
 MIGRATE = {
     3: "ALTER TABLE labels ADD COLUMN tenant TEXT NOT NULL DEFAULT '';",
     4: "ALTER TABLE decisions ADD COLUMN calibration_hash TEXT;\n"
        "ALTER TABLE decisions ADD COLUMN tenant_policy_hash TEXT;\n"
        "ALTER TABLE decisions ADD COLUMN replica TEXT;",
+    5: "ALTER TABLE decisions ADD COLUMN trace_id TEXT;",
 }
 # What a file of an older version has in place of the columns it lacks (by the first version
 # that has them).
 ADDED = {"tenant": (3, "''"), "cheap_tokens": (3, "NULL"), "strong_tokens": (3, "NULL"),
          "calibration_hash": (5, "NULL"), "tenant_policy_hash": (5, "NULL"),
-         "replica": (5, "NULL")}
+         "replica": (5, "NULL"), "trace_id": (6, "NULL")}
 INSERT = f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 INSERT_STATE = "INSERT OR IGNORE INTO states (key, state) VALUES (?, ?)"
 SHADOW_UPDATE = (

@@ -16,7 +16,9 @@ from cascade.policy.model import Policy
 from cascade.tenants.usage import Tally, UsageBook
 
 
-def record(tenant: str, policy: Policy, decision: Decision, book: UsageBook) -> None:
+def record(tenant: str, policy: Policy, decision: Decision,
+           book: UsageBook) -> dict[str, Tally]:
+    """The request's tallies by tier (also each answer's ``x-cascade-cost``)."""
     tiers: dict[str, Tally] = {}
     for tier, answer in decision.answers.items():
         cached = answer.usage.cached_tokens
@@ -30,3 +32,4 @@ def record(tenant: str, policy: Policy, decision: Decision, book: UsageBook) -> 
         tiers.setdefault(tier, Tally()).questions += count
         metrics.TENANT_QUESTIONS.labels(tenant=tenant, tier=tier).inc(count)
     book.request(tenant, tiers)
+    return tiers

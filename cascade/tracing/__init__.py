@@ -1,0 +1,1 @@
+"""OpenTelemetry traces of every hop (off unless configured); timing and cost headers."""
