@@ -28,6 +28,7 @@ from cascade.policy.model import (
     Cache,
     Checkpoints,
     ClefTier,
+    Consistency,
     Drift,
     LayaTier,
     Policy,
@@ -221,6 +222,7 @@ def validate(policy: Policy) -> list[Finding]:
     found += _control_findings(policy)
     found += _drift_findings(policy.drift)
     found += _cache_findings(policy.cache)
+    found += _consistency_findings(policy.consistency)
     return sorted(found, key=lambda f: f.severity != "error")
 
 
@@ -232,6 +234,13 @@ def _drift_findings(drift: Drift) -> Iterator[Finding]:
         yield _err(("drift", "bins"), f"drift.bins = {drift.bins} must be in [2, 100]")
     if drift.min_count < 1:
         yield _err(("drift", "min_count"), "drift.min_count must be >= 1")
+
+
+def _consistency_findings(check: Consistency) -> Iterator[Finding]:
+    yield from _unit(("consistency", "margin"), check.margin)
+    for key in ("orders", "max_extra_rows"):
+        if getattr(check, key) < 1:
+            yield _err(("consistency", key), f"consistency.{key} must be >= 1")
 
 
 def _cache_findings(cache: Cache) -> Iterator[Finding]:

@@ -18,6 +18,8 @@ against cached tier outputs, ``run`` against plain functions. One request::
     routing.post_route      the confidence gate (calibration view; the live ``Gate`` when given:
                             answers it keeps although its thresholds would escalate them are
                             flagged ``budget``), truncation, option collapse
+    order check             narrow keeps asked again in other option orders (one more cheap
+                            call, ``cascade.policy.consistency``; ``[consistency]`` only)
     ONE strong call         pre-routed and escalated together: the state's tokens paid once
     failed or refused       degrade or refuse (``fallback``, ``stand_in``)
     merge                   the results returned (calibration view) and whether to shadow
@@ -52,7 +54,9 @@ from cascade.errors import (
     TenantLimited,
     ValidationFailed,
 )
+from cascade.policy import consistency
 from cascade.policy.calibration import returned_results
+from cascade.policy.consistency import OrderCheck
 from cascade.policy.model import LayaTier, Policy
 from cascade.policy.quota import StrongQuota
 from cascade.policy.routing import (
@@ -126,6 +130,8 @@ class Decision(msgspec.Struct, kw_only=True):
     # question -> why it cannot be answered now (``partial`` only; left out of the above)
     refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
     stamp: Stamp = msgspec.field(default_factory=Stamp)  # what decided it (its log rows' stamp)
+    # question -> its option-order check (``[consistency]``; only the questions checked)
+    orders: dict[str, OrderCheck] = msgspec.field(default_factory=dict)
 
     @property
     def tiers(self) -> dict[str, str]:
@@ -165,7 +171,8 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
     pre = pre_route(policy, call, preview)
     answers: dict[str, EngineAnswer] = {}
     usages: list[tuple[str, EngineUsage]] = []
-    cheap, gated = yield from _cheap(policy, call, pre, preview, answers, usages, gate)
+    orders: dict[str, OrderCheck] = {}
+    cheap, gated = yield from _cheap(policy, call, pre, preview, answers, usages, gate, orders)
     escalated: dict[str, Reason] = {q: r for q, r in gated.items() if r != "budget"}
     routes = final_routes(policy, pre, escalated)
     routes.update({q: QuestionRoute(r.tier, "budget") for q, r in routes.items()
@@ -200,7 +207,7 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
         pre=pre, escalated=escalated, routes=routes, degraded=degraded,
         results=returned_results(policy, merge(answered, routes, answers), tiers),
         answers=answers, usage=merged_usage(usages, tiers), model="+".join(dict.fromkeys(
-            a.model for a in answers.values())), shadow=shadow, refused=refused,
+            a.model for a in answers.values())), shadow=shadow, refused=refused, orders=orders,
         stamp=msgspec.structs.replace(stamp or Stamp(), cheap=policy.route.cheap, strong=strong),
     )
 
@@ -256,9 +263,11 @@ def subcall(call: EngineCall, qids: Iterable[str]) -> EngineCall:
 
 def _cheap(policy: Policy, call: EngineCall, pre: PreRoute, preview: CallPreview | None,
            answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]],
-           gate: Gate | None) -> Flow[tuple[EngineAnswer | None, dict[str, Reason]]]:
+           gate: Gate | None, orders: dict[str, OrderCheck]
+           ) -> Flow[tuple[EngineAnswer | None, dict[str, Reason]]]:
     """The cheap call of the questions pre-routed cheap: its answer and the escalations (with
-    the answers ``gate`` keeps, flagged ``budget``)."""
+    the answers ``gate`` keeps, flagged ``budget``), the option-order check's included (its
+    records put in ``orders``)."""
     name, strong = policy.route.cheap, policy.route.strong
     sub = split(call, pre.questions).get(name or "")
     if sub is None or name is None:
@@ -271,7 +280,29 @@ def _cheap(policy: Policy, call: EngineCall, pre: PreRoute, preview: CallPreview
         failed: dict[str, Reason] = {q: "cheap_failed" for q in sub.questions}
         return None, failed
     _keep(answers, usages, name, reply)
-    return reply, post_route(policy, call, pre, reply, preview, gate)
+    gated = post_route(policy, call, pre, reply, preview, gate)
+    gated |= yield from _order_check(policy, gate or Gate.of(policy), call, pre, reply, gated,
+                                     usages, orders)
+    return reply, {q: gated[q] for q in call.questions if q in gated}
+
+
+def _order_check(policy: Policy, gate: Gate, call: EngineCall, pre: PreRoute,
+                 cheap: EngineAnswer, gated: dict[str, Reason],
+                 usages: list[tuple[str, EngineUsage]], orders: dict[str, OrderCheck]
+                 ) -> Flow[dict[str, Reason]]:
+    """The option-order check's escalations (``cascade.policy.consistency``): one more cheap
+    call of the planned rows, its tokens counted; a failure checks nothing."""
+    planned = consistency.plan(policy, gate, call, pre, cheap, gated)
+    if not planned or policy.route.cheap is None:
+        return {}
+    extra = consistency.reordered_call(cheap_call(call, pre.cheap_checkpoint), planned)
+    reply = yield from _tier(policy.route.cheap, extra)
+    if isinstance(reply, Failure):
+        return {}
+    usages.append((policy.route.cheap, reply.usage))
+    moved, checks = consistency.judge(policy, gate, cheap, planned, reply)
+    orders.update(checks)
+    return consistency.whole_request(policy, pre, moved)
 
 
 def _degrade(

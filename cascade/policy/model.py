@@ -358,6 +358,20 @@ class Cache(_Strict, frozen=True):
     charge_cached: float = 0.0  # in [0, 1]: a cached input token counts this much of a token
 
 
+class Consistency(_Strict, frozen=True):
+    """``[consistency]``: the option-order check (``cascade.policy.consistency``). A choice or
+    score answer the gate keeps by less than ``margin`` of confidence is asked again under
+    ``orders`` other option orders (reversed, then shuffles seeded by ``seed``); a changed
+    winner escalates it (``order_unstable``). At most ``max_extra_rows`` extra rows per request
+    (and never more than the cheap tier's batch). A ``[consistency]`` table turns it on."""
+
+    enabled: bool = True
+    margin: float = 0.1
+    orders: int = 1
+    max_extra_rows: int = 8
+    seed: int = 0
+
+
 class Policy(_Strict, frozen=True, kw_only=True):
     description: str = ""
     tiers: dict[str, Tier]
@@ -375,6 +389,7 @@ class Policy(_Strict, frozen=True, kw_only=True):
     # eval``'s cost model; a tier not listed gets its kind's default (cascade.policy.costs).
     cost: dict[str, float] = field(default_factory=dict)
     cache: Cache = field(default_factory=lambda: Cache(enabled=False))  # off without [cache]
+    consistency: Consistency = field(default_factory=lambda: Consistency(enabled=False))
 
     @classmethod
     def single_tier(cls, tier_name: str, tier: Tier) -> Policy:
