@@ -7,6 +7,8 @@ cascade's. ``cascade`` is null when the gateway would have refused the whole req
 refused it, or a tier it needed refused or failed on it and nothing could stand in); its
 ``degraded`` is true when the cheap tier's answer stands in for a strong tier that failed.
 ``strong_down`` decides as if the strong tier were unavailable (``cascade eval --strong-down``).
+The option-order check's extra call is answered from the runner's reordered rows
+(``Outputs.orders``; without them the check finds no rows and checks nothing).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from cascade.errors import CascadeError, ClientError, EngineFailed, EngineUnavai
 from cascade.eval.data import Item, Label
 from cascade.eval.runner import Outputs, TierRun
 from cascade.policy.calibration import gate_view, returned_results
+from cascade.policy.consistency import MARK
 from cascade.policy.flow import Ask, Decision, Failure, Preview, Reply, decide, run
 from cascade.policy.model import Policy
 from cascade.questions import answer_label, label_index, n_options, option_band
@@ -43,6 +46,9 @@ class CascadeOut(msgspec.Struct, kw_only=True):
     reason: str | None
     pre_routed: bool  # sent to the strong tier before the cheap tier ran
     degraded: bool = False  # the cheap tier's answer, standing in for a strong tier that failed
+    # the option-order check: its extra rows, and whether the winner held (None: not checked)
+    order_rows: int = 0
+    order_stable: bool | None = None
 
 
 class ItemRow(msgspec.Struct, kw_only=True):
@@ -81,8 +87,19 @@ def rows_of(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = Fal
             cascade=cascade.get(qid) if cascade else None,
             tokens={slot: a.usage.input_tokens / len(a.results)
                     for slot, a in (("cheap", cheap), ("strong", strong))
-                    if a is not None and a.results},
+                    if a is not None and a.results} | _order_tokens(cascade, qid, out),
         )
+
+
+def _order_tokens(cascade: dict[str, CascadeOut] | None, qid: str,
+                  out: Outputs) -> dict[str, float]:
+    """``{"orders": tokens}``: the option-order check's rows of ``qid`` (each row its share of
+    the reordered run's tokens); empty when it was not checked."""
+    checked = cascade.get(qid) if cascade else None
+    run = out.orders.answer if out.orders is not None else None
+    if checked is None or not checked.order_rows or run is None or not run.results:
+        return {}
+    return {"orders": checked.order_rows * run.usage.input_tokens / len(run.results)}
 
 
 def _returned(policy: Policy, qid: str, result: QuestionResult | None) -> QuestionResult | None:
@@ -122,8 +139,11 @@ def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = Fals
         asked.append(ask)
         if strong_down and ask.tier == strong:
             return Failure(EngineUnavailable(f"the strong tier `{strong}` is down"))
-        return _answer(out.cheap if ask.tier == policy.route.cheap else out.strong,
-                       list(ask.call.questions), out.error)
+        qids = list(ask.call.questions)
+        if ask.tier == policy.route.cheap and all(MARK in q for q in qids):
+            return _answer(out.orders, qids, out.error)  # the option-order check's rows
+        return _answer(out.cheap if ask.tier == policy.route.cheap else out.strong, qids,
+                       out.error)
 
     previews = previewer is not None or out.preview is not None
     try:
@@ -158,6 +178,8 @@ def _cascade(policy: Policy, item: Item,
             reason=route.reason,
             pre_routed=decision.pre.questions[qid].tier == strong,
             degraded=qid in decision.degraded,
+            order_rows=check.rows if (check := decision.orders.get(qid)) else 0,
+            order_stable=check.stable if check else None,
         )
         for qid, route in decision.routes.items()
     }

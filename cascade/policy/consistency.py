@@ -25,7 +25,7 @@ from cascade.calls import EngineAnswer, EngineCall, QuestionResult
 from cascade.policy.calibration import gate_view
 from cascade.policy.model import LayaTier, Policy
 from cascade.policy.routing import Gate, PreRoute, Reason, answer_confidence
-from cascade.questions import option_band
+from cascade.questions import n_options, option_band
 
 CHECKED_TYPES = frozenset({"choice", "score"})
 MARK = "#order"  # an extra row's id: the question's id, MARK, the order's number
@@ -90,6 +90,14 @@ def plan(policy: Policy, gate: Gate, call: EngineCall, pre: PreRoute, cheap: Eng
             out[qid] = orders(n, check.orders, check.seed)[:left]
             left -= len(out[qid])
     return out
+
+
+def every_order(policy: Policy, call: EngineCall) -> dict[str, list[list[int]]]:
+    """Every choice and score question of ``call`` with the orders the check would ask (no
+    gate, no row bound): what ``cascade eval`` runs once, so any threshold replays offline."""
+    check = policy.consistency
+    return {q: orders(n, check.orders, check.seed) for q, v in call.questions.items()
+            if v.type in CHECKED_TYPES and (n := n_options(v)) >= 2}
 
 
 def reordered_call(call: EngineCall, planned: Mapping[str, list[list[int]]]) -> EngineCall:

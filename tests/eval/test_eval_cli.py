@@ -137,3 +137,35 @@ def test_calibrate_stamps_the_weights_and_eval_applies_or_refuses_it(tmp_path: P
     with pytest.raises(SystemExit, match=f"made for {'0' * 64}, the configured weights are "
                        f"{cal.stamp.checkpoints['laya']}"):
         main(["eval", str(data), "--demo", "--out", str(out), "--calibration", str(cal_file)])
+
+
+def test_eval_replays_the_option_order_check_and_reports_each_signal(
+        tmp_path: Path, demo_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    policy = tmp_path / "checked.toml"
+    # the 3-5 bands' thresholds lowered, so the team choice and the anger score both reach it
+    text = Path("policies/default.toml").read_text().replace('"3-5" = 0.65', '"3-5" = 0.3')
+    policy.write_text(text.replace('"3-5" = 0.55', '"3-5" = 0.3')
+                      + "\n[consistency]\nmargin = 1.0\norders = 1\nmax_extra_rows = 8\n")
+    monkeypatch.setenv("CASCADE_POLICY", str(policy))
+    data = _data(tmp_path / "data.jsonl", 16, seed=3)
+    out = tmp_path / "out"
+    assert main(["eval", str(data), "--demo", "--out", str(out), "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    items = _items(out)
+    cascade = [r["cascade"] for r in items if r["cascade"] is not None]
+    checked = [c for c in cascade if c["order_stable"] is not None]
+    moved = [c for c in checked if not c["order_stable"]]
+    check = summary["tiers"]["cascade"]["order_check"]
+    assert checked and check["checked"] == len(checked) and check["moved"] == len(moved)
+    assert {c["reason"] for c in moved} <= {"order_unstable", "whole_request"}
+    # the random tiny Laya moves some winners and keeps others
+    assert 0 < check["flip_rate"] < 1
+    unstable = sum(c["reason"] == "order_unstable" for c in cascade)
+    assert summary["tiers"]["cascade"]["signals"]["order_unstable"]["questions"] == unstable
+    assert check["extra_rows_per_item"] == sum(c["order_rows"] for c in checked) / 16 == 2
+    kept = [r for r in items if r["cascade"] and r["cascade"]["reason"] is None
+            and r["gold_index"] is not None]
+    assert summary["tiers"]["cascade"]["signals"]["kept"]["cheap_accuracy"] == sum(
+        r["cheap"]["answer"] == r["gold"] for r in kept) / len(kept)
+    assert check["extra_tokens_per_item"] > 0
+    assert "Option-order check" in (out / "summary.md").read_text()
