@@ -59,6 +59,7 @@ from cascade.policy.quota import StrongQuota
 from cascade.policy.routing import Gate
 from cascade.policy.serving import Reconfigurable, Serving
 from cascade.policy.stamp import Stamp
+from cascade.questions import n_options, option_band
 from cascade.schema import SystemOneResponse
 from cascade.settings import ADMISSION_DEADLINE_S
 from cascade.store.base import DecisionStore
@@ -173,9 +174,11 @@ class Gateway(Reconfigurable):
         stamp = Stamp(policy_hash=serving.policy_hash, calibration_hash=serving.calibration_hash,
                       weights=self.weights, tenant=tenant,
                       tenant_policy_hash=None if policy is None else self._own_hash(policy))
+        own = policy is not None  # a tenant's own policy: its calibration's set is not loaded
         policy = policy or serving.policy
         flow = decide(policy, call, previews=serving.previewer is not None, shadow_key=key,
-                      partial=partial, gate=gate, quota=quota, stamp=stamp)
+                      partial=partial, gate=gate, quota=quota, stamp=stamp,
+                      reference=None if own else serving.reference)
         decision, merging = await self._drive(flow, serving, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision, serving.policy)
@@ -237,6 +240,9 @@ class Gateway(Reconfigurable):
             elif route.reason not in (None, "budget"):  # budget: kept cheap (control counts)
                 metrics.ESCALATIONS.labels(reason=route.reason, type=qtype).inc()
             metrics.QUESTIONS.labels(tier=route.tier, type=qtype).inc()
+            if decision.novelty.get(qid, 0.0) > 1:
+                metrics.NOVELTY_FLAGS.labels(type=qtype, band=option_band(
+                    n_options(call.questions[qid]))).inc()
             metrics.CONFIDENCE.labels(tier=route.tier, type=qtype).observe(
                 max(decision.results[qid].probabilities))
 

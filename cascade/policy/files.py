@@ -31,6 +31,7 @@ from cascade.policy.model import (
     Consistency,
     Drift,
     LayaTier,
+    Novelty,
     Policy,
     Thresholds,
     Tier,
@@ -223,6 +224,7 @@ def validate(policy: Policy) -> list[Finding]:
     found += _drift_findings(policy.drift)
     found += _cache_findings(policy.cache)
     found += _consistency_findings(policy.consistency)
+    found += _novelty_findings(policy.novelty)
     return sorted(found, key=lambda f: f.severity != "error")
 
 
@@ -241,6 +243,17 @@ def _consistency_findings(check: Consistency) -> Iterator[Finding]:
     for key in ("orders", "max_extra_rows"):
         if getattr(check, key) < 1:
             yield _err(("consistency", key), f"consistency.{key} must be >= 1")
+
+
+def _novelty_findings(novelty: Novelty) -> Iterator[Finding]:
+    if not 0 < novelty.max_flag_rate < 1:
+        yield _err(("novelty", "max_flag_rate"), "novelty.max_flag_rate must be in (0, 1)")
+    for key in ("k", "dims", "max_reference", "min_rows"):
+        if getattr(novelty, key) < 1:
+            yield _err(("novelty", key), f"novelty.{key} must be >= 1")
+    if novelty.max_reference > 20_000:
+        yield _err(("novelty", "max_reference"), "novelty.max_reference must be <= 20000 (the "
+                   "exact distances hold every pair of a cell's vectors while fitting)")
 
 
 def _cache_findings(cache: Cache) -> Iterator[Finding]:

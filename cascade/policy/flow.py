@@ -18,6 +18,7 @@ against cached tier outputs, ``run`` against plain functions. One request::
     routing.post_route      the confidence gate (calibration view; the live ``Gate`` when given:
                             answers it keeps although its thresholds would escalate them are
                             flagged ``budget``), truncation, option collapse
+    novelty                 rows unlike the calibration data (``cascade.policy.novelty``)
     order check             narrow keeps asked again in other option orders (one more cheap
                             call, ``cascade.policy.consistency``; ``[consistency]`` only)
     ONE strong call         pre-routed and escalated together: the state's tokens paid once
@@ -54,7 +55,8 @@ from cascade.errors import (
     TenantLimited,
     ValidationFailed,
 )
-from cascade.policy import consistency
+from cascade.novelty.reference import ReferenceSet
+from cascade.policy import consistency, novelty
 from cascade.policy.calibration import returned_results
 from cascade.policy.consistency import OrderCheck
 from cascade.policy.model import LayaTier, Policy
@@ -132,6 +134,8 @@ class Decision(msgspec.Struct, kw_only=True):
     stamp: Stamp = msgspec.field(default_factory=Stamp)  # what decided it (its log rows' stamp)
     # question -> its option-order check (``[consistency]``; only the questions checked)
     orders: dict[str, OrderCheck] = msgspec.field(default_factory=dict)
+    # question -> its novelty over its cell's threshold (above 1: novel; only those judged)
+    novelty: dict[str, float] = msgspec.field(default_factory=dict)
 
     @property
     def tiers(self) -> dict[str, str]:
@@ -158,21 +162,25 @@ class Fallback(msgspec.Struct, frozen=True):
 
 def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str = "",
            partial: bool = False, gate: Gate | None = None,
-           quota: StrongQuota | None = None, stamp: Stamp | None = None) -> Flow[Decision]:
+           quota: StrongQuota | None = None, stamp: Stamp | None = None,
+           reference: ReferenceSet | None = None) -> Flow[Decision]:
     """The decision for ``call``. ``previews``: whether the cheap tier answers ``Preview``
     (without, pre-routing sees no token counts). ``shadow_key`` picks the shadow sample.
     ``partial``: refuse the questions nothing can answer now instead of the whole request.
     ``gate``: the confidence gate to apply (None: the policy's thresholds); the cheap answers it
     keeps against its thresholds are routed cheap with the reason ``budget``. ``quota``: the
     tenant's strong answers left (None: no cap), see ``within_quota``. ``stamp``: the version
-    deciding, completed with ``policy``'s tier names on the decision."""
+    deciding, completed with ``policy``'s tier names on the decision. ``reference``: the
+    novelty gate's reference set (None: no novelty gate)."""
     strong = policy.route.strong
     preview = (yield from preview_steps(policy, call)) if previews else None
     pre = pre_route(policy, call, preview)
     answers: dict[str, EngineAnswer] = {}
     usages: list[tuple[str, EngineUsage]] = []
     orders: dict[str, OrderCheck] = {}
-    cheap, gated = yield from _cheap(policy, call, pre, preview, answers, usages, gate, orders)
+    scores: dict[str, float] = {}
+    cheap, gated = yield from _cheap(policy, call, pre, preview, answers, usages, gate,
+                                     _Signals(reference, orders, scores))
     escalated: dict[str, Reason] = {q: r for q, r in gated.items() if r != "budget"}
     routes = final_routes(policy, pre, escalated)
     routes.update({q: QuestionRoute(r.tier, "budget") for q, r in routes.items()
@@ -208,6 +216,7 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
         results=returned_results(policy, merge(answered, routes, answers), tiers),
         answers=answers, usage=merged_usage(usages, tiers), model="+".join(dict.fromkeys(
             a.model for a in answers.values())), shadow=shadow, refused=refused, orders=orders,
+        novelty=scores,
         stamp=msgspec.structs.replace(stamp or Stamp(), cheap=policy.route.cheap, strong=strong),
     )
 
@@ -263,11 +272,11 @@ def subcall(call: EngineCall, qids: Iterable[str]) -> EngineCall:
 
 def _cheap(policy: Policy, call: EngineCall, pre: PreRoute, preview: CallPreview | None,
            answers: dict[str, EngineAnswer], usages: list[tuple[str, EngineUsage]],
-           gate: Gate | None, orders: dict[str, OrderCheck]
+           gate: Gate | None, signals: _Signals
            ) -> Flow[tuple[EngineAnswer | None, dict[str, Reason]]]:
     """The cheap call of the questions pre-routed cheap: its answer and the escalations (with
-    the answers ``gate`` keeps, flagged ``budget``), the option-order check's included (its
-    records put in ``orders``)."""
+    the answers ``gate`` keeps, flagged ``budget``), the novelty gate's and the option-order
+    check's included (their records put in ``signals``)."""
     name, strong = policy.route.cheap, policy.route.strong
     sub = split(call, pre.questions).get(name or "")
     if sub is None or name is None:
@@ -281,9 +290,22 @@ def _cheap(policy: Policy, call: EngineCall, pre: PreRoute, preview: CallPreview
         return None, failed
     _keep(answers, usages, name, reply)
     gated = post_route(policy, call, pre, reply, preview, gate)
-    gated |= yield from _order_check(policy, gate or Gate.of(policy), call, pre, reply, gated,
-                                     usages, orders)
+    gate = gate or Gate.of(policy)
+    novel, scores = novelty.judge(policy, signals.reference, gate, pre, reply, gated)
+    signals.novelty.update(scores)
+    gated |= consistency.whole_request(policy, pre, novel)
+    gated |= yield from _order_check(policy, gate, call, pre, reply, gated, usages,
+                                     signals.orders)
     return reply, {q: gated[q] for q in call.questions if q in gated}
+
+
+class _Signals(msgspec.Struct):
+    """The cheap-tier signals beside confidence: the novelty gate's reference set, and where
+    the flow records what they found."""
+
+    reference: ReferenceSet | None
+    orders: dict[str, OrderCheck]
+    novelty: dict[str, float]
 
 
 def _order_check(policy: Policy, gate: Gate, call: EngineCall, pre: PreRoute,

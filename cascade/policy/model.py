@@ -245,6 +245,14 @@ class Histogram(_Strict, frozen=True):
     counts: list[int]
 
 
+class Reference(_Strict, frozen=True):
+    """A calibration's novelty reference set (``cascade.novelty.reference``): its file and the
+    SHA-256 the calibration records for it."""
+
+    file: str
+    sha256: str
+
+
 class Calibration(_Strict, frozen=True):
     """``[calibration]``: thresholds and temperatures fitted by ``cascade calibrate``.
 
@@ -261,6 +269,7 @@ class Calibration(_Strict, frozen=True):
     checkpoints: dict[str, str] = field(default_factory=dict)  # {tier: content hash} it fits
     # From the file: "choice:3-5" -> the fitted data's gate confidences (the drift reference).
     snapshot: dict[str, Histogram] = field(default_factory=dict)
+    reference: Reference | None = None  # from the file: the novelty gate's reference set
 
 
 class DecisionLog(_Strict, frozen=True):
@@ -358,6 +367,23 @@ class Cache(_Strict, frozen=True):
     charge_cached: float = 0.0  # in [0, 1]: a cached input token counts this much of a token
 
 
+class Novelty(_Strict, frozen=True):
+    """``[novelty]``: the novelty gate (``cascade.policy.novelty``). A cheap answer whose pooled
+    vector lies farther from its cell's reference set (the calibration's) than the cell's
+    threshold escalates (``novel``) whatever its confidence; the budget cuts it only when
+    ``budgeted``. ``cascade calibrate`` fits the reference sets: at most ``max_reference``
+    vectors per cell (cells with fewer than ``min_rows``: none), projected to ``dims``, the
+    threshold flagging ``max_flag_rate`` of them, distances to the ``k`` nearest."""
+
+    enabled: bool = True
+    max_flag_rate: float = 0.02
+    k: int = 5
+    dims: int = 32
+    max_reference: int = 2000
+    min_rows: int = 30
+    budgeted: bool = False
+
+
 class Consistency(_Strict, frozen=True):
     """``[consistency]``: the option-order check (``cascade.policy.consistency``). A choice or
     score answer the gate keeps by less than ``margin`` of confidence is asked again under
@@ -390,6 +416,7 @@ class Policy(_Strict, frozen=True, kw_only=True):
     cost: dict[str, float] = field(default_factory=dict)
     cache: Cache = field(default_factory=lambda: Cache(enabled=False))  # off without [cache]
     consistency: Consistency = field(default_factory=lambda: Consistency(enabled=False))
+    novelty: Novelty = field(default_factory=Novelty)
 
     @classmethod
     def single_tier(cls, tier_name: str, tier: Tier) -> Policy:

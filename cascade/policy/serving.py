@@ -18,13 +18,14 @@ from cascade.errors import RestartNeeded
 from cascade.policy.breaker import CircuitBreaker
 from cascade.policy.fingerprint import calibration_hash, policy_hash
 from cascade.policy.model import Policy, Tier
+from cascade.policy.novelty import load_reference
 
 log = logging.getLogger("cascade")
 
 
 class Serving:
-    """A policy as served: its hashes and, when the cheap engine can preview rows (Laya), that
-    engine, for exact token counts at pre-routing."""
+    """A policy as served: its hashes, its novelty reference set and, when the cheap engine can
+    preview rows (Laya), that engine, for exact token counts at pre-routing."""
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine]) -> None:
         self.policy = policy
@@ -32,6 +33,7 @@ class Serving:
         self.previewer = cheap if isinstance(cheap, Previewing) else None
         self.policy_hash = policy_hash(policy)
         self.calibration_hash = calibration_hash(policy)
+        self.reference = load_reference(policy)  # the novelty gate's (None: off)
 
 
 def restart_reasons(old: Policy, new: Policy) -> list[str]:
