@@ -23,10 +23,12 @@ from cascade.engines.base import Previewing
 from cascade.errors import CascadeError, ClientError, EngineFailed, EngineUnavailable
 from cascade.eval.data import Item, Label
 from cascade.eval.runner import Outputs, TierRun
+from cascade.novelty.reference import ReferenceSet
 from cascade.policy.calibration import gate_view, returned_results
 from cascade.policy.consistency import MARK
 from cascade.policy.flow import Ask, Decision, Failure, Preview, Reply, decide, run
 from cascade.policy.model import Policy
+from cascade.policy.routing import checkpoint_of
 from cascade.questions import answer_label, label_index, n_options, option_band
 from cascade.schema import Question
 
@@ -38,6 +40,7 @@ class TierOut(msgspec.Struct, kw_only=True):
     answer: Label
     probabilities: list[float]
     confidence: float  # max p as the confidence gate reads it (calibration temperatures applied)
+    vector: bytes | None = None  # the cheap tier's pooled vector (what calibrate's novelty fits)
 
 
 class CascadeOut(msgspec.Struct, kw_only=True):
@@ -49,6 +52,7 @@ class CascadeOut(msgspec.Struct, kw_only=True):
     # the option-order check: its extra rows, and whether the winner held (None: not checked)
     order_rows: int = 0
     order_stable: bool | None = None
+    novelty: float | None = None  # over the cell's threshold (above 1: novel; None: not judged)
 
 
 class ItemRow(msgspec.Struct, kw_only=True):
@@ -64,16 +68,19 @@ class ItemRow(msgspec.Struct, kw_only=True):
     strong: TierOut | None
     cascade: CascadeOut | None
     tokens: dict[str, float]  # per tier: the item's input tokens split evenly over its questions
+    checkpoint: str | None = None  # the Laya checkpoint the cheap tier ran
+    source: str = ""  # the item's ``source``
 
 
 def rows_of(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
-            previewer: Previewing | None = None) -> Iterator[ItemRow]:
+            previewer: Previewing | None = None,
+            reference: ReferenceSet | None = None) -> Iterator[ItemRow]:
     """The ``items.jsonl`` lines of one item (``replay``'s arguments)."""
     call = item.call
     cheap = out.cheap.answer if out.cheap is not None else None
     strong = out.strong.answer if out.strong is not None else None
     cascade = _cascade(policy, item, replay(policy, item, out, strong_down=strong_down,
-                                            previewer=previewer))
+                                            previewer=previewer, reference=reference))
     for qid, question in call.questions.items():
         cheap_result = cheap.results.get(qid) if cheap is not None else None
         strong_result = strong.results.get(qid) if strong is not None else None
@@ -88,6 +95,7 @@ def rows_of(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = Fal
             tokens={slot: a.usage.input_tokens / len(a.results)
                     for slot, a in (("cheap", cheap), ("strong", strong))
                     if a is not None and a.results} | _order_tokens(cascade, qid, out),
+            checkpoint=checkpoint_of(policy, out.preview), source=item.source,
         )
 
 
@@ -113,11 +121,13 @@ def _out(question: Question, result: QuestionResult | None,
     if result is None or gated is None:
         return None
     return TierOut(answer=answer_label(question, result.probabilities),
-                   probabilities=result.probabilities, confidence=max(gated.probabilities))
+                   probabilities=result.probabilities, confidence=max(gated.probabilities),
+                   vector=result.vector)
 
 
 def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
-           previewer: Previewing | None = None) -> Decision | None:
+           previewer: Previewing | None = None,
+           reference: ReferenceSet | None = None) -> Decision | None:
     """The gateway's decision on ``item``, or None where it would refuse the request.
 
     Tier calls are answered from ``out`` (a question the tier refused refuses the call, as the
@@ -147,7 +157,7 @@ def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = Fals
 
     previews = previewer is not None or out.preview is not None
     try:
-        return run(decide(policy, item.call, previews=previews), reply)
+        return run(decide(policy, item.call, previews=previews, reference=reference), reply)
     except CascadeError:
         return None
 
@@ -180,6 +190,7 @@ def _cascade(policy: Policy, item: Item,
             degraded=qid in decision.degraded,
             order_rows=check.rows if (check := decision.orders.get(qid)) else 0,
             order_stable=check.stable if check else None,
+            novelty=decision.novelty.get(qid),
         )
         for qid, route in decision.routes.items()
     }

@@ -47,6 +47,12 @@ def _signals(cascade: Mapping[str, Any]) -> list[str]:
                 f"{_f(check['extra_rows_per_item'], 2)} cheap rows, "
                 f"{_f(check['extra_tokens_per_item'], 1)} input tokens "
                 f"({_pct(check['extra_token_share'])} of the cheap tier's)."]
+    novelty = cascade.get("novelty")
+    if novelty is not None:
+        out += ["", f"Novelty gate: {novelty['flagged']} of {novelty['judged']} judged questions "
+                f"flagged ({_pct(novelty['flag_rate'])}); by source: " + ", ".join(
+                    f"{name or '(none)'} {_pct(s['flag_rate'])} of {s['judged']}"
+                    for name, s in novelty["by_source"].items()) + "."]
     return [*out, ""]
 
 

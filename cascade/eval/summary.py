@@ -17,7 +17,9 @@ none escalated), how many questions it took and the accuracy of their cheap answ
 gold (a signal earns its escalations when that accuracy is below the kept ones').
 ``order_check``: the option-order check's questions, the share whose winner moved, the cheap
 accuracy of moved and stable answers, and its added cheap-tier rows and input tokens per item
-(null without ``[consistency]`` or when it checked nothing).
+(null without ``[consistency]`` or when it checked nothing). ``novelty``: the questions the
+novelty gate judged and the share it flagged (above its cell's threshold, whatever rule sent
+them), overall and per item ``source`` (null without a reference set).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def summarize(rows: Sequence[ItemRow], *, slots: Sequence[str], price: Mapping[s
         "cost": cost_summary(sweep, operating, strong_accuracy, price),
         "signals": signals(population),
         "order_check": order_check(rows),
+        "novelty": novelty(rows),
     }
     return {**meta, "items": len({r.id for r in rows}), "questions": len(rows), "tiers": tiers,
             "agreement": agreement(rows)}
@@ -128,6 +131,22 @@ def order_check(rows: Sequence[ItemRow]) -> dict[str, Any] | None:
         "extra_tokens_per_item": extra / items,
         "extra_token_share": extra / cheap if cheap else None,
     }
+
+
+def novelty(rows: Sequence[ItemRow]) -> dict[str, Any] | None:
+    """The novelty gate's flag rate, overall and per source (see the module docstring)."""
+    judged = [(r, c.novelty) for r in rows if (c := r.cascade) is not None
+              and c.novelty is not None]
+    if not judged:
+        return None
+
+    def rate(group: list[tuple[ItemRow, float]]) -> dict[str, Any]:
+        flagged = sum(score > 1 for _, score in group)
+        return {"judged": len(group), "flagged": flagged, "flag_rate": flagged / len(group)}
+
+    sources = sorted({r.source for r, _ in judged})
+    return {**rate(judged), "by_source": {s: rate([(r, x) for r, x in judged if r.source == s])
+                                          for s in sources}}
 
 
 def _accuracy(rows: Sequence[ItemRow]) -> float | None:
