@@ -169,3 +169,48 @@ def test_eval_replays_the_option_order_check_and_reports_each_signal(
         r["cheap"]["answer"] == r["gold"] for r in kept) / len(kept)
     assert check["extra_tokens_per_item"] > 0
     assert "Option-order check" in (out / "summary.md").read_text()
+
+
+def _foreign(path: Path, n: int, seed: int) -> Path:
+    """Items unlike ``_data``'s: long states of other words, the same questions."""
+    rng = random.Random(seed)
+    words = ["weather", "lisbon", "sunny", "winds", "harvest", "tractor", "wheat", "sonata",
+             "violin", "glacier", "orchestra", "barley"]
+    lines = []
+    for line in _data(path, n, seed).read_text().splitlines():
+        item = json.loads(line)
+        item |= {"id": "far-" + item["id"], "source": "foreign",
+                 "state": " ".join(rng.choice(words) for _ in range(rng.randint(40, 80)))}
+        lines.append(json.dumps(item))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_calibrate_fits_a_reference_set_and_eval_flags_the_foreign_items(
+        tmp_path: Path, demo_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    policy = tmp_path / "novelty.toml"
+    policy.write_text(Path("policies/default.toml").read_text()
+                      + "\n[novelty]\nmin_rows = 20\nmax_flag_rate = 0.05\n")
+    monkeypatch.setenv("CASCADE_POLICY", str(policy))
+    cal_file = tmp_path / "cal.toml"
+    assert main(["calibrate", str(_data(tmp_path / "fit.jsonl", 40, seed=4)), "--demo", "--out",
+                 str(cal_file), "--target-escalation", "0.3", "--no-progress"]) == 0
+    cal = read_calibration(cal_file)
+    assert cal.novelty is not None and cal.novelty.file == "cal.novelty.npz"
+    mix = tmp_path / "mix.jsonl"
+    mix.write_text(_data(tmp_path / "near.jsonl", 12, seed=5).read_text()
+                   + _foreign(tmp_path / "far.jsonl", 12, seed=6).read_text())
+    out = tmp_path / "out"
+    assert main(["eval", str(mix), "--demo", "--out", str(out), "--calibration", str(cal_file),
+                 "--no-progress"]) == 0
+    cascade = json.loads((out / "summary.json").read_text())["tiers"]["cascade"]
+    by_source = cascade["novelty"]["by_source"]
+    assert by_source["foreign"]["flag_rate"] >= 0.9
+    assert by_source["synthetic"]["flag_rate"] <= 0.25
+    novel = [r for r in _items(out) if r["cascade"]["reason"] == "novel"]
+    assert novel and cascade["signals"]["novel"]["questions"] == len(novel)
+    assert "Novelty gate" in (out / "summary.md").read_text()
+    npz = tmp_path / "cal.novelty.npz"
+    npz.write_bytes(npz.read_bytes() + b"\0")  # not the file the calibration names
+    with pytest.raises(SystemExit, match="the calibration names reference set"):
+        main(["eval", str(mix), "--demo", "--out", str(out), "--calibration", str(cal_file)])
