@@ -18,7 +18,7 @@ FORMATS = ("cascade.laya", "cascade.clef")
 LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
           "cascade.contracts", "cascade.request", "cascade.build", "cascade.gateway",
           "cascade.cache", "cascade.tiercall", "cascade.answers", "cascade.control",
-          "cascade.tenants", "cascade.policy", "cascade.engines", FORMATS]
+          "cascade.tenants", "cascade.policy", "cascade.novelty", "cascade.engines", FORMATS]
 
 
 def _module(path: Path) -> str:
