@@ -16,55 +16,23 @@ containers, each scraped on its own ``/metrics``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
 
 import prometheus_client
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
-from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
-_M = TypeVar("_M", bound=MetricWrapperBase)
+from cascade.overrides.prometheus_client import Remembered
 
 
-class _Remembered(MetricWrapperBase):
-    """A metric whose ``labels(...)`` children are looked up once per label set: the library
-    checks the names, converts the values and takes a lock on every call, which the request
-    path would pay a dozen times per request. Removing children forgets them here too."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._children: dict[tuple[Any, ...], Any] = {}
-
-    def labels(self: _M, *labelvalues: object, **labelkwargs: object) -> _M:
-        key = tuple(labelkwargs.items()) if labelkwargs else labelvalues  # names and values
-        children = self._children  # type: ignore[attr-defined]  # _M is always a _Remembered
-        child = children.get(key)
-        if child is None:
-            child = children[key] = super().labels(*labelvalues, **labelkwargs)
-        return child
-
-    def remove(self, *labelvalues: Any) -> None:
-        self._children.clear()
-        super().remove(*labelvalues)
-
-    def remove_by_labels(self, labels: dict[str, str]) -> None:
-        self._children.clear()
-        super().remove_by_labels(labels)
-
-    def clear(self) -> None:
-        self._children.clear()
-        super().clear()
-
-
-class Counter(_Remembered, prometheus_client.Counter):
+class Counter(Remembered, prometheus_client.Counter):
     pass
 
 
-class Gauge(_Remembered, prometheus_client.Gauge):
+class Gauge(Remembered, prometheus_client.Gauge):
     pass
 
 
-class Histogram(_Remembered, prometheus_client.Histogram):
+class Histogram(Remembered, prometheus_client.Histogram):
     pass
 
 
@@ -391,6 +359,36 @@ class ConfigInfo(Collector):
             "hashes, cascade.policy.fingerprint).", labels=["policy_hash", "calibration_hash"])
         info.add_metric(list(self._hashes()), 1.0)
         yield info
+
+# ---------------------------------------------------------------- fleet (cascade.fleet)
+class InflightGauge(Collector):
+    """``cascade_inflight_requests``: one app's in-flight permits taken now, read at scrape
+    time (an autoscaler's signal beside the queue wait: KEDA's ScaledObject in deploy/k8s)."""
+
+    def __init__(self, inflight: Callable[[], int]) -> None:
+        self._inflight = inflight
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "cascade_inflight_requests", "Requests in flight now, holding the gateway's "
+            "in-flight permits (a batch holds one per state; CASCADE_MAX_INFLIGHT of them).",
+            value=self._inflight())
+
+
+FLEET_CONFIG_SKEW = Gauge(
+    "cascade_fleet_config_skew",
+    "Replicas seen (heartbeat within CASCADE_FLEET_SEEN_S) serving another policy or calibration "
+    "hash than most replicas do, as this replica read the fleet at its last heartbeat.",
+)
+FLEET_REPLICAS = Gauge(
+    "cascade_fleet_replicas",
+    "Replicas seen (heartbeat within CASCADE_FLEET_SEEN_S) at this replica's last heartbeat.",
+)
+FLEET_ERRORS = Counter(
+    "cascade_fleet_errors_total",
+    "Heartbeats (write and fleet read) that failed or timed out on the fleet's Redis.",
+)
+
 # ---------------------------------------------------------------- drift (cascade.control.drift)
 
 UPSTREAM_MODEL_CHANGES = Counter(

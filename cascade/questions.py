@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from cascade.schema import ChoiceQuestion, FeedbackLabel, NoulQuestion, Question, ScoreQuestion
+from cascade.schema import ChoiceQuestion, Label, NoulQuestion, Question, ScoreQuestion
 
 Band = Literal["2", "3-5", "6-10", "11+"]
 BANDS: tuple[Band, ...] = ("2", "3-5", "6-10", "11+")
@@ -52,7 +52,7 @@ def option_names(question: Question) -> list[str]:
     return ["false", "true"]
 
 
-def answer_label(question: Question, probabilities: Sequence[float]) -> FeedbackLabel:
+def answer_label(question: Question, probabilities: Sequence[float]) -> Label:
     """The predicted label: argmax, the first maximum in the caller's order winning (as
     ``cascade.answers`` picks a choice)."""
     best = 0

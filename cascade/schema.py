@@ -79,7 +79,8 @@ class Base(msgspec.Struct, kw_only=True, omit_defaults=True):
 Text = str | dict[str, Any] | list[Any] | bool | int | float
 """Instructions and descriptions: a string, or structured JSON rendered by each engine."""
 
-Label = str | int | float | bool
+OptionKey = str | int | float | bool
+"""A choice option as a criteria list names it (a JSON scalar; compared as given)."""
 QuestionType = Literal["choice", "score", "noul"]
 
 
@@ -103,7 +104,7 @@ class _QuestionBase(Base, tag_field="type", kw_only=True):
 
 class ChoiceQuestion(_QuestionBase, tag="choice", kw_only=True):
     # An object label -> description (Jev), or a list of labels (Laya).
-    criteria: dict[str, Text | None] | list[Label]
+    criteria: dict[str, Text | None] | list[OptionKey]
 
 
 class ScoreQuestion(_QuestionBase, tag="score", kw_only=True):
@@ -383,6 +384,54 @@ class ConfigErrorBody(Base, kw_only=True):
     detail: ConfigErrorDetail
 
 
+# ---------------------------------------------------------------- fleet (cascade.fleet)
+
+ReloadOutcome = Literal["applied", "unchanged", "rejected", "restart_needed"]
+
+
+class ReplicaReload(Base, kw_only=True):
+    """One replica's answer to a fleet reload: its outcome and what it serves after it."""
+
+    replica: str
+    outcome: ReloadOutcome
+    policy_hash: str
+    calibration_hash: str
+    errors: list[str] | None = None  # FILE[:LINE]: error: ... of a refused reload
+
+
+class FleetReloadReport(Base, kw_only=True):
+    """``POST /admin/reload?scope=fleet`` (200): every replica's outcome. ``refused``: the
+    replicas that keep their version (rejected or restart needed); ``not_answered``: replicas
+    seen (heartbeat) that sent no outcome within ``CASCADE_FLEET_REPLY_S``."""
+
+    replicas: list[ReplicaReload]
+    refused: list[str]
+    not_answered: list[str]
+
+
+class ReplicaSeen(Base, kw_only=True):
+    """A replica's last heartbeat (``cascade.fleet.registry``)."""
+
+    replica: str
+    policy_hash: str
+    calibration_hash: str
+    version: str
+    uptime_s: float  # when it beat last
+    strong_share: float | None = None  # over [control] window_s; None before any answer
+    age_s: float = 0.0  # since that heartbeat (Redis's clock)
+
+
+class FleetView(Base, kw_only=True):
+    """``GET /admin/fleet``: the replicas seen within ``CASCADE_FLEET_SEEN_S``, the
+    (policy, calibration) hashes most of them serve, and ``skew``: how many serve another."""
+
+    replicas: list[ReplicaSeen]
+    policy_hash: str | None
+    calibration_hash: str | None
+    skew: int
+    skewed: list[str]
+
+
 # ---------------------------------------------------------------- codecs
 
 envelope_decoder = msgspec.json.Decoder(RequestEnvelope)
@@ -392,8 +441,9 @@ encoder = msgspec.json.Encoder()
 
 # ---------------------------------------------------------------- feedback
 
-# A label as ``cascade eval`` data writes it: a choice key, a noul's true/false, a score's level
-FeedbackLabel = str | bool | int
+# The one label type (eval data, feedback, the store, control): a choice key, a noul's
+# true/false, a score's level
+Label = str | bool | int
 
 
 class FeedbackRequest(Base, kw_only=True):
@@ -401,7 +451,7 @@ class FeedbackRequest(Base, kw_only=True):
 
     request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS,
                                     pattern=FEEDBACK_ID)]  # x-request-id
-    labels: Annotated[dict[Name, FeedbackLabel], Meta(min_length=1, max_length=MAX_ASKED)]
+    labels: Annotated[dict[Name, Label], Meta(min_length=1, max_length=MAX_ASKED)]
 
 
 class FeedbackResponse(Base, kw_only=True):
@@ -422,4 +472,4 @@ class FeedbackEnvelope(Base, kw_only=True):
 
 
 feedback_decoder = msgspec.json.Decoder(FeedbackEnvelope)
-label_decoder = msgspec.json.Decoder(FeedbackLabel)
+label_decoder = msgspec.json.Decoder(Label)

@@ -6,7 +6,6 @@ Nothing reads the environment at import time; ``create_app(settings)`` receives 
 from __future__ import annotations
 
 import os
-import re
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from cascade.overrides import msgspec as messages
 from cascade.schema import LIMITS
 
 ADMISSION_DEADLINE_S = 8.0  # under the 10 s timeout of the official SDKs
@@ -130,6 +130,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # PostgreSQL only: a file holding the database password (a mounted Secret), when neither the
     # URL nor PGPASSWORD has it; offline readers (cascade usage, eval, ...) read it too.
     decision_log_password_file: str | None = None
+    # This gateway's name in the rows it writes (default: the hostname).
+    replica: str | None = None
     # Repeated log lines: the first log_repeat_burst of each kind per log_repeat_interval_s pass;
     # the rest are counted and reported with the next line of that kind.
     log_repeat_burst: Count = 5
@@ -139,6 +141,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # api_keys_file. A reload (SIGHUP, /admin/reload) reads both key files again.
     admin_keys: tuple[str, ...] = ()
     admin_keys_file: str | None = None
+    # Watch the policy, calibration and key files every watch_s seconds (0: off) and reload
+    # once a change has held still for one more look; a Kubernetes ConfigMap's symlink swap
+    # counts (cascade.fleet.watch).
+    watch_s: Wait = 0.0
+    # The Redis replicas meet on (cascade.fleet): each writes a heartbeat every
+    # fleet_heartbeat_s, seen for fleet_seen_s (GET /admin/fleet), and answers a fleet reload
+    # (POST /admin/reload?scope=fleet) on pub/sub; the caller waits fleet_reply_s for answers.
+    # Unset: the [limits] or [cache] Redis when either is on Redis, else no fleet.
+    fleet_redis: Annotated[str, msgspec.Meta(pattern=r"^(redis|rediss|unix)://")] | None = None
+    fleet_heartbeat_s: Seconds = 10.0
+    fleet_seen_s: Seconds = 60.0
+    fleet_reply_s: Seconds = 5.0
     # Precision of the Laya tier --laya builds: "int8" serves the int8 export, only with a
     # passing flip report for its weights (a policy file sets [tiers.laya] precision itself).
     laya_precision: Literal["fp32", "int8"] = "fp32"
@@ -185,6 +199,11 @@ _MAPS = {"laya"}
 # Flags whose name is not the field's (``cascade serve``), so an error names what was typed.
 _FLAGS = {"admission_deadline_s": "--admission-deadline", "clef_max_length": "--max-length",
           "clef_overlong": "--overlong"}
+
+
+def is_database_url(target: str | Path) -> bool:
+    """Whether a decision-log setting names a PostgreSQL database (else a SQLite file's path)."""
+    return str(target).startswith(("postgresql://", "postgres://"))
 
 
 def env_value(field: str, environ: Mapping[str, str] | None = None) -> str | None:
@@ -248,10 +267,10 @@ def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> S
 def _named(message: str, sources: Mapping[str, str]) -> str:
     """msgspec's ``Expected `int`, got `str` - at `$.port``` as ``CASCADE_PORT=abc: expected
     `int`, got `str```: the variable (or flag) the user wrote, not a JSON path."""
-    found = re.fullmatch(r"(?s)(.*) - at `\$\.(\w+)[^`]*`", message)
-    if found is None:
+    reason, loc = messages.split(message)
+    if not loc or not isinstance(loc[0], str):
         return message
-    reason, field = found.groups()
+    field = loc[0]
     choices = typing.get_args(typing.get_type_hints(Settings).get(field))
     if reason.startswith("Invalid enum value") and choices:
         reason += f" (one of: {', '.join(choices)})"

@@ -54,10 +54,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from cascade.bench.sample import SAMPLE
 from cascade.build import DEFAULT_POLICY
 from cascade.questions import n_options, option_band, option_names
-from cascade.schema import ChoiceQuestion, NoulQuestion, Question
+from cascade.schema import ChoiceQuestion, Label, NoulQuestion, Question
 from cascade.settings import child_environment
 
-Label = str | bool | int
 HARD_OPTIONS = 10  # an item with a question of more options than this is hard
 # A state longer than this many characters (of its JSON) likely fills more than the cheap tier's
 # rows, which pre-routing sends strong: with synthetic labels such items are not replayed.

@@ -28,7 +28,7 @@ from cascade.cache import keys as cache_keys
 from cascade.cache import parts
 from cascade.cache.flight import Abandoned, Flights, wait
 from cascade.cache.keys import Version
-from cascade.cache.store import MemoryStore, Store
+from cascade.cache.store import CacheStore, MemoryStore
 from cascade.calls import EngineAnswer, EngineCall
 from cascade.engines.base import Engine, answers_each_question
 from cascade.policy.fingerprint import calibration_hash, policy_hash
@@ -81,7 +81,7 @@ class DecisionCache:
     """The cache of one gateway. ``tier_ids``: each tier's content id under a policy (its
     weights' hash, an upstream's URLs and model); computed once per policy version."""
 
-    def __init__(self, config: Cache, store: Store, *,
+    def __init__(self, config: Cache, store: CacheStore, *,
                  tier_ids: TierIds = lambda policy: {}) -> None:
         self.config = config
         self.store = store
@@ -252,12 +252,12 @@ def build_cache(config: Cache, *, tier_ids: TierIds = lambda policy: {}) -> Deci
     """The cache ``[cache]`` describes, or None when it is off."""
     if not config.enabled:
         return None
-    store: Store
+    store: CacheStore
     if config.backend == "redis":
-        from cascade.cache.redis_store import RedisStore
+        from cascade.cache.redis_store import RedisCacheStore
 
         assert config.url is not None  # cascade.policy.files checks it
-        store = RedisStore(config.url, ttl_s=config.ttl_s, timeout_s=config.timeout_s,
+        store = RedisCacheStore(config.url, ttl_s=config.ttl_s, timeout_s=config.timeout_s,
                            retry_s=config.retry_s)
     else:
         store = MemoryStore(max_bytes=config.max_bytes, ttl_s=config.ttl_s)

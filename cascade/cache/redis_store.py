@@ -1,4 +1,4 @@
-"""``RedisStore``: the decision cache in Redis, shared by every replica that points at it.
+"""``RedisCacheStore``: the decision cache in Redis, shared by every replica that points at it.
 
 Each operation is bounded by ``timeout_s`` (connecting included). A failure or timeout is
 counted (``cascade_cache_errors_total{op}``) and reads as a miss, or drops the write; after one,
@@ -21,7 +21,7 @@ log = logging.getLogger("cascade")
 PREFIX = "cascade:cache:"
 
 
-class RedisStore:
+class RedisCacheStore:
     def __init__(self, url: str, *, ttl_s: float, timeout_s: float, retry_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
         from redis.asyncio import Redis

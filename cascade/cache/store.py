@@ -1,4 +1,4 @@
-"""Where cached values live: ``Store`` and the in-process ``MemoryStore`` (LRU by bytes, TTL).
+"""Where cached values live: ``CacheStore`` and the in-process ``MemoryStore`` (LRU by bytes, TTL).
 
 A store maps keys to bytes. Lookups never raise: a store that cannot answer answers None (a
 miss) and a write it cannot make is dropped, so the cache can only ever cost a recomputation.
@@ -20,7 +20,7 @@ from cascade import metrics
 ENTRY_OVERHEAD = 280
 
 
-class Store(Protocol):
+class CacheStore(Protocol):
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
 
     async def put_many(self, items: Mapping[str, bytes]) -> None: ...

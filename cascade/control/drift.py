@@ -34,10 +34,9 @@ from collections.abc import Callable, Iterator, Sequence
 from cascade.policy.calibration import gate_view
 from cascade.policy.flow import Decision
 from cascade.policy.model import Drift, Histogram, Policy
-from cascade.questions import Band, option_band
-from cascade.schema import QuestionType
+from cascade.policy.stats import Cell
+from cascade.questions import option_band
 
-Cell = tuple[QuestionType, Band]
 SLICES = 12
 RESERVOIR = 20_000
 SMOOTHING = 0.5  # added to every bin's count before taking shares

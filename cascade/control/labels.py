@@ -19,7 +19,7 @@ from cascade.control.evidence import Labelled
 from cascade.policy.calibration import gate_view
 from cascade.policy.model import Policy
 from cascade.questions import answer_label, label_index, n_options, option_band, option_names
-from cascade.schema import FeedbackLabel, Question
+from cascade.schema import Label, Question
 
 Source = Literal["feedback", "shadow"]
 
@@ -31,7 +31,7 @@ class Logged(msgspec.Struct, frozen=True, kw_only=True):
 
     question: Question
     cheap: list[float] | None
-    label: FeedbackLabel
+    label: Label
     ts: float
     decision: int
 
@@ -69,7 +69,7 @@ def asked_key(decision: int, ts: float) -> str:
 
 
 def judged(policy: Policy, question: Question, cheap: Sequence[float] | None,
-           truth: FeedbackLabel, source: Source, ts: float, *, tenant: str = "",
+           truth: Label, source: Source, ts: float, *, tenant: str = "",
            asked: str | None = None) -> Labelled | None:
     """The cheap answer ``cheap`` judged by the label ``truth`` (None: no cheap answer), given
     by ``tenant``, of the asked question ``asked`` (``Labelled``)."""

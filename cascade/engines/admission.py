@@ -58,7 +58,7 @@ def _retry_after(seconds: float) -> float:
     return max(1.0, round(seconds, 1))
 
 
-class Admission:
+class QueueAdmission:
     """The admission policy of one queue and its learnt correction (see the module docstring)."""
 
     def __init__(self, *, max_queue: int, max_batch_items: int,

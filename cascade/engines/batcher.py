@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from cascade import metrics
-from cascade.engines.admission import Admission, QueueState, Refuse
+from cascade.engines.admission import QueueAdmission, QueueState, Refuse
 from cascade.engines.cost import CostModel
 from cascade.engines.fair_queue import FairQueue
 from cascade.errors import EngineFailed, EngineUnavailable, Overloaded
@@ -117,8 +117,8 @@ class MicroBatcher(Generic[In, Out]):
         self._closed = False
         self.cost_model = CostModel()
         self.cost_model.warm_up(calibration)
-        self.admission = Admission(max_queue=max_queue, max_batch_items=max_batch_items,
-                                   max_batch_s=max_batch_s)
+        self.admission = QueueAdmission(max_queue=max_queue, max_batch_items=max_batch_items,
+                                        max_batch_s=max_batch_s)
         self.dropped_rows = 0
         self.batches = 0
         tier = name.split("/", 1)[0]

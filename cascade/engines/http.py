@@ -26,7 +26,8 @@ through aiohttp (``cascade.engines.posting``): no cookie jar, so a cookie one up
 sets never rides on another caller's request. Proxies from the environment (``HTTP_PROXY``...)
 still apply: with one set, requests go through an httpx client and its proxies.
 
-Error translation (httpx and HTTP statuses to ``cascade.errors``, here and nowhere else):
+Error translation (HTTP statuses to ``cascade.errors`` here and nowhere else; the client
+libraries' errors in ``cascade.engines.posting``):
 
 =====================================  ================================================
 connect failure or timeout, every URL  ``EngineUnavailable`` (each URL is tried first)
@@ -58,7 +59,7 @@ import logging
 import math
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -66,7 +67,14 @@ import msgspec
 
 from cascade import __version__, metrics
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
-from cascade.engines.posting import AiohttpPoster, Headers, HttpxPoster, Poster, Reply
+from cascade.engines.posting import (
+    AiohttpPoster,
+    ConnectFailed,
+    Headers,
+    HttpxPoster,
+    Poster,
+    UpstreamReply,
+)
 from cascade.errors import (
     EngineFailed,
     EngineTimeout,
@@ -296,12 +304,12 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
-def _unavailable(response: Reply) -> bool:
+def _unavailable(response: UpstreamReply) -> bool:
     """A 503 that means down or draining, not back-pressure (``overloaded_error``)."""
     return error_info(response.content).error_type != "overloaded_error"
 
 
-def raise_for_status(response: Reply, name: str) -> None:
+def raise_for_status(response: UpstreamReply, name: str) -> None:
     """Raise the ``cascade.errors`` exception for a non-200 ``response`` (see the module table)."""
     status = response.status_code
     if status == 200:
@@ -352,25 +360,6 @@ class _Upstream:
         return self.down_until <= now
 
 
-class _ConnectFailed(Exception):
-    """Nothing reached the server: the request may go to the next URL."""
-
-
-@contextlib.contextmanager
-def _map_errors(name: str, url: str) -> Iterator[None]:
-    # Order matters: ConnectTimeout and PoolTimeout are TimeoutExceptions too.
-    try:
-        yield
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        raise _ConnectFailed(f"{url}: {exc!r}") from exc
-    except httpx.PoolTimeout as exc:
-        raise Overloaded(f"{name}: every upstream connection is busy", retry_after=1.0) from exc
-    except httpx.TimeoutException as exc:
-        raise EngineTimeout(f"{name}: {url} did not answer in time ({type(exc).__name__})") from exc
-    except httpx.HTTPError as exc:
-        raise EngineFailed(f"{name}: {url} failed: {exc!r}") from exc
-
-
 class HttpEngine:
     """An ``Engine`` that forwards each call to one of ``urls`` (see the module docstring).
 
@@ -402,7 +391,7 @@ class HttpEngine:
         self._turn = itertools.count()
         self._connect_timeout_s = connect_timeout_s
         self._health_interval_s = health_interval_s
-        self._poster = _poster(transport, max_connections, httpx.Timeout(
+        self._poster = _poster(name, transport, max_connections, httpx.Timeout(
             read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s))
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._headers = [("Content-Type", "application/json"),
@@ -525,7 +514,7 @@ class HttpEngine:
         self._saw(upstream, "model", answer.model)
         return answer
 
-    async def _post(self, content: bytes, headers: Headers) -> tuple[Reply, _Upstream]:
+    async def _post(self, content: bytes, headers: Headers) -> tuple[UpstreamReply, _Upstream]:
         """One POST to the next healthy URL, moving on to the others after connect failures."""
         now = time.monotonic()
         healthy = [u for u in self._upstreams if u.up(now)]
@@ -538,25 +527,24 @@ class HttpEngine:
         failures = []
         for upstream in healthy[first:] + healthy[:first]:
             try:
-                with _map_errors(self.name, upstream.endpoint):
-                    return await self._poster.post(upstream.endpoint, headers, content), upstream
-            except _ConnectFailed as exc:
+                return await self._poster.post(upstream.endpoint, headers, content), upstream
+            except ConnectFailed as exc:
                 self._mark_down(upstream)
                 failures.append(str(exc))
         raise EngineUnavailable(f"{self.name}: could not connect: {'; '.join(failures)}")
 
 
-def _poster(transport: httpx.AsyncBaseTransport | None, max_connections: int,
+def _poster(name: str, transport: httpx.AsyncBaseTransport | None, max_connections: int,
             timeout: httpx.Timeout) -> Poster:
     """aiohttp's (``cascade.engines.posting``), unless a test gives a transport or the
     environment sets proxies (``HTTP_PROXY``...: an httpx client's mounts go through them).
     Either way each request is built whole: no cookie jar, so a cookie one upstream answer sets
     never rides on another caller's request, and none of a client's per-call merging."""
     if transport is not None:
-        return HttpxPoster(transport.handle_async_request, timeout, transport.aclose)
+        return HttpxPoster(name, transport.handle_async_request, timeout, transport.aclose)
     if urllib.request.getproxies():
         limits = httpx.Limits(max_connections=max_connections,
                               max_keepalive_connections=max_connections)
         client = httpx.AsyncClient(limits=limits)
-        return HttpxPoster(client.send, timeout, client.aclose)
-    return AiohttpPoster(max_connections, timeout)
+        return HttpxPoster(name, client.send, timeout, client.aclose)
+    return AiohttpPoster(name, max_connections, timeout)

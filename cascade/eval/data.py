@@ -25,8 +25,6 @@ from cascade.request.decode import text_call
 from cascade.request.images import collect_images
 from cascade.schema import LIMITS
 
-Label = str | bool | int
-
 
 def content_key(call: EngineCall) -> str:
     """sha256 of the canonical JSON of a call's state, questions and controls (and of its

@@ -21,7 +21,7 @@ import msgspec
 from cascade.calls import QuestionResult
 from cascade.engines.base import Previewing
 from cascade.errors import CascadeError, ClientError, EngineFailed, EngineUnavailable
-from cascade.eval.data import Item, Label
+from cascade.eval.data import Item
 from cascade.eval.runner import Outputs, TierRun
 from cascade.novelty.reference import ReferenceSet
 from cascade.policy.calibration import gate_view, returned_results
@@ -30,7 +30,7 @@ from cascade.policy.flow import Ask, Decision, Failure, Preview, Reply, decide, 
 from cascade.policy.model import Policy
 from cascade.policy.routing import checkpoint_of
 from cascade.questions import answer_label, label_index, n_options, option_band
-from cascade.schema import Question
+from cascade.schema import Label, Question
 
 # Reasons the gate gives; the deferral sweep moves only questions with these (or none).
 CONFIDENCE_REASONS = frozenset({"low_confidence", "low_margin"})

@@ -27,7 +27,7 @@ from cascade.errors import ClientError
 from cascade.eval.data import Item, read_items
 from cascade.laya.checkpoint import content_hash
 from cascade.laya.export import MODEL_FILE
-from cascade.laya.flip_report import Accuracy, Cell, FlipReport, Gate, Speed
+from cascade.laya.flip_report import Accuracy, FlipCell, FlipGate, FlipReport, Speed
 from cascade.laya.int8 import model_hash, recipe_id
 from cascade.policy.fingerprint import policy_hash
 from cascade.policy.model import Policy
@@ -159,7 +159,7 @@ def compare(items: Sequence[Item], fp32: Answers, int8: Answers, policy: Policy
         "flips": flips,
         "flip_rate": flips / questions if questions else 0.0,
         "max_dp": max((c["max_dp"] for c in cells.values()), default=0.0),
-        "cells": {k: Cell(**v) for k, v in sorted(cells.items())},
+        "cells": {k: FlipCell(**v) for k, v in sorted(cells.items())},
         "accuracy": Accuracy(labelled=labelled, fp32=correct["fp32"] / labelled,
                              int8=correct["int8"] / labelled) if labelled else None,
         "gate": {"applied": applied, **gate},
@@ -173,7 +173,7 @@ def flip_report(ckpt: Path, int8_dir: Path, items: Sequence[Item], policy: Polic
     fp32, int8, speed = asyncio.run(run_both(ckpt, items, cache=cache, clients=clients,
                                              threads=threads))
     figures = compare(items, fp32, int8, policy)
-    gate = Gate(policy=policy_file, policy_hash=policy_hash(policy), **figures.pop("gate"))
+    gate = FlipGate(policy=policy_file, policy_hash=policy_hash(policy), **figures.pop("gate"))
     passed = figures["questions"] > 0 and figures["flip_rate"] <= max_flip_rate
     return FlipReport(checkpoint=str(ckpt), fp32_hash=content_hash(ckpt),
                       int8_hash=model_hash(int8_dir / MODEL_FILE), recipe=recipe_id(), data=data,

@@ -21,8 +21,9 @@ from litestar import Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
-from cascade.errors import ConfigRejected, Forbidden, Unauthorized
+from cascade.errors import ConfigRejected, Forbidden, Unauthorized, ValidationFailed
 from cascade.http.errors import status_of
+from cascade.http.fleet import fleet, reload_fleet
 from cascade.http.reload import Reloader
 from cascade.http.tenancy import bearer
 from cascade.schema import ConfigErrorBody, ConfigErrorDetail, encoder
@@ -79,7 +80,16 @@ def require_operator(connection: ASGIConnection, what: str) -> None:
 async def reload(request: Request) -> Response[bytes]:
     """Read the policy, calibration and key files again and swap them in, all or nothing
     (``cascade.http.reload``): 200 with a ``ReloadReport``; 422 (a file fails its checks) or
-    409 (a restart is needed) with the ``FILE[:LINE]: error: ...`` lines, nothing changed."""
+    409 (a restart is needed) with the ``FILE[:LINE]: error: ...`` lines, nothing changed.
+    ``?scope=fleet``: every replica reloads (``cascade.http.fleet``), 200 with each one's
+    outcome in a ``FleetReloadReport``."""
+    scope = request.query_params.get("scope", "replica")
+    if scope == "fleet":
+        fleet_report = await reload_fleet(request)
+        return Response(content=encoder.encode(fleet_report), status_code=200, media_type=JSON)
+    if scope != "replica":
+        raise ValidationFailed([{"loc": ["query", "scope"], "type": "value_error",
+                                 "msg": "scope is `replica` (the default) or `fleet`"}])
     reloader: Reloader = request.app.state.reloader
     try:
         report = await reloader.reload()
@@ -118,7 +128,7 @@ def _control_status(request: Request) -> Response[bytes]:
     return Response(content=encoder.encode(status), status_code=200, media_type=JSON)
 
 
-ROUTES = [reload, control, freeze, unfreeze]
+ROUTES = [reload, control, freeze, unfreeze, fleet]
 
 
 def admin_router() -> Router:

@@ -43,6 +43,7 @@ from cascade.http import feedback, status, tenancy, usage
 from cascade.http.admin import admin_router, operator_view, require_operator
 from cascade.http.drain import Drain
 from cascade.http.errors import decisions_status, retry_after_header, status_of
+from cascade.http.fleet import fleet_lifespan
 from cascade.http.gauges import registry_of
 from cascade.http.intake import read_batch_calls, read_call, read_decision, read_request
 from cascade.http.openapi import (
@@ -424,7 +425,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
     app = Litestar(
         route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
                         prometheus_metrics, feedback.route(_guarded), usage.route, admin_router()],
-        lifespan=[lifespan],
+        lifespan=[lifespan, fleet_lifespan],  # fleet: file watch and membership
         before_send=[echo_request_id, tenancy.rate_headers],
         exception_handlers={
             CascadeError: _handle_cascade_error,
@@ -446,6 +447,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
     app.state.ready = False
     app.state.drain = drain or Drain()  # begun on SIGTERM by cascade.http.server
     app.state.gauges = registry_of(gateway)
+    app.state.gauges.register(metrics.InflightGauge(lambda: app.state.admission.inflight))
     app.state.learner = gateway.control  # feedback labels go to the live refit
     reloadable(app.state, settings, gateway)  # SIGHUP and /admin/reload (cascade.http.reload)
     return app

@@ -47,9 +47,9 @@ from cascade.policy.model import Policy
 from cascade.request.validation import decode_at
 from cascade.schema import (
     ErrorBody,
-    FeedbackLabel,
     FeedbackRequest,
     FeedbackResponse,
+    Label,
     ValidationErrorBody,
     encoder,
     feedback_decoder,
@@ -78,7 +78,7 @@ class LabelStore(Protocol):
     """Where labels are stored (``cascade.store.base.DecisionStore``, the gateway's
     ``decisions``): the future resolves once they are committed; None when the store is full."""
 
-    def label(self, request_id: str, labels: Mapping[str, FeedbackLabel], *,
+    def label(self, request_id: str, labels: Mapping[str, Label], *,
               source: str = "feedback", tenant: str = ""
               ) -> concurrent.futures.Future[LabelOutcome] | None: ...
 

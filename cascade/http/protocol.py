@@ -34,8 +34,9 @@ not two. A head whose body is not sent in the same turn of the event loop goes o
 
 The size of a head that arrives in one read is the length of h11's receive buffer before and
 after parsing it: h11 keeps an incomplete head in that buffer, so the difference is the whole
-head's bytes. The buffer is private to h11 (pinned in ``pyproject.toml``);
-``tests/http/test_server.py`` sends such a head in one write and in many.
+head's bytes. That buffer, the cycle's transport and the upgrade warning are private to h11 and
+uvicorn: ``cascade.overrides`` holds each use; ``tests/http/test_server.py`` sends such a head
+in one write and in many.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ from typing import Any
 
 import h11
 from uvicorn.config import Config
-from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
+from uvicorn.protocols.http.h11_impl import STATUS_PHRASES
 from uvicorn.server import ServerState
 
+from cascade.overrides.h11 import buffered, is_head_too_long
+from cascade.overrides.uvicorn import QuietUpgrades, answer_transport, route_answer
 from cascade.schema import ErrorBody, ErrorDetail, encoder
 
 LINGER_S = 1.0  # after refusing a head: how long to keep reading (and dropping) before closing
@@ -75,11 +78,11 @@ class _Connection(h11.Connection):
         self.error: h11.RemoteProtocolError | None = None
 
     def next_event(self) -> Any:
-        before = len(self._receive_buffer)
+        before = buffered(self)
         try:
             event = super().next_event()
             if isinstance(event, h11.Request):
-                self._check(event, before - len(self._receive_buffer))
+                self._check(event, before - buffered(self))
             return event
         except h11.RemoteProtocolError as exc:
             self.error = exc
@@ -142,7 +145,7 @@ class _HeadWithBody:
         return self._transport.is_closing()
 
 
-class GuardedH11Protocol(H11Protocol):
+class GuardedH11Protocol(QuietUpgrades):
     limits: HeadLimits
     conn: _Connection
 
@@ -175,8 +178,8 @@ class GuardedH11Protocol(H11Protocol):
     def handle_events(self) -> None:
         super().handle_events()
         cycle = self.cycle
-        if cycle is not None and cycle.transport is self.transport:  # a new request's cycle
-            cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+        if cycle is not None and answer_transport(cycle) is self.transport:  # a new cycle
+            route_answer(cycle, _HeadWithBody(self.transport, self.loop))
         if self.conn.their_state is not h11.IDLE:  # a request head was parsed (or refused)
             self._head_begun = False
             self._disarm_head_timer()
@@ -185,18 +188,17 @@ class GuardedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         # Whatever comes next (a pipelined request's answer, a refusal) goes after this answer.
-        if self.cycle is not None and isinstance(self.cycle.transport, _HeadWithBody):
-            self.cycle.transport.flush()
+        if self.cycle is not None:
+            answer = answer_transport(self.cycle)
+            if isinstance(answer, _HeadWithBody):
+                answer.flush()
         super().on_response_complete()
 
     def send_400_response(self, msg: str) -> None:
         """Answer the error h11 raised (uvicorn passes only a generic ``msg``)."""
         error = self.conn.error
-        status = error.error_status_hint if error is not None else 400
-        if status == 431:
-            reason = str(error)
-            if reason == "Receive buffer too long":  # h11's words for a head over the limit
-                reason = head_too_large(self.limits)
+        if error is not None and error.error_status_hint == 431:
+            reason = head_too_large(self.limits) if is_head_too_long(error) else str(error)
             self._refuse(431, "request_too_large", reason)
             return
         reason = str(error) if error is not None else msg
@@ -204,10 +206,6 @@ class GuardedH11Protocol(H11Protocol):
             reason = reason[:MAX_REASON_CHARS] + "..."
         # 400 also for h11's 501 (a transfer coding other than chunked): bad input is a 4xx.
         self._refuse(400, "invalid_request_error", f"malformed HTTP request: {reason}")
-
-    def _unsupported_upgrade_warning(self) -> None:
-        """An ``Upgrade`` we do not do (``h2c`` from ``curl --http2``) is ignored: the request
-        is served as HTTP/1.1, which is what RFC 9110 section 7.8 asks; not worth a line."""
 
     def shutdown(self) -> None:
         """uvicorn's graceful close, except that a connection still waiting for its first

@@ -57,6 +57,7 @@ from cascade.http.drain import Drain
 from cascade.http.logs import access_logged
 from cascade.http.protocol import HeadLimits, guarded
 from cascade.http.sending import with_send_timeout
+from cascade.overrides.uvicorn import forget_signal
 from cascade.schema import ErrorBody, ErrorDetail, encoder
 from cascade.settings import Settings
 
@@ -102,7 +103,7 @@ class DrainingServer(uvicorn.Server):
             if sig == signal.SIGTERM:
                 # uvicorn re-raises the signal after shutting down (exit status 143); a drained
                 # SIGTERM is a clean exit.
-                self._captured_signals.remove(sig)
+                forget_signal(self, sig)
             return
         self.drain.begin()
         self.drain_until = time.monotonic() + self.drain_s

@@ -25,7 +25,7 @@ from cascade.cache.decision import cache_control
 from cascade.errors import TenantLimited, Unauthorized
 from cascade.gateway import Outcome
 from cascade.tenants.admission import Grant, TenantAdmission
-from cascade.tenants.limits import LocalStore, Store
+from cascade.tenants.limits import LimitStore, LocalStore
 from cascade.tenants.model import LimitsBackend, Tenant
 
 TENANT = "cascade.tenant"
@@ -55,12 +55,12 @@ def authorized(connection: ASGIConnection) -> bool:
 
 def admission_for(backend: LimitsBackend) -> TenantAdmission:
     """The limits' store ``[limits]`` names: this process, or Redis."""
-    store: Store = LocalStore()
+    store: LimitStore = LocalStore()
     if backend.backend == "redis":
-        from cascade.tenants.redis_store import RedisStore
+        from cascade.tenants.redis_store import RedisLimitStore
 
         assert backend.url is not None  # checked when the keys file is read
-        store = RedisStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix,
+        store = RedisLimitStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix,
                            retry_s=backend.retry_s)
     return TenantAdmission(store, backend=backend.backend, on_error=backend.on_error)
 

@@ -22,7 +22,7 @@ class FlipReportError(ValueError):
     """An unreadable or invalid flip report."""
 
 
-class Cell(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class FlipCell(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One (question type x option band) cell."""
 
     questions: int
@@ -48,7 +48,7 @@ class Speed(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     speedup: float
 
 
-class Gate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class FlipGate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The flips seen through the policy's confidence gate (its thresholds, calibration
     temperatures included). ``applied`` is false when the policy has no strong tier."""
 
@@ -75,10 +75,10 @@ class FlipReport(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     max_flip_rate: float  # the bound this report was checked against
     passed: bool
     max_dp: float
-    cells: dict[str, Cell]  # "choice:3-5" -> cell
+    cells: dict[str, FlipCell]  # "choice:3-5" -> cell
     accuracy: Accuracy | None  # None: no gold labels in the data
     speed: Speed
-    gate: Gate
+    gate: FlipGate
 
 
 def write_report(path: Path, report: FlipReport) -> None:

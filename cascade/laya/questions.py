@@ -19,7 +19,7 @@ import msgspec
 from cascade.errors import ValidationFailed
 from cascade.laya.config import QTYPES
 from cascade.questions import render_text
-from cascade.schema import ChoiceQuestion, Label, NoulQuestion, Question, QuestionType
+from cascade.schema import ChoiceQuestion, NoulQuestion, OptionKey, Question, QuestionType
 
 NOUL_FALSE = "no, the statement does not hold"
 NOUL_TRUE = "yes, the statement holds"
@@ -32,7 +32,7 @@ class Prepared(msgspec.Struct, frozen=True, kw_only=True):
     type: QuestionType
     instructions: str  # rendered (non-string instructions become JSON text)
     options: list[str]  # option texts in the caller's option order
-    keys: list[Label]  # choice: labels; score: level indices as str; noul: ["false", "true"]
+    keys: list[OptionKey]  # choice: labels; score: level indices as str; noul: ["false", "true"]
     legend: list[str] | None = None  # score: each level rendered
     order: list[int] | None = None  # option_order: slot s shows option order[s]
 
@@ -51,7 +51,7 @@ def _instructions(qid: str, ins: Any) -> str:
     return ins if isinstance(ins, str) else json.dumps(ins, ensure_ascii=False)
 
 
-def _choice(qid: str, q: ChoiceQuestion) -> tuple[list[str], list[Label]]:
+def _choice(qid: str, q: ChoiceQuestion) -> tuple[list[str], list[OptionKey]]:
     crit = q.criteria
     if not crit:
         raise ValidationFailed.at(
@@ -59,9 +59,9 @@ def _choice(qid: str, q: ChoiceQuestion) -> tuple[list[str], list[Label]]:
             f"question {qid!r}: a choice question needs at least one criterion",
         )
     if isinstance(crit, dict):
-        pairs: list[tuple[Label, Any]] = list(crit.items())
+        pairs: list[tuple[OptionKey, Any]] = list(crit.items())
     else:
-        seen: dict[Label, int] = {}
+        seen: dict[OptionKey, int] = {}
         for i, label in enumerate(crit):
             if label in seen:  # 1, 1.0 and True are one key, as in a Python dict
                 raise ValidationFailed.at(

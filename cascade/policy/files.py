@@ -17,6 +17,7 @@ from typing import Any, Literal
 import msgspec
 
 from cascade.errors import UnknownModel
+from cascade.overrides import msgspec as messages
 from cascade.policy.calibration import (
     CalibrationError,
     histogram_problem,
@@ -24,24 +25,21 @@ from cascade.policy.calibration import (
 )
 from cascade.policy.model import (
     Bands,
-    BreakerConfig,
     Cache,
     Checkpoints,
     ClefTier,
-    Consistency,
-    Drift,
     LayaTier,
-    Novelty,
     Policy,
     Thresholds,
     Tier,
+    UpstreamTier,
 )
 from cascade.policy.routing import resolve_model
 from cascade.policy.stats import lower_bound
 from cascade.policy.toml_keys import KeyPath, key_lines, locate
 from cascade.questions import BAND_MAX_OPTIONS, Band
 from cascade.schema import QuestionType
-from cascade.store import is_url
+from cascade.settings import is_database_url
 
 
 class Finding(msgspec.Struct, frozen=True):
@@ -87,15 +85,14 @@ def _shape(value: Any, tp: Any, path: KeyPath) -> Iterator[Finding]:
             yield _err((*path, "kind"), f"tier `{path[-1]}`: kind must be one of {sorted(kinds)}")
             return
         yield from _shape_struct(value, kinds[kind], path)
-    else:
+    elif _non_finite(value):
+        yield _err(path, f"`{'.'.join(path)}` must be a finite number, not {value}")
+    else:  # the type, and the bounds policy.model declares (msgspec.Meta)
         try:
             msgspec.convert(value, tp)
         except msgspec.ValidationError as exc:
-            what = str(exc).split(" - at ")[0]
+            what = messages.split(str(exc))[0]
             yield _err(path, f"`{'.'.join(path)}`: {what}")
-            return
-        if _non_finite(value):
-            yield _err(path, f"`{'.'.join(path)}` must be a finite number, not {value}")
 
 
 def _struct_in_union(tp: Any) -> type[msgspec.Struct] | None:
@@ -132,11 +129,6 @@ def _shape_struct(value: Any, cls: type[msgspec.Struct], path: KeyPath) -> Itera
         required = info.default is msgspec.NODEFAULT and info.default_factory is msgspec.NODEFAULT
         if required and name not in value:
             yield _err(path, f"`{'.'.join(path) or 'policy'}` is missing the key `{name}`")
-
-
-def _unit(path: KeyPath, value: float) -> Iterator[Finding]:
-    if not 0.0 <= value <= 1.0:
-        yield _err(path, f"`{'.'.join(path)}` = {value} is outside [0, 1]")
 
 
 def _threshold_findings(th: Thresholds) -> Iterator[Finding]:
@@ -191,17 +183,8 @@ def validate(policy: Policy) -> list[Finding]:
     for name in policy.breaker:
         if name not in tiers:
             found.append(_err(("breaker", name), f"breaker for an undefined tier `{name}`"))
-    for name, config in policy.breaker.items():
-        found += _breaker_findings(name, config)
     found += _model_findings(policy)
     found += _threshold_findings(policy.thresholds)
-    if route.max_choice_options < 2:
-        found.append(_err(("route", "max_choice_options"), "max_choice_options must be >= 2"))
-    found += _unit(("shadow", "fraction"), policy.shadow.fraction)
-    if policy.shadow.max_concurrent < 1:
-        found.append(_err(("shadow", "max_concurrent"), "max_concurrent must be >= 1"))
-    if policy.degrade.retry_after_s <= 0:
-        found.append(_err(("degrade", "retry_after_s"), "retry_after_s must be > 0"))
     for qtype in typing.get_args(QuestionType):
         for band, value in policy.calibration.temperatures.of(qtype).items():
             if not value > 0:
@@ -210,60 +193,15 @@ def validate(policy: Policy) -> list[Finding]:
     for cell, hist in policy.calibration.snapshot.items():
         if problem := histogram_problem(hist):
             found.append(_err(("calibration", "snapshot", cell), f"snapshot {cell}: {problem}"))
-    for name, cost in policy.cost.items():
+    for name in policy.cost:
         if name not in tiers:
             found.append(_err(("cost", name), f"cost for an undefined tier `{name}`"))
-        elif cost < 0:
-            found.append(_err(("cost", name), "a cost must be >= 0"))
-    for key in ("max_bytes", "keep", "queue_size", "spool_bytes"):
-        if getattr(policy.decision_log, key) < 1:
-            found.append(_err(("decision_log", key), f"decision_log.{key} must be >= 1"))
-    if (days := policy.decision_log.keep_days) is not None and days <= 0:
-        found.append(_err(("decision_log", "keep_days"), "decision_log.keep_days must be > 0"))
     found += _control_findings(policy)
-    found += _drift_findings(policy.drift)
     found += _cache_findings(policy.cache)
-    found += _consistency_findings(policy.consistency)
-    found += _novelty_findings(policy.novelty)
     return sorted(found, key=lambda f: f.severity != "error")
 
 
-def _drift_findings(drift: Drift) -> Iterator[Finding]:
-    for key in ("window_s", "reference_s"):
-        if getattr(drift, key) <= 0:
-            yield _err(("drift", key), f"drift.{key} must be > 0")
-    if not 2 <= drift.bins <= 100:
-        yield _err(("drift", "bins"), f"drift.bins = {drift.bins} must be in [2, 100]")
-    if drift.min_count < 1:
-        yield _err(("drift", "min_count"), "drift.min_count must be >= 1")
-
-
-def _consistency_findings(check: Consistency) -> Iterator[Finding]:
-    yield from _unit(("consistency", "margin"), check.margin)
-    for key in ("orders", "max_extra_rows"):
-        if getattr(check, key) < 1:
-            yield _err(("consistency", key), f"consistency.{key} must be >= 1")
-
-
-def _novelty_findings(novelty: Novelty) -> Iterator[Finding]:
-    if not 0 < novelty.max_flag_rate < 1:
-        yield _err(("novelty", "max_flag_rate"), "novelty.max_flag_rate must be in (0, 1)")
-    for key in ("k", "dims", "max_reference", "min_rows"):
-        if getattr(novelty, key) < 1:
-            yield _err(("novelty", key), f"novelty.{key} must be >= 1")
-    if novelty.max_reference > 20_000:
-        yield _err(("novelty", "max_reference"), "novelty.max_reference must be <= 20000 (the "
-                   "exact distances hold every pair of a cell's vectors while fitting)")
-
-
 def _cache_findings(cache: Cache) -> Iterator[Finding]:
-    if cache.max_bytes < 1:
-        yield _err(("cache", "max_bytes"), "cache.max_bytes must be >= 1")
-    for key in ("ttl_s", "timeout_s", "retry_s"):
-        if getattr(cache, key) <= 0:
-            yield _err(("cache", key), f"cache.{key} must be > 0")
-    if not 0 <= cache.charge_cached <= 1:
-        yield _err(("cache", "charge_cached"), "cache.charge_cached must be in [0, 1]")
     if cache.backend == "redis" and not cache.url:
         yield _err(("cache", "url"), 'cache.backend = "redis" needs cache.url (redis://host:port/db)')
     elif cache.url is not None and not cache.url.startswith(("redis://", "rediss://", "unix://")):
@@ -294,31 +232,17 @@ def _strong_needed(policy: Policy) -> Iterator[Finding]:
 
 
 def _control_findings(policy: Policy) -> Iterator[Finding]:
-    """``[control]``: numbers in range, and the tiers and evidence its keys need."""
+    """``[control]``: the tiers and evidence its keys need (its bounds are declared)."""
     control = policy.control
     if control is None:
         return
     if policy.route.cheap is None or policy.route.strong is None:
         yield _err(("control",), "[control] moves the gate between a cheap and a strong tier; "
                    "route needs both")
-    if control.max_strong_share is not None:
-        yield from _unit(("control", "max_strong_share"), control.max_strong_share)
-    for key in ("window_s", "refit_interval_s"):
-        if getattr(control, key) <= 0:
-            yield _err(("control", key), f"control.{key} must be > 0")
-    for key in ("min_threshold", "max_threshold", "max_tenant_share"):
-        yield from _unit(("control", key), getattr(control, key))
     if control.min_threshold > control.max_threshold:
         yield _err(("control", "max_threshold"), "control.max_threshold must be >= "
                    "min_threshold")
-    if control.min_labels < 1:
-        yield _err(("control", "min_labels"), "control.min_labels must be >= 1")
     targets = {qtype: control.target(qtype) for qtype in typing.get_args(QuestionType)}
-    per_type = not isinstance(control.target_accuracy, float | int)
-    for qtype, target in targets.items():
-        if target is not None and not 0.0 < target < 1.0:
-            yield _err(("control", "target_accuracy", *((qtype,) if per_type else ())),
-                       f"accuracy target {target} must be in (0, 1)")
     certifiable = lower_bound(control.min_labels, control.min_labels)
     highest = max((t for t in targets.values() if t is not None and t < 1.0), default=0.0)
     if certifiable < highest:
@@ -335,10 +259,6 @@ def _control_findings(policy: Policy) -> Iterator[Finding]:
 
 def _tier_findings(name: str, tier: Tier) -> Iterator[Finding]:
     base = ("tiers", name)
-    if tier.timeout_s <= 0:
-        yield _err((*base, "timeout_s"), "timeout_s must be > 0")
-    if tier.max_queue < 1:
-        yield _err((*base, "max_queue"), "max_queue must be >= 1")
     if isinstance(tier, LayaTier):
         named = tier.checkpoints.named()
         if not named:
@@ -346,47 +266,15 @@ def _tier_findings(name: str, tier: Tier) -> Iterator[Finding]:
         elif tier.default_checkpoint not in named:
             yield _err((*base, "default_checkpoint"),
                        f"default_checkpoint `{tier.default_checkpoint}` is not in checkpoints")
-        if not 0.0 <= tier.max_flip_rate <= 1.0:
-            yield _err((*base, "max_flip_rate"), "max_flip_rate must be in [0, 1]")
-        if tier.max_wait_s < 0:
-            yield _err((*base, "max_wait_s"), "max_wait_s must be >= 0")
-        yield from _at_least_one(base, tier, "max_batch_size", "intra_op_threads")
         if tier.flip_report is not None and len(named) > 1:
             yield _err((*base, "flip_report"), "flip_report names one report: with several "
                        "checkpoints, leave it out (each report lies next to its int8 export)")
-    elif isinstance(tier, ClefTier):
-        yield from _at_least_one(base, tier, "max_length", "max_batch_size", "max_batch_tokens",
-                                 "memory_budget_bytes")
-    else:
+    elif isinstance(tier, UpstreamTier):
         if not tier.urls:
             yield _err((*base, "urls"), "an upstream tier needs at least one URL")
         for url in tier.urls:
             if not url.startswith(("http://", "https://")):
                 yield _err((*base, "urls"), f"`{url}` is not an http(s) URL")
-        if tier.connect_timeout_s <= 0 or tier.read_timeout_s <= 0:
-            yield _err((*base, "read_timeout_s"), "connect/read timeouts must be > 0")
-        if tier.health_interval_s <= 0:
-            yield _err((*base, "health_interval_s"), "health_interval_s must be > 0")
-
-
-def _at_least_one(base: KeyPath, tier: Tier, *keys: str) -> Iterator[Finding]:
-    """A count or size of ``tier`` below 1 (None: the key's default, not a number)."""
-    for key in keys:
-        value = getattr(tier, key)
-        if value is not None and value < 1:
-            yield _err((*base, key), f"{key} must be >= 1")
-
-
-def _breaker_findings(name: str, config: BreakerConfig) -> Iterator[Finding]:
-    base = ("breaker", name)
-    if not 0.0 < config.failure_ratio <= 1.0:
-        yield _err((*base, "failure_ratio"), "failure_ratio must be in (0, 1]")
-    for key in ("window_s", "cooldown_s"):
-        if getattr(config, key) <= 0:
-            yield _err((*base, key), f"{key} must be > 0")
-    for key in ("min_calls", "half_open_probes"):
-        if getattr(config, key) < 1:
-            yield _err((*base, key), f"{key} must be >= 1")
 
 
 def _model_findings(policy: Policy) -> Iterator[Finding]:
@@ -421,16 +309,29 @@ def check_text(text: str) -> tuple[Policy | None, list[Finding]]:
 def check_data(data: dict[str, Any]) -> tuple[Policy | None, list[Finding]]:
     """``check_text`` of a decoded document (a tenant's overlay merged onto its base policy)."""
     found = list(_shape(data, Policy, ()))
-    if found:
+    if found and not all(messages.out_of_bounds(f.message) for f in found):
         return None, found
+    # Values out of their declared bounds are reported with what the rest of the policy gets
+    # wrong: the cross-checks run as if those keys were left at their defaults.
     try:
-        policy = msgspec.convert(data, Policy)
+        policy = msgspec.convert(_without(data, [f.path for f in found]), Policy)
     except msgspec.ValidationError as exc:  # a constraint _shape does not model
-        return None, [_err((), str(exc))]
-    found = validate(policy)
+        return None, [*found, _err((), str(exc))]
+    found = sorted([*found, *validate(policy)], key=lambda f: f.severity != "error")
     if any(f.severity == "error" for f in found):
         return None, found
     return policy, found
+
+
+def _without(data: dict[str, Any], paths: list[KeyPath]) -> dict[str, Any]:
+    """``data`` without the keys at ``paths`` (copied where it changes)."""
+    data = dict(data)
+    for path in paths:
+        table = data
+        for key in path[:-1]:
+            table[key] = table = dict(table[key])
+        table.pop(path[-1], None)
+    return data
 
 
 def format_finding(filename: str, text: str, finding: Finding) -> str:
@@ -501,7 +402,7 @@ def _anchored(policy: Policy, base: Path) -> Policy:
     files = {
         "calibration": policy.calibration.file and msgspec.structs.replace(
             policy.calibration, file=local_path(policy.calibration.file)),
-        "decision_log": policy.decision_log.file and not is_url(policy.decision_log.file)
+        "decision_log": policy.decision_log.file and not is_database_url(policy.decision_log.file)
         and msgspec.structs.replace(
             policy.decision_log, file=local_path(policy.decision_log.file)),
     }

@@ -16,19 +16,25 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from datetime import date
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
-from msgspec import field
+from msgspec import Meta, field
 
 from cascade.questions import BANDS, Band
-from cascade.schema import QuestionType
+from cascade.schema import QuestionType, Unit
+from cascade.settings import Count
 
 Mode = Literal["cascade", "cheap_only", "strong_only"]
 Checkpoint = Literal["english", "multilingual", "typed-decisions"]
 # The checkpoint that reads text of any script: where unreadable text goes (``Route.unreadable``).
 ANY_SCRIPT: Checkpoint = "multilingual"
 _Name = TypeVar("_Name", bound=str)  # a checkpoint name, typed as Checkpoint or not yet checked
+# Plain bounds, declared on the fields: msgspec checks them when a policy file is decoded, and
+# cascade.policy.files reports each as a FILE:LINE error with the key's path.
+Positive = Annotated[float, Meta(gt=0.0)]  # seconds and sizes that must be above 0
+NonNegative = Annotated[float, Meta(ge=0.0)]
+AccuracyTarget = Annotated[float, Meta(gt=0.0, lt=1.0)]  # 1.0 could never be certified
 
 
 class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -71,10 +77,10 @@ class _Tier(_Strict, frozen=True, kw_only=True, tag_field="kind"):
     # measured cost of the work ahead at admission (within the request's own deadline, the
     # gateway's admission_deadline_s); a call predicted to wait longer is refused at once with
     # Overloaded, and accepted work is never cut off.
-    timeout_s: float = 5.0
+    timeout_s: Positive = 5.0
     # Waiting work of other requests beyond this is refused with Overloaded: question rows for
     # Laya, connections for an upstream, requests for Clef.
-    max_queue: int = 256
+    max_queue: Count = 256
 
 
 class LayaTier(_Tier, frozen=True, kw_only=True, tag="laya"):
@@ -83,15 +89,15 @@ class LayaTier(_Tier, frozen=True, kw_only=True, tag="laya"):
     checkpoints: Checkpoints
     # In process: the longest predicted queue wait accepted (see _Tier). By default the
     # request's own admission deadline (CASCADE_ADMISSION_DEADLINE_S, 8 s) binds first.
-    timeout_s: float = 10.0
+    timeout_s: Positive = 10.0
     default_checkpoint: Checkpoint = "english"  # the one previewed and run first
-    max_batch_size: int = 32  # rows per ONNX run
-    max_wait_s: float = 0.002  # how long a partial batch waits for more rows
-    intra_op_threads: int | None = None  # ONNX Runtime threads per session; None: all cores
+    max_batch_size: Count = 32  # rows per ONNX run
+    max_wait_s: NonNegative = 0.002  # how long a partial batch waits for more rows
+    intra_op_threads: Count | None = None  # ONNX Runtime threads per session; None: all cores
     # "int8": serve the int8 export (cascade.laya.int8), and only with a flip report for these
     # weights whose flip rate is at most max_flip_rate (cascade.policy.precision).
     precision: Literal["fp32", "int8"] = "fp32"
-    max_flip_rate: float = 0.005  # share of questions whose answer int8 may change
+    max_flip_rate: Unit = 0.005  # share of questions whose answer int8 may change
     flip_report: str | None = None  # the report (relative to the policy); None: next to the export
 
     def any_script(self) -> Checkpoint | None:
@@ -103,17 +109,17 @@ class ClefTier(_Tier, frozen=True, kw_only=True, tag="clef"):
     """Clef-flash in process on torch."""
 
     release: str = "Cloudflare/clef-flash"  # hub id, or a local path as in Checkpoints
-    timeout_s: float = 10.0  # as for LayaTier: the request's admission deadline binds first
+    timeout_s: Positive = 10.0  # as for LayaTier: the request's admission deadline binds first
     # A hub id not in the local hub cache is downloaded only when this is true (about 19 GB).
     download: bool = False
-    max_length: int = 16384  # tokens, media included
+    max_length: Count = 16384  # tokens, media included
     overlong: Literal["reject", "truncate"] = "reject"
     device: str = "cuda"  # "auto": CUDA when present, else the CPU (fp32)
-    max_batch_size: int = 8  # requests per device batch
-    max_batch_tokens: int = 32768  # padded tokens per device batch
+    max_batch_size: Count = 8  # requests per device batch
+    max_batch_tokens: Count = 32768  # padded tokens per device batch
     # Refuse (413) a request whose estimated activations exceed this; None: 85 % of the GPU
     # memory free after loading.
-    memory_budget_bytes: int | None = None
+    memory_budget_bytes: Count | None = None
 
 
 class UpstreamTier(_Tier, frozen=True, kw_only=True, tag="upstream"):
@@ -122,10 +128,10 @@ class UpstreamTier(_Tier, frozen=True, kw_only=True, tag="upstream"):
     urls: list[str]
     model: str | None = None  # forwarded as the request's model; None keeps the caller's
     api_key_env: str | None = None  # name of the env variable holding the bearer token
-    connect_timeout_s: float = 1.0
-    read_timeout_s: float = 10.0
+    connect_timeout_s: Positive = 1.0
+    read_timeout_s: Positive = 10.0
     health_path: str = "/health"
-    health_interval_s: float = 5.0
+    health_interval_s: Positive = 5.0
 
 
 Tier = LayaTier | ClefTier | UpstreamTier
@@ -155,7 +161,7 @@ class Route(_Strict, frozen=True):
     cheap: str | None = None
     strong: str | None = None
     # Laya's option spans collapse beyond about head_max_len/4 options (192/4 for English).
-    max_choice_options: int = 48
+    max_choice_options: Annotated[int, Meta(ge=2)] = 48
     strong_types: list[QuestionType] = field(default_factory=list)
     # questions: only the escalated questions go to the strong tier, in one call;
     # request: any escalation sends the whole request there, for joint consistency.
@@ -214,18 +220,18 @@ class Thresholds(_Strict, frozen=True):
 class BreakerConfig(_Strict, frozen=True):
     """Open when ``failure_ratio`` of at least ``min_calls`` calls in ``window_s`` failed."""
 
-    window_s: float = 30.0
-    min_calls: int = 5
-    failure_ratio: float = 0.5
-    cooldown_s: float = 10.0  # open -> half-open
-    half_open_probes: int = 1  # successes needed to close; also the concurrent probe limit
+    window_s: Positive = 30.0
+    min_calls: Count = 5
+    failure_ratio: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.5
+    cooldown_s: Positive = 10.0  # open -> half-open
+    half_open_probes: Count = 1  # successes needed to close; also the concurrent probe limit
 
 
 class Shadow(_Strict, frozen=True):
     """Mirror ``fraction`` of cheap-final requests to the strong tier, off the response path."""
 
-    fraction: float = 0.0
-    max_concurrent: int = 2  # beyond this a sampled request is skipped, never queued
+    fraction: Unit = 0.0
+    max_concurrent: Count = 2  # beyond this a sampled request is skipped, never queued
     seed: int = 0
 
 
@@ -233,7 +239,7 @@ class Degrade(_Strict, frozen=True):
     """When the strong tier is down: return cheap answers marked degraded, or refuse."""
 
     cheap_answers: bool = True
-    retry_after_s: float = 5.0
+    retry_after_s: Positive = 5.0
 
 
 class Histogram(_Strict, frozen=True):
@@ -278,20 +284,20 @@ class DecisionLog(_Strict, frozen=True):
 
     file: str | None = None  # relative to the policy file, or a URL; None: off (--decision-log)
     state: Literal["text", "hash", "none"] = "hash"  # how each row stores the request's state
-    max_bytes: int = 1 << 30  # SQLite: then the file rotates to FILE.1, FILE.2, ...
-    keep: int = 3  # SQLite: rotated files kept
-    queue_size: int = 10_000  # requests waiting for the writer; beyond, rows are dropped
-    keep_days: float | None = None  # PostgreSQL: rows older are deleted (None: kept)
+    max_bytes: Count = 1 << 30  # SQLite: then the file rotates to FILE.1, FILE.2, ...
+    keep: Count = 3  # SQLite: rotated files kept
+    queue_size: Count = 10_000  # requests waiting for the writer; beyond, rows are dropped
+    keep_days: Positive | None = None  # PostgreSQL: rows older are deleted (None: kept)
     required: bool = True  # PostgreSQL unreachable at boot: an error (false: warn and spool)
-    spool_bytes: int = 256 << 20  # PostgreSQL: the local spool's cap; beyond, rows are dropped
+    spool_bytes: Count = 256 << 20  # PostgreSQL: the local spool's cap; beyond, rows are dropped
 
 
 class Targets(_Strict, frozen=True):
     """Per-type accuracy targets; a type left out has none."""
 
-    choice: float | None = None
-    score: float | None = None
-    noul: float | None = None
+    choice: AccuracyTarget | None = None
+    score: AccuracyTarget | None = None
+    noul: AccuracyTarget | None = None
 
     def of(self, qtype: str) -> float | None:
         return {"choice": self.choice, "score": self.score, "noul": self.noul}.get(qtype)
@@ -314,18 +320,18 @@ class Control(_Strict, frozen=True):
     target conflict. ``frozen``: hold every threshold where it is.
     """
 
-    max_strong_share: float | None = None
-    window_s: float = 300.0
+    max_strong_share: Unit | None = None
+    window_s: Positive = 300.0
     capacity: bool = True
-    target_accuracy: float | Targets | None = None
+    target_accuracy: AccuracyTarget | Targets | None = None
     prefer: Literal["budget", "accuracy"] = "budget"
-    refit_interval_s: float = 60.0
-    min_labels: int = 30
+    refit_interval_s: Positive = 60.0
+    min_labels: Count = 30
     pool: Literal["none", "band", "all"] = "none"
     teacher: Literal["feedback", "feedback+shadow"] = "feedback"
-    max_tenant_share: float = 0.5
-    min_threshold: float = 0.0
-    max_threshold: float = 1.0
+    max_tenant_share: Unit = 0.5
+    min_threshold: Unit = 0.0
+    max_threshold: Unit = 1.0
     frozen: bool = False
 
     def target(self, qtype: str) -> float | None:
@@ -342,11 +348,11 @@ class Drift(_Strict, frozen=True):
     A cell with fewer than ``min_count`` questions in the window or the reference has no PSI.
     """
 
-    window_s: float = 3600.0
+    window_s: Positive = 3600.0
     reference: Literal["calibration", "boot"] = "calibration"
-    reference_s: float = 3600.0
-    bins: int = 10
-    min_count: int = 300
+    reference_s: Positive = 3600.0
+    bins: Annotated[int, Meta(ge=2, le=100)] = 10
+    min_count: Count = 300
 class Cache(_Strict, frozen=True):
     """``[cache]``: the decision cache (``cascade.cache``). A ``[cache]`` table turns it on
     (``enabled = false`` keeps the table and turns it off). Entries live ``ttl_s`` and the
@@ -358,13 +364,13 @@ class Cache(_Strict, frozen=True):
 
     enabled: bool = True
     backend: Literal["memory", "redis"] = "memory"
-    max_bytes: int = 64 << 20
-    ttl_s: float = 3600.0
+    max_bytes: Count = 64 << 20
+    ttl_s: Positive = 3600.0
     shared: bool = False
     url: str | None = None  # redis://host:6379/0 (backend = "redis" only)
-    timeout_s: float = 0.05  # each Redis operation, connecting included; then a counted miss
-    retry_s: float = 1.0  # after a Redis error, how long lookups skip Redis (misses, no wait)
-    charge_cached: float = 0.0  # in [0, 1]: a cached input token counts this much of a token
+    timeout_s: Positive = 0.05  # each Redis operation, connecting included; then a counted miss
+    retry_s: Positive = 1.0  # after a Redis error, how long lookups skip Redis (misses, no wait)
+    charge_cached: Unit = 0.0  # in [0, 1]: a cached input token counts this much of a token
 
 
 class Novelty(_Strict, frozen=True):
@@ -376,11 +382,12 @@ class Novelty(_Strict, frozen=True):
     threshold flagging ``max_flag_rate`` of them, distances to the ``k`` nearest."""
 
     enabled: bool = True
-    max_flag_rate: float = 0.02
-    k: int = 5
-    dims: int = 32
-    max_reference: int = 2000
-    min_rows: int = 30
+    max_flag_rate: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.02
+    k: Count = 5
+    dims: Count = 32
+    # at most 20000: fitting holds every pair of a cell's vectors' distances
+    max_reference: Annotated[int, Meta(ge=1, le=20_000)] = 2000
+    min_rows: Count = 30
     budgeted: bool = False
 
 
@@ -392,9 +399,9 @@ class Consistency(_Strict, frozen=True):
     (and never more than the cheap tier's batch). A ``[consistency]`` table turns it on."""
 
     enabled: bool = True
-    margin: float = 0.1
-    orders: int = 1
-    max_extra_rows: int = 8
+    margin: Unit = 0.1
+    orders: Count = 1
+    max_extra_rows: Count = 8
     seed: int = 0
 
 
@@ -413,7 +420,7 @@ class Policy(_Strict, frozen=True, kw_only=True):
     drift: Drift = field(default_factory=Drift)
     # ``[cost]``: what each tier costs per 1000 input tokens, by tier name, for ``cascade
     # eval``'s cost model; a tier not listed gets its kind's default (cascade.policy.costs).
-    cost: dict[str, float] = field(default_factory=dict)
+    cost: dict[str, NonNegative] = field(default_factory=dict)
     cache: Cache = field(default_factory=lambda: Cache(enabled=False))  # off without [cache]
     consistency: Consistency = field(default_factory=lambda: Consistency(enabled=False))
     novelty: Novelty = field(default_factory=Novelty)

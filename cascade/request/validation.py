@@ -12,12 +12,12 @@ anything but ``ClientError`` subclasses, and nothing here tokenizes.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
 
 from cascade.errors import PayloadTooLarge, ValidationFailed
+from cascade.overrides import msgspec as messages
 from cascade.questions import option_names, render_text
 from cascade.schema import (
     LIMITS,
@@ -33,39 +33,22 @@ from cascade.schema import (
     question_decoder,
 )
 
-_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
-_BYTE = re.compile(r"\(byte (\d+)\)$")
 _INT_BOUND = 2**63
-
-
-def _loc(path: str) -> list[str | int]:
-    """``.questions[...].type`` -> ["questions", "type"]; ``[3]`` -> 3."""
-    loc: list[str | int] = []
-    for part in re.findall(r"\.(\w+)|\[(\d+|\.\.\.)\]", path):
-        name, index = part
-        if name:
-            loc.append(name)
-        elif index != "...":
-            loc.append(int(index))
-    return loc
 
 
 def decode_at(decoder: msgspec.json.Decoder, data: bytes | msgspec.Raw,
               prefix: list[str | int]) -> Any:
     """``data`` decoded by ``decoder``; a failure is a ``ValidationFailed`` whose ``loc`` starts
-    with ``prefix`` (msgspec has no structured errors: its message's path is read here, once)."""
+    with ``prefix`` (msgspec's message read by ``cascade.overrides.msgspec``)."""
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        match = _PATH.search(text)
-        msg = text[: match.start()] if match else text
-        loc = _loc(match.group("path")) if match else []
-        missing = re.match(r"Object missing required field `(\w+)`", msg)
-        if missing:
-            loc.append(missing.group(1))
-        kind = "missing" if missing else "value_error"
-        if msg.startswith("Expected `str` of length <="):
+        msg, loc = messages.split(str(exc))
+        missing = messages.missing_field(msg)
+        if missing is not None:
+            loc.append(missing)
+        kind = "missing" if missing is not None else "value_error"
+        if messages.too_long(msg):
             kind = "string_too_long"
         raise ValidationFailed.at([*prefix, *loc], msg, kind) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
@@ -79,8 +62,7 @@ def json_invalid(body: bytes, exc: Exception) -> ValidationFailed:
     except UnicodeDecodeError as bad:
         at = bad.start
     else:
-        found = _BYTE.search(str(exc))
-        at = int(found.group(1)) if found else len(body) if "truncated" in str(exc) else 0
+        at = messages.error_byte(exc, len(body))
     position = len(body[:at].decode("utf-8", "replace"))
     item = {"loc": ["body", position], "msg": "JSON decode error", "type": "json_invalid"}
     reason = f"request body is not valid JSON at character {position}: {exc}"

@@ -9,20 +9,16 @@ offline readers ``read_rows``. Row layout: ``cascade.store.rows``.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from cascade.settings import env_value
+from cascade.settings import is_database_url as is_url
 from cascade.store.rows import LogRow, NotADecisionLog
 
 __all__ = ["LogRow", "NotADecisionLog", "is_url", "log_source", "missing", "read_rows",
            "replica_name"]
-
-
-def is_url(target: str | Path) -> bool:
-    """Whether a ``--decision-log`` value names a PostgreSQL database (else a file path)."""
-    return str(target).startswith(("postgresql://", "postgres://"))
 
 
 def log_source(text: str) -> str | Path:
@@ -37,7 +33,7 @@ def missing(sources: list[str | Path]) -> list[str]:
 
 def replica_name() -> str:
     """This gateway's name in the rows it writes: ``CASCADE_REPLICA``, else the hostname."""
-    return os.environ.get("CASCADE_REPLICA") or socket.gethostname()
+    return env_value("replica") or socket.gethostname()
 
 
 def read_rows(target: str | Path, *, since: float | None = None,

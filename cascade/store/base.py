@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from cascade.control.labels import LabelOutcome
     from cascade.policy.flow import Decision
     from cascade.policy.stamp import Stamp
-    from cascade.schema import FeedbackLabel
+    from cascade.schema import Label
 
 
 class DecisionStore(Protocol):
@@ -29,7 +29,7 @@ class DecisionStore(Protocol):
 
     def shadowed(self, call: EngineCall, strong: EngineAnswer, stamp: Stamp) -> None: ...
 
-    def label(self, request_id: str, labels: Mapping[str, FeedbackLabel], *,
+    def label(self, request_id: str, labels: Mapping[str, Label], *,
               source: str = "feedback", tenant: str = ""
               ) -> concurrent.futures.Future[LabelOutcome] | None: ...
 

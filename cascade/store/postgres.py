@@ -30,7 +30,6 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
-import os
 import queue
 import threading
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cascade import metrics
+from cascade.settings import env_value
 from cascade.store.labelling import store_labels
 from cascade.store.rows import (
     COLUMNS,
@@ -475,5 +475,5 @@ def prune(conn: psycopg.Connection[Any], before: float) -> int:
 
 
 def _password() -> dict[str, Any]:
-    secret = os.environ.get("CASCADE_DECISION_LOG_PASSWORD_FILE")
+    secret = env_value("decision_log_password_file")
     return {"password": Path(secret).read_text().strip()} if secret else {}

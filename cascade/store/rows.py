@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from cascade.questions import n_options, option_band
-from cascade.schema import FeedbackLabel
+from cascade.schema import Label
 
 if TYPE_CHECKING:
     from cascade.calls import EngineAnswer, EngineCall
@@ -46,7 +46,7 @@ class LabelEntry(msgspec.Struct, kw_only=True):
     """A row's label (``POST /v1/feedback``): the latest given, when, by what, how many times,
     by whom (the tenant; "" without one, and in files before schema 4)."""
 
-    value: FeedbackLabel
+    value: Label
     ts: float
     source: str
     count: int = 1

@@ -35,7 +35,7 @@ from cascade.tenants.limits import (
     BackendResting,
     Check,
     Level,
-    Store,
+    LimitStore,
     Verdict,
 )
 from cascade.tenants.model import Tenant
@@ -80,7 +80,7 @@ class Grant:
 
 
 class TenantAdmission:
-    def __init__(self, store: Store, *, backend: str = "local",
+    def __init__(self, store: LimitStore, *, backend: str = "local",
                  on_error: Literal["open", "closed"] = "open") -> None:
         self.store = store
         self.backend = backend

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.overrides import msgspec as messages
 from cascade.policy.files import PolicyError
 from cascade.policy.model import Policy
 from cascade.policy.toml_keys import KeyPath, key_lines, locate
@@ -135,7 +136,7 @@ def _table(value: Any, cls: type[msgspec.Struct], path: KeyPath,
         try:
             msgspec.convert(item, fields[key].type)
         except msgspec.ValidationError as exc:
-            yield (*path, key), f"{what}: `{key}`: {str(exc).split(' - at ')[0]}"
+            yield (*path, key), f"{what}: `{key}`: {messages.split(str(exc))[0]}"
     for name, info in fields.items():
         required = info.default is msgspec.NODEFAULT and info.default_factory is msgspec.NODEFAULT
         if required and name not in value:

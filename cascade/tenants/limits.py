@@ -94,7 +94,7 @@ class BackendResting(BackendFailed):
     """The shared store is not asked: it failed less than its ``retry_s`` ago."""
 
 
-class Store(Protocol):
+class LimitStore(Protocol):
     """Where the TATs live: this process or Redis (which raises ``BackendFailed``). Each method
     is one call to the store."""
 

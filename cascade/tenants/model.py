@@ -22,7 +22,7 @@ class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Immutable, keyword-only, unknown keys rejected."""
 
 
-class Limits(_Strict, frozen=True, kw_only=True):
+class TenantLimits(_Strict, frozen=True, kw_only=True):
     """A tenant's limits; None is no limit. Per minute, as OpenAI's RPM/TPM are."""
 
     requests_per_min: PerMinute | None = None
@@ -35,10 +35,11 @@ class Limits(_Strict, frozen=True, kw_only=True):
         return any(v is not None for v in msgspec.structs.astuple(self))
 
 
-LIMIT_FIELDS = tuple(f.name for f in msgspec.structs.fields(Limits))  # read once, not per tenant
+# Read once, not per tenant.
+LIMIT_FIELDS = tuple(f.name for f in msgspec.structs.fields(TenantLimits))
 
 
-class TenantEntry(Limits, frozen=True, kw_only=True):
+class TenantEntry(TenantLimits, frozen=True, kw_only=True):
     """One ``[[tenant]]`` table."""
 
     name: Name
@@ -46,8 +47,8 @@ class TenantEntry(Limits, frozen=True, kw_only=True):
     policy: str | None = None  # a policy file or an overlay, relative to the keys file
     expires: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
-    def limits(self) -> Limits:
-        return Limits(**{name: getattr(self, name) for name in LIMIT_FIELDS})
+    def limits(self) -> TenantLimits:
+        return TenantLimits(**{name: getattr(self, name) for name in LIMIT_FIELDS})
 
 
 class LimitsBackend(_Strict, frozen=True):
@@ -73,7 +74,7 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     ``name`` is "" for an unnamed tenant (an inline key, or an old one-key-per-line file)."""
 
     name: str
-    limits: Limits = msgspec.field(default_factory=Limits)
+    limits: TenantLimits = msgspec.field(default_factory=TenantLimits)
     policy: Policy | None = None
     expires: datetime | None = None
 

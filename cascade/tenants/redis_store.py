@@ -77,7 +77,7 @@ return out
 """
 
 
-class RedisStore:
+class RedisLimitStore:
     def __init__(self, url: str, *, timeout_s: float, prefix: str, retry_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.client = aioredis.Redis.from_url(

@@ -27,8 +27,8 @@ def test_bad_values_are_errors_with_their_line() -> None:
     policy, found = check_text(text)
     assert policy is None
     lines = [format_finding("p.toml", text, f) for f in found if f.severity == "error"]
-    assert "p.toml:10: error: cache.max_bytes must be >= 1" in lines
-    assert "p.toml:11: error: cache.ttl_s must be > 0" in lines
+    assert "p.toml:10: error: `cache.max_bytes`: Expected `int` >= 1" in lines
+    assert "p.toml:11: error: `cache.ttl_s`: Expected `float` > 0.0" in lines
     assert any(line.startswith("p.toml:12: error: cache.backend") or "cache.url" in line
                for line in lines)
     policy, found = check_text(BASE + '\n[cache]\nbackend = "redis"\nurl = "http://x"\n')
@@ -42,9 +42,9 @@ def test_charge_cached_is_a_rate_in_0_1_default_0() -> None:
     assert policy is not None and policy.cache.charge_cached == 0.0
     half, _ = check_text(BASE + '\n[cache]\ncharge_cached = 0.5\n')
     assert half is not None and half.cache.charge_cached == 0.5
-    for bad in ("1.5", "-0.1"):
+    for bad, bound in (("1.5", "<= 1.0"), ("-0.1", ">= 0.0")):
         text = BASE + f'\n[cache]\ncharge_cached = {bad}\n'
         policy, found = check_text(text)
         assert policy is None
         assert [format_finding("p.toml", text, f) for f in found] == [
-            "p.toml:10: error: cache.charge_cached must be in [0, 1]"]
+            f"p.toml:10: error: `cache.charge_cached`: Expected `float` {bound}"]

@@ -16,7 +16,7 @@ from litestar.testing import TestClient
 
 from cascade import metrics
 from cascade.cache.decision import build_cache
-from cascade.cache.redis_store import RedisStore
+from cascade.cache.redis_store import RedisCacheStore
 from cascade.http.app import create_app
 from cascade.settings import Settings
 from tests.cache.helpers import Counting, call, cheap_policy, gateway, per_question
@@ -74,7 +74,7 @@ def test_two_gateways_share_answers_through_redis(redis_url: str) -> None:
 
 def test_entries_expire_in_redis(redis_url: str) -> None:
     async def run() -> None:
-        store = RedisStore(redis_url, ttl_s=0.2, timeout_s=2.0, retry_s=1.0)
+        store = RedisCacheStore(redis_url, ttl_s=0.2, timeout_s=2.0, retry_s=1.0)
         try:
             await store.put_many({"k": b"v"})
             assert await store.get_many(["k", "absent"]) == [b"v", None]
@@ -86,6 +86,7 @@ def test_entries_expire_in_redis(redis_url: str) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.slow
 def test_redis_down_is_a_counted_miss_never_a_5xx() -> None:
     policy = cheap_policy(backend="redis", url=f"redis://127.0.0.1:{free_port()}/0",
                           timeout_s=0.2, retry_s=0.5)
@@ -104,6 +105,7 @@ def test_redis_down_is_a_counted_miss_never_a_5xx() -> None:
     assert took < 3.0
 
 
+@pytest.mark.slow
 def test_a_hung_redis_is_bounded_by_the_timeout() -> None:
     """A listener that never answers (a stopped Redis): each lookup waits at most timeout_s."""
     listener = socket.socket()
@@ -112,7 +114,8 @@ def test_a_hung_redis_is_bounded_by_the_timeout() -> None:
     port = listener.getsockname()[1]
 
     async def run() -> float:
-        store = RedisStore(f"redis://127.0.0.1:{port}/0", ttl_s=60, timeout_s=0.2, retry_s=0.01)
+        store = RedisCacheStore(f"redis://127.0.0.1:{port}/0", ttl_s=60, timeout_s=0.2,
+                                retry_s=0.01)
         try:
             started = time.monotonic()
             assert await store.get_many(["k"]) == [None]

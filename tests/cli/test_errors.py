@@ -124,6 +124,7 @@ def test_a_missing_keys_file_is_reported_before_anything_loads(demo_dir: Path) -
     assert not demo_dir.exists()
 
 
+@pytest.mark.slow
 def test_a_taken_port_is_reported_at_once_and_nothing_is_loaded(demo_dir: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]

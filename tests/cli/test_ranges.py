@@ -65,13 +65,13 @@ def test_every_float_setting_is_finite() -> None:
 
 @pytest.mark.parametrize(("table", "line"), [
     ('[tiers.up]\nkind = "upstream"\nurls = ["http://127.0.0.1:9"]\nhealth_interval_s = 0\n',
-     ":4: error: health_interval_s must be > 0"),
+     ":4: error: `tiers.up.health_interval_s`: Expected `float` > 0.0"),
     ('[tiers.laya]\nkind = "laya"\ncheckpoints = { english = "./tiny" }\nmax_batch_size = 0\n',
-     ":4: error: max_batch_size must be >= 1"),
+     ":4: error: `tiers.laya.max_batch_size`: Expected `int` >= 1"),
     ('[tiers.laya]\nkind = "laya"\ncheckpoints = { english = "./tiny" }\nmax_wait_s = -1\n',
-     ":4: error: max_wait_s must be >= 0"),
+     ":4: error: `tiers.laya.max_wait_s`: Expected `float` >= 0.0"),
     ('[tiers.clef]\nkind = "clef"\nmax_batch_tokens = 0\n',
-     ":3: error: max_batch_tokens must be >= 1"),
+     ":3: error: `tiers.clef.max_batch_tokens`: Expected `int` >= 1"),
 ])
 def test_a_policy_number_out_of_range_stops_the_boot(table: str, line: str,
                                                      tmp_path: Path) -> None:

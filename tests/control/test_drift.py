@@ -203,8 +203,8 @@ def test_the_drift_table_is_checked_with_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as info:
         load_policy(path)
     assert info.value.messages == [
-        f"{path}:{lines + 3}: error: drift.bins = 1 must be in [2, 100]",
-        f"{path}:{lines + 4}: error: drift.min_count must be >= 1",
+        f"{path}:{lines + 3}: error: `drift.bins`: Expected `int` >= 2",
+        f"{path}:{lines + 4}: error: `drift.min_count`: Expected `int` >= 1",
     ]
     path.write_text(good + '\n[drift]\nwindow_s = 600.0\nreference = "boot"\n')
     assert load_policy(path).drift == Drift(window_s=600.0, reference="boot")

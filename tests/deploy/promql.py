@@ -47,11 +47,12 @@ def exported_names(labelled: str | None = None) -> set[str]:
             names.add(obj._name + "_info")
         elif isinstance(obj, Gauge):
             names.add(obj._name)
-    # Each app's own gauges (``metrics.GatewayGauges``, ``metrics.DriftGauges``), read at scrape
-    # time.
+    # Each app's own gauges (``metrics.GatewayGauges``, ``DriftGauges``, ``InflightGauge``),
+    # read at scrape time.
     gauges = metrics.GatewayGauges(lambda: {"t": True}, lambda: {"t": 0}, lambda: {"v": "1"})
     drift = metrics.DriftGauges(lambda: {("noul", "2"): 0.0})
-    for family in [*gauges.collect(), *drift.collect()]:
+    inflight = metrics.InflightGauge(lambda: 0)
+    for family in [*gauges.collect(), *drift.collect(), *inflight.collect()]:
         if labelled is None or all(labelled in s.labels for s in family.samples):
             names.update(sample.name for sample in family.samples)
     return names

@@ -39,7 +39,8 @@ def test_dashboard_model() -> None:
 
 # Panels about the whole cascade, whatever tiers are selected: the escalation ratio divides by
 # the questions every tier answered.
-WHOLE_CASCADE = {"Escalation ratio and its baseline"}
+# So is the fleet's strong share, weighted by the questions each replica answered.
+WHOLE_CASCADE = {"Escalation ratio and its baseline", "Strong share: the fleet and each replica"}
 
 
 def test_panels_filter_on_the_template_variables() -> None:

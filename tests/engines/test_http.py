@@ -356,6 +356,7 @@ def test_overload_carries_their_retry_after_and_is_not_retried(
     assert len(rec.requests) == 1
 
 
+@pytest.mark.slow
 def test_a_503_is_never_slept_on() -> None:
     """A draining upstream's ``503 + Retry-After: 5`` fails at once (the gateway degrades), backs
     that URL off, and the request moves on to another URL that is up, without waiting."""

@@ -1,5 +1,5 @@
 """cascade.engines.posting's aiohttp poster against scripted HTTP servers on loopback: what
-reaches the server, what comes back, and each failure as the httpx exception HttpEngine maps."""
+reaches the server, what comes back, and each failure as the cascade error it maps to."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
-from cascade.engines.posting import AiohttpPoster, Reply
+from cascade.engines.posting import AiohttpPoster, ConnectFailed, UpstreamReply, aiohttp_error
+from cascade.errors import EngineFailed, EngineTimeout, Overloaded
 from tests.servers import read_request
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -31,7 +33,7 @@ async def scenario(script: Script, client: Callable[[str, AiohttpPoster], Awaita
                    max_connections: int = 4, pool: float = 2.0, read: float = 2.0) -> Any:
     server = await asyncio.start_server(script, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    poster = AiohttpPoster(max_connections, httpx.Timeout(read, connect=2.0, pool=pool))
+    poster = AiohttpPoster("up", max_connections, httpx.Timeout(read, connect=2.0, pool=pool))
     try:
         return await client(f"http://127.0.0.1:{port}/v1/systemone", poster)
     finally:
@@ -55,7 +57,7 @@ def test_a_request_goes_out_as_built_and_its_answer_comes_back() -> None:
             writer.write(answer(b'{"ok": true}', b"x-a: 1", b"x-a: 2", b"set-cookie: s=1"))
             await writer.drain()
 
-    async def client(url: str, poster: AiohttpPoster) -> list[Reply]:
+    async def client(url: str, poster: AiohttpPoster) -> list[UpstreamReply]:
         return [await poster.post(url, [*JSON, ("authorization", "Bearer k"),
                                         ("x-request-id", f"r{i}")], b'{"q": 1}')
                 for i in range(3)]
@@ -110,14 +112,14 @@ async def _cut_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
 @pytest.mark.parametrize(
     ("script", "error"),
     [
-        (_silent, httpx.ReadTimeout),
-        (_hang_up, httpx.RemoteProtocolError),
-        (_garbage, httpx.RemoteProtocolError),
-        (_cut_short, httpx.ReadError),
+        (_silent, EngineTimeout),
+        (_hang_up, EngineFailed),
+        (_garbage, EngineFailed),
+        (_cut_short, EngineFailed),
     ],
 )
-def test_failures_on_an_open_connection_are_httpx_errors(script: Script,
-                                                         error: type[Exception]) -> None:
+def test_failures_on_an_open_connection_are_cascade_errors(script: Script,
+                                                           error: type[Exception]) -> None:
     async def client(url: str, poster: AiohttpPoster) -> None:
         with pytest.raises(error):
             await poster.post(url, JSON, b"{}")
@@ -131,9 +133,9 @@ def test_a_closed_port_is_a_connect_error() -> None:
         port = server.sockets[0].getsockname()[1]
         server.close()
         await server.wait_closed()
-        poster = AiohttpPoster(4, httpx.Timeout(2.0))
+        poster = AiohttpPoster("up", 4, httpx.Timeout(2.0))
         try:
-            with pytest.raises(httpx.ConnectError):
+            with pytest.raises(ConnectFailed):
                 await poster.post(f"http://127.0.0.1:{port}/v1/systemone", JSON, b"{}")
         finally:
             await poster.aclose()
@@ -141,13 +143,14 @@ def test_a_closed_port_is_a_connect_error() -> None:
     asyncio.run(client())
 
 
-def test_a_full_pool_waits_its_pool_timeout_then_is_a_pool_timeout() -> None:
+@pytest.mark.slow
+def test_a_full_pool_waits_its_pool_timeout_then_is_overloaded() -> None:
     async def client(url: str, poster: AiohttpPoster) -> float:
         busy = asyncio.ensure_future(poster.post(url, JSON, b"{}"))
         await asyncio.sleep(0.1)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        with pytest.raises(httpx.PoolTimeout):
+        with pytest.raises(Overloaded, match="up: every upstream connection is busy"):
             await poster.post(url, JSON, b"{}")
         waited = loop.time() - started
         busy.cancel()
@@ -165,7 +168,7 @@ def test_a_long_header_field_is_read() -> None:
         writer.write(answer(b"{}", b"x-long: " + b"a" * 20_000))
         await writer.drain()
 
-    async def client(url: str, poster: AiohttpPoster) -> Reply:
+    async def client(url: str, poster: AiohttpPoster) -> UpstreamReply:
         return await poster.post(url, JSON, b"{}")
 
     reply = asyncio.run(scenario(script, client))
@@ -197,10 +200,10 @@ def test_an_https_upstream_is_verified_against_the_certificates_httpx_trusts(
             monkeypatch.delenv("SSL_CERT_FILE", raising=False)
         server = await asyncio.start_server(script, "127.0.0.1", 0, ssl=tls)
         url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/systemone"
-        poster = AiohttpPoster(4, httpx.Timeout(2.0))
+        poster = AiohttpPoster("up", 4, httpx.Timeout(2.0))
         try:
             return (await poster.post(url, JSON, b"{}")).content
-        except httpx.ConnectError:
+        except ConnectFailed:
             return None
         finally:
             await poster.aclose()
@@ -233,3 +236,18 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
 
     assert asyncio.run(scenario(script, client)) == [200, 200, 200]
     assert len(connections) == 3
+
+
+@pytest.mark.parametrize(
+    ("exc", "error"),
+    [
+        (aiohttp.ConnectionTimeoutError("connect"), ConnectFailed),  # a ServerTimeoutError too
+        (aiohttp.SocketTimeoutError("read"), EngineTimeout),
+        (aiohttp.ServerDisconnectedError(), EngineFailed),
+        (aiohttp.ClientPayloadError("cut short"), EngineFailed),
+    ],
+)
+def test_each_aiohttp_error_maps_to_cascade_once(exc: aiohttp.ClientError,
+                                                 error: type[Exception]) -> None:
+    mapped = aiohttp_error("up", "http://u/v1/systemone", exc)
+    assert type(mapped) is error and "http://u/v1/systemone" in str(mapped)

@@ -20,6 +20,7 @@ from tests.faults.conftest import metric
 from tests.servers import serve_app
 
 
+@pytest.mark.slow
 def test_a_disconnected_clients_work_is_dropped() -> None:
     seen: dict[str, float] = {}
 
@@ -84,6 +85,7 @@ def test_a_request_answered_within_the_watch_delay_is_never_watched() -> None:
     assert client.reads == 0  # no watcher task ran
 
 
+@pytest.mark.slow
 def test_a_client_gone_mid_request_cancels_its_work_and_leaves_no_cancellation() -> None:
     client = _Client(gone_after_s=0.1)
     seen: dict[str, Any] = {}

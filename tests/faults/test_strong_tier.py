@@ -39,6 +39,7 @@ def heal(stub: Stub, fault: str) -> None:
     stub.mode = "ok"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", SLOW_FAULTS + FAST_FAULTS)
 def test_a_strong_tier_fault_degrades_opens_the_breaker_and_recovers(
     fault: str, stub: Stub, gateway: Gateway

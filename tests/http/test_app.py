@@ -189,6 +189,7 @@ def test_compressed_bodies(client: TestClient, encoding: str) -> None:
     assert r.status_code == 200, r.text
 
 
+@pytest.mark.slow
 def test_zstd_bomb_is_refused_fast(client: TestClient) -> None:
     bomb = zstandard.ZstdCompressor(level=19).compress(b"\0" * (1 << 30))
     started = time.perf_counter()

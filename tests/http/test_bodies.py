@@ -81,6 +81,7 @@ def test_a_valid_gzip_body_followed_by_an_empty_member_decodes() -> None:
                           limit=LIMIT) == DATA
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("coding", "piece", "count"),
     [("zstd", zstandard.compress(b""), 400_000),  # 3.6 MB of empty frames: 34.7 s before
@@ -102,6 +103,7 @@ def _zstd_zeros(n_bytes: int) -> bytes:
     return b"".join([*pieces, compressor.flush()])
 
 
+@pytest.mark.slow
 def test_a_1_gb_zstd_bomb_is_refused_fast_and_without_a_memory_spike() -> None:
     bomb = _zstd_zeros(1 << 30)
     assert len(bomb) < 64 * 1024

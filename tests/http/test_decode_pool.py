@@ -28,6 +28,7 @@ async def _engine_using_the_default_executor(call: EngineCall) -> EngineAnswer:
     return await asyncio.to_thread(deterministic_answer, call)
 
 
+@pytest.mark.slow
 def test_slow_bodies_do_not_starve_other_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     release = threading.Event()
     real = intake.decode_content

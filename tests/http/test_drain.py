@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.servers import free_port, wait_http
 
@@ -93,6 +94,7 @@ def demo_gateway(tmp_path: Path, drain_s: float) -> Iterator[tuple[subprocess.Po
         log.close()
 
 
+@pytest.mark.slow
 def test_sigterm_drains_then_exits_cleanly(tmp_path: Path) -> None:
     with demo_gateway(tmp_path, DRAIN_S) as (proc, port):
         requests, ready, sent = asyncio.run(_load(f"http://127.0.0.1:{port}", proc))

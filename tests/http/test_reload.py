@@ -167,7 +167,10 @@ def test_a_bad_policy_is_422_with_file_line_errors_and_the_old_version_keeps_ser
     detail = r.json()["detail"]
     assert detail["error_type"] == "config_error"
     bogus = lines.index("bogus = 1") + 1
-    assert f"{policy_file}:{bogus}: error: unknown key `bogus`" in detail["lines"][0]
+    assert detail["lines"] == [
+        f"{policy_file}:{bogus - 1}: error: `shadow.fraction`: Expected `float` <= 1.0",
+        f"{policy_file}:{bogus}: error: unknown key `bogus` (known: fraction, max_concurrent, "
+        "seed)"]
     assert detail["lines"][0] in detail["message"] and before[:12] in detail["message"]
     assert reloads("rejected") == rejected + 1
     health = client.get("/health", headers=ADMIN).json()["config"]

@@ -52,6 +52,7 @@ def _answer(sock: socket.socket) -> bytes:
     return answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("served", [Settings(body_read_timeout_s=0.5)], indirect=True)
 def test_stalled_body_gets_408(served: tuple[str, int]) -> None:
     with _slow(served) as sock:
@@ -64,6 +65,7 @@ def test_stalled_body_gets_408(served: tuple[str, int]) -> None:
     assert 0.4 < elapsed < 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "served", [Settings(min_body_rate=100, body_rate_grace_s=0.3, body_read_timeout_s=30)],
     indirect=True,
@@ -89,6 +91,7 @@ def test_a_body_slower_than_the_minimum_rate_gets_408_long_before_the_timeout(
     assert elapsed < 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("served", "status"),
     [(Settings(max_body_reads=10, max_body_reads_per_client=2), b"429"),

@@ -293,7 +293,7 @@ cheap = "laya"
 """
     for extra, message in (
         ('precision = "int4"', "precision"),
-        ("max_flip_rate = 1.5", "max_flip_rate must be in [0, 1]"),
+        ("max_flip_rate = 1.5", "`tiers.laya.max_flip_rate`: Expected `float` <= 1.0"),
         ('flip_report = "r.json"', "flip_report names one report"),
     ):
         policy, found = check_text(base.replace('[route]', f"{extra}\n[route]"))

@@ -4,13 +4,15 @@ moves, bounded in rows, cut by the budget like a low confidence."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
+import pytest
 
 from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult
 from cascade.errors import EngineUnavailable
 from cascade.policy.consistency import OrderCheck, order_id, orders
-from cascade.policy.files import validate
+from cascade.policy.files import PolicyError, load_policy
 from cascade.policy.flow import Ask, Decision, Failure, Reply, TierCall, decide, run
 from cascade.policy.model import Consistency, LayaTier
 from cascade.policy.routing import Gate
@@ -136,8 +138,16 @@ def test_request_escalation_takes_the_other_cheap_questions_along() -> None:
     assert decision.escalated == {"intent": "order_unstable", "mood": "whole_request"}
 
 
-def test_policy_findings_reject_a_check_without_rows() -> None:
-    bad = msgspec.structs.replace(CHECKED, consistency=Consistency(orders=0, max_extra_rows=0))
-    assert {f.path for f in validate(bad) if f.severity == "error"} >= {
-        ("consistency", "orders"), ("consistency", "max_extra_rows")}
-
+@pytest.mark.parametrize(("table", "key"), [
+    ("[consistency]\norders = 0", "consistency.orders"),
+    ("[consistency]\nmax_extra_rows = 0", "consistency.max_extra_rows"),
+    ("[consistency]\nmargin = 1.5", "consistency.margin"),
+    ("[novelty]\nmax_reference = 50000", "novelty.max_reference"),
+    ("[novelty]\nmax_flag_rate = 0", "novelty.max_flag_rate"),
+])
+def test_policy_files_reject_out_of_bounds_signal_settings(tmp_path: Path, table: str,
+                                                           key: str) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(Path("policies/default.toml").read_text() + "\n" + table + "\n")
+    with pytest.raises(PolicyError, match=key):
+        load_policy(path)

@@ -126,7 +126,7 @@ def test_cross_references() -> None:
     found = messages(text)
     assert "p.toml:10: error: route.strong names an undefined tier `gpu`" in found
     assert "p.toml:12: error: breaker for an undefined tier `gpu`" in found
-    assert "p.toml:13: error: min_calls must be >= 1" in found
+    assert "p.toml:13: error: `breaker.gpu.min_calls`: Expected `int` >= 1" in found
     assert "p.toml:5: warning: tier `clef` is not used by [route]" in found
     # errors come before warnings
     assert [m.split(": ")[1] for m in found] == sorted(

@@ -74,6 +74,7 @@ def test_pixels_over_the_limit_are_too_large() -> None:
         load_image(PNG, limits=Limits(max_image_bytes=BIG, max_image_pixels=47))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", [10_000, 50_000])  # Pillow: a warning at 89 MP, an error at 179
 def test_a_decompression_bomb_is_refused_from_its_header(side: int) -> None:
     bomb = _with_png_size(PNG, side, side)
@@ -280,6 +281,7 @@ def test_a_progressive_jpeg_is_accepted_up_to_the_scan_limit() -> None:
         load_image(_scan_bomb(64, 91))
 
 
+@pytest.mark.slow
 def test_a_scan_bomb_is_422_at_the_image_without_decoding_it() -> None:
     bomb = _scan_bomb(4000, 2000)  # decoding it took 56 s on the 2-core machine
     request = _request(images=[B64, base64.b64encode(bomb).decode()])

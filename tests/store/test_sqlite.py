@@ -123,6 +123,7 @@ def test_escalated_rows_carry_both_tiers_and_state_none_stores_nothing(tmp_path:
     assert row.cheap is not None and row.strong is not None
 
 
+@pytest.mark.slow
 def test_a_full_queue_drops_and_counts_and_never_slows_a_request(tmp_path: Path):
     policy = _policy()
     release = threading.Event()

@@ -202,6 +202,7 @@ def test_a_bad_overlay_names_its_line(tmp_path: Path) -> None:
         app(tmp_path, tenants)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("on_error", "status"), [("open", 200), ("closed", 503)])
 def test_a_redis_outage_fails_open_or_closed_never_500(tmp_path: Path, on_error: str,
                                                        status: int) -> None:

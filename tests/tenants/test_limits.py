@@ -10,7 +10,7 @@ from cascade import metrics
 from cascade.errors import Overloaded, TenantLimited
 from cascade.tenants.admission import Grant, TenantAdmission, reset_text
 from cascade.tenants.limits import BackendFailed, Check, Gcra, Level, LocalStore, Verdict
-from cascade.tenants.model import Limits, Tenant
+from cascade.tenants.model import Tenant, TenantLimits
 
 
 class Clock:
@@ -69,7 +69,7 @@ def test_peek_refuses_only_once_over_and_look_never_refuses() -> None:
     assert gcra.admit([peek], 31.0).allowed  # 90 s of debt minus 60 s of window, plus one
 
 
-ACME = Tenant(name="acme", limits=Limits(requests_per_min=2, questions_per_min=5,
+ACME = Tenant(name="acme", limits=TenantLimits(requests_per_min=2, questions_per_min=5,
                                           input_tokens_per_min=100, max_inflight=1,
                                           strong_questions_per_min=3))
 
@@ -138,7 +138,7 @@ def test_a_request_reserves_its_strong_answers_from_what_the_tenant_has_left() -
     over the quota gets none, with the time one more comes back."""
     clock = Clock()
     admission = TenantAdmission(LocalStore(clock))
-    acme = Tenant(name="acme", limits=Limits(strong_questions_per_min=3))
+    acme = Tenant(name="acme", limits=TenantLimits(strong_questions_per_min=3))
     first, second = Grant(), Grant()
     run(admission.after_decode(acme, 2, first))
     run(admission.after_decode(acme, 2, second))
@@ -162,7 +162,7 @@ def test_a_request_reserves_its_strong_answers_from_what_the_tenant_has_left() -
 
 def test_max_inflight_counts_the_states_of_a_batch() -> None:
     admission = TenantAdmission(LocalStore(Clock()))
-    four = Tenant(name="four", limits=Limits(max_inflight=4))
+    four = Tenant(name="four", limits=TenantLimits(max_inflight=4))
     with admission.permit(four), pytest.raises(TenantLimited, match="65 states in flight"):
         with admission.permit(four, 64):
             pass
@@ -173,7 +173,7 @@ def test_max_inflight_counts_the_states_of_a_batch() -> None:
 
 def test_max_inflight_is_per_tenant_and_never_waits() -> None:
     admission = TenantAdmission(LocalStore(Clock()))
-    other = Tenant(name="beta", limits=Limits(max_inflight=1))
+    other = Tenant(name="beta", limits=TenantLimits(max_inflight=1))
     with admission.permit(ACME):
         with pytest.raises(TenantLimited, match="max_inflight"):
             with admission.permit(ACME):

@@ -16,14 +16,14 @@ from cascade import metrics
 from cascade.errors import Overloaded
 from cascade.tenants.admission import Grant, TenantAdmission
 from cascade.tenants.limits import BackendFailed, Check
-from cascade.tenants.model import Limits, Tenant
-from cascade.tenants.redis_store import RedisStore
+from cascade.tenants.model import Tenant, TenantLimits
+from cascade.tenants.redis_store import RedisLimitStore
 from tests.servers import run_redis
 
 
 def test_two_replicas_share_one_limit_through_redis() -> None:
     async def main(url: str) -> None:
-        one, two = (RedisStore(url, timeout_s=1.0, prefix="t1:") for _ in range(2))
+        one, two = (RedisLimitStore(url, timeout_s=1.0, prefix="t1:") for _ in range(2))
         take = [Check("acme:requests", 3)]
         results = [(await store.admit(take)).allowed for store in (one, two, one, two)]
         assert results == [True, True, True, False]
@@ -44,10 +44,10 @@ def test_two_replicas_share_one_limit_through_redis() -> None:
 
 
 def test_admission_over_redis_counts_every_limit_as_locally() -> None:
-    acme = Tenant(name="acme", limits=Limits(requests_per_min=5, questions_per_min=4))
+    acme = Tenant(name="acme", limits=TenantLimits(requests_per_min=5, questions_per_min=4))
 
     async def main(url: str) -> None:
-        admission = TenantAdmission(RedisStore(url, timeout_s=1.0, prefix="t2:"),
+        admission = TenantAdmission(RedisLimitStore(url, timeout_s=1.0, prefix="t2:"),
                                     backend="redis")
         grant = Grant()
         await admission.before_body(acme, grant)
@@ -62,10 +62,11 @@ def test_admission_over_redis_counts_every_limit_as_locally() -> None:
         asyncio.run(main(url))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["stopped", "hung"])
 def test_a_redis_down_or_hung_fails_within_the_timeout(fault: str) -> None:
     async def main(url: str) -> float:
-        store = RedisStore(url, timeout_s=0.2, prefix="t3:")
+        store = RedisLimitStore(url, timeout_s=0.2, prefix="t3:")
         assert (await store.admit([Check("k", 5)])).allowed  # connected while it was up
         (proc.send_signal(signal.SIGSTOP) if fault == "hung" else proc.terminate())
         if fault == "stopped":
@@ -83,7 +84,7 @@ def test_a_redis_down_or_hung_fails_within_the_timeout(fault: str) -> None:
     assert elapsed < 3 * 0.2 + 0.5  # bounded: the timeout, never the OS's TCP timeouts
 
 
-LIMITED = Tenant(name="acme", limits=Limits(
+LIMITED = Tenant(name="acme", limits=TenantLimits(
     requests_per_min=100, questions_per_min=100, input_tokens_per_min=1000,
     strong_questions_per_min=10))
 
@@ -105,7 +106,7 @@ def test_a_hung_redis_is_asked_once_then_left_alone_for_retry_s() -> None:
     now = [0.0]
 
     async def main(url: str, proc: subprocess.Popen[bytes]) -> None:
-        store = RedisStore(url, timeout_s=0.2, prefix="t4:", retry_s=5.0, clock=lambda: now[0])
+        store = RedisLimitStore(url, timeout_s=0.2, prefix="t4:", retry_s=5.0, clock=lambda: now[0])
         admission = TenantAdmission(store, backend="redis", on_error="open")
         closed = TenantAdmission(store, backend="redis", on_error="closed")
         assert (await _request(admission)).headers["x-ratelimit-remaining-tokens"] == "990"
@@ -139,7 +140,7 @@ def test_after_a_restart_dead_pooled_connections_reconnect_once() -> None:
 
     async def main(url: str, proc: subprocess.Popen[bytes],
                    restarted: contextlib.ExitStack) -> None:
-        store = RedisStore(url, timeout_s=1.0, prefix="t5:")
+        store = RedisLimitStore(url, timeout_s=1.0, prefix="t5:")
         admission = TenantAdmission(store, backend="redis", on_error="closed")
         await asyncio.gather(*(admission.before_body(LIMITED, Grant()) for _ in range(4)))
         assert len(store.client.connection_pool._available_connections) == 4
