@@ -25,8 +25,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
 from cascade.calls import EngineCall, EngineUsage, QuestionResult
-from cascade.errors import ValidationFailed
+from cascade.errors import CascadeError, ValidationFailed
 from cascade.questions import BANDS, n_options, option_band, option_names, render_text
 from cascade.schema import (
     Action,
@@ -223,3 +225,18 @@ def headers(counts: Counter[str], *, demo: bool, timings: Mapping[str, float] | 
     if costs is not None:
         found[timed.COST] = timed.cost(costs)
     return found
+
+
+class Outcome(msgspec.Struct, kw_only=True):
+    """One decided request as the front door sends it: the response, its headers, and what
+    the front door counts and charges."""
+
+    response: SystemOneResponse
+    headers: dict[str, str]
+    label: str  # "ok" or "degraded", the requests_total outcome
+    tiers: dict[str, str]  # question id -> the tier whose answer was returned
+    # question id -> why it is not answered (``decide(partial=True)`` only; not in ``response``)
+    refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
+    cached_tokens: int = 0  # of the response's input tokens, answered from the decision cache
+    timings: dict[str, float] = msgspec.field(default_factory=dict)  # seconds, by tier
+    costs: dict[str, float] = msgspec.field(default_factory=dict)  # [cost] units, by tier ran

@@ -23,6 +23,7 @@ from cascade.errors import CascadeError, ConfigRejected
 from cascade.gateway import Gateway
 from cascade.policy.calibration import (
     CalibrationError,
+    CalibrationMismatch,
     check_checkpoints,
     weight_mismatches,
     with_calibration_file,
@@ -38,6 +39,7 @@ from cascade.policy.model import (
     Tier,
     UpstreamTier,
 )
+from cascade.policy.novelty import check_reference, load_reference
 from cascade.policy.precision import check_precision
 from cascade.settings import Settings, env_secret
 from cascade.store.base import DecisionStore
@@ -308,6 +310,10 @@ def reread_policy(settings: Settings, serving: Policy) -> Policy:
         file = policy.calibration.file or "<calibration>"
         raise ConfigRejected([f"{file}: error: {line}; refit it with `cascade calibrate` for "
                               "these weights" for line in wrong])
+    try:
+        check_reference(policy, load_reference(policy), found)
+    except (CalibrationError, CalibrationMismatch) as exc:
+        raise ConfigRejected([f"{policy.calibration.file}: error: {exc}"]) from exc
     return policy
 def tier_ids(policy: Policy) -> dict[str, str]:
     """Each tier's content id for the decision cache: its weights' hash, or for an upstream
@@ -329,7 +335,9 @@ def build_gateway(settings: Settings, *, policy: Policy | None = None,
     policy = policy or policy_from_settings(settings)
     if settings.demo:
         log.warning(DEMO_BANNER)
-    check_checkpoints(policy, located(policy))
+    found = located(policy)
+    check_checkpoints(policy, found)
+    check_reference(policy, load_reference(policy), found)
     random = random_tiers(policy)
     if random and not settings.demo:
         log.warning(RANDOM_BANNER.format(", ".join(random)))

@@ -76,6 +76,9 @@ class QuestionResult(msgspec.Struct, kw_only=True):
     type: QuestionType
     probabilities: list[float]
     act_probability: float | None = None  # Laya's act head, when the tier has one
+    # Laya's ``pooled`` vector of the row it read, float16 little-endian (the novelty gate's
+    # input, ``cascade.policy.novelty``); None from tiers and exports without one
+    vector: bytes | None = None
 
 
 class EngineUsage(msgspec.Struct, kw_only=True):

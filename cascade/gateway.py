@@ -1,9 +1,10 @@
 """Drives one request through the cascade: the only code that awaits engines.
 
 ``cascade.policy.flow.decide`` decides; this module answers what it asks (previews off the
-event loop, tier calls under budgets and breakers), records metrics, the decision log and
-shadow calls, and shapes the decision (``cascade.answers``). ``cascade.control`` gives each
-request its gate and learns from each decision and shadow answer. Health, readiness and model cards
+event loop, tier calls under budgets and breakers), records metrics and the decision log,
+starts shadow calls (``cascade.shadowing.mirror``), and shapes the decision (``cascade.answers``).
+``cascade.control`` gives each request its gate and learns from each decision and shadow
+answer. Health, readiness and model cards
 are ``cascade.http.status``'s; the gauges ``cascade.http.gauges``'s.
 
 Every request gets a ``Budget``: a deadline ``admission_deadline_s`` from its start and a flow id
@@ -30,7 +31,7 @@ from typing import Any
 import msgspec
 
 from cascade import answers, metrics
-from cascade.answers import Profile
+from cascade.answers import Outcome, Profile
 from cascade.cache.decision import CacheControl, DecisionCache, Lookup
 from cascade.calls import Budget, EngineAnswer, EngineCall
 from cascade.control.drift import DriftMonitor
@@ -39,9 +40,6 @@ from cascade.control.live import LiveControl
 from cascade.engines.base import Engine
 from cascade.errors import (
     CascadeError,
-    ClientError,
-    EngineError,
-    Overloaded,
 )
 from cascade.policy.costs import kind_of
 from cascade.policy.fingerprint import policy_hash
@@ -52,7 +50,6 @@ from cascade.policy.flow import (
     Flow,
     Preview,
     Reply,
-    ShadowCall,
     decide,
     subcall,
 )
@@ -61,8 +58,9 @@ from cascade.policy.quota import StrongQuota
 from cascade.policy.routing import Gate
 from cascade.policy.serving import Reconfigurable, Serving
 from cascade.policy.stamp import Stamp
-from cascade.schema import SystemOneResponse
+from cascade.questions import n_options, option_band
 from cascade.settings import ADMISSION_DEADLINE_S
+from cascade.shadowing.mirror import ShadowMirror
 from cascade.store.base import DecisionStore
 from cascade.tenants import spend
 from cascade.tenants.usage import UsageBook
@@ -72,18 +70,6 @@ from cascade.tracing import attributes
 from cascade.tracing.calls import traced
 
 log = logging.getLogger("cascade")
-
-
-class Outcome(msgspec.Struct, kw_only=True):
-    response: SystemOneResponse
-    headers: dict[str, str]
-    label: str  # "ok" or "degraded", the requests_total outcome
-    tiers: dict[str, str]  # question id -> the tier whose answer was returned
-    # question id -> why it is not answered (``decide(partial=True)`` only; not in ``response``)
-    refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
-    cached_tokens: int = 0  # of the response's input tokens, answered from the decision cache
-    timings: dict[str, float] = msgspec.field(default_factory=dict)  # seconds, by tier
-    costs: dict[str, float] = msgspec.field(default_factory=dict)  # [cost] units, by tier ran
 
 
 class Gateway(Reconfigurable):
@@ -105,11 +91,12 @@ class Gateway(Reconfigurable):
         self.started = False
         self._flows = itertools.count(1)
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
-        self._shadow_tasks: set[asyncio.Task[None]] = set()
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
         self.fleet = FleetLink(self.control)  # [control] scope = "fleet": syncs with the others
         self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
+        self.shadows = ShadowMirror(lambda serving, tier, call: self._call(
+            serving, tier, call, {}, record=False), self.breakers, clock, self.control)
         self.reconfigured.append(lambda serving: self.control.prepare(serving.policy))
         if cache is not None:  # its identity of the next version's weights, hashed before it serves
             self.reconfigured.append(cache.prepare)
@@ -129,9 +116,7 @@ class Gateway(Reconfigurable):
     async def aclose(self) -> None:
         self.started = False
         await self.fleet.aclose()
-        for task in list(self._shadow_tasks):
-            task.cancel()
-        await asyncio.gather(*self._shadow_tasks, return_exceptions=True)
+        await self.shadows.aclose()
         closing = [engine.aclose() for engine in self.engines.values()]
         await asyncio.gather(*closing, *([self.cache.aclose()] if self.cache else []))
 
@@ -191,9 +176,11 @@ class Gateway(Reconfigurable):
                       tenant_policy_hash=None if policy is None else self._own_hash(policy),
                       trace_id=tracing.trace_id())
         tracing.annotate(lambda: attributes.started(call, stamp))
+        own = policy is not None  # a tenant's own policy: its calibration's set is not loaded
         policy = policy or serving.policy
         flow = decide(policy, call, previews=serving.previewer is not None, shadow_key=key,
-                      partial=partial, gate=gate, quota=quota, stamp=stamp)
+                      partial=partial, gate=gate, quota=quota, stamp=stamp,
+                      reference=None if own else serving.reference)
         decision, merging = await self._drive(flow, serving, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision, serving.policy)
@@ -206,7 +193,7 @@ class Gateway(Reconfigurable):
             with tracing.span("cascade.decision_log"):
                 await self.decisions.record(call, decision, time.perf_counter() - started)
         if decision.shadow is not None:
-            self._shadow(serving, decision.shadow, decision.stamp)
+            self.shadows.mirror(serving, decision.shadow, decision.stamp, self.decisions)
         tiers = decision.tiers
         label = "degraded" if decision.degraded or decision.refused else "ok"
         tracing.annotate(lambda: attributes.decided(call, decision, label))
@@ -262,6 +249,9 @@ class Gateway(Reconfigurable):
             elif route.reason not in (None, "budget"):  # budget: kept cheap (control counts)
                 metrics.ESCALATIONS.labels(reason=route.reason, type=qtype).inc()
             metrics.QUESTIONS.labels(tier=route.tier, type=qtype).inc()
+            if decision.novelty.get(qid, 0.0) > 1:
+                metrics.NOVELTY_FLAGS.labels(type=qtype, band=option_band(
+                    n_options(call.questions[qid]))).inc()
             metrics.CONFIDENCE.labels(tier=route.tier, type=qtype).observe(
                 max(decision.results[qid].probabilities))
 
@@ -278,30 +268,6 @@ class Gateway(Reconfigurable):
         if known is None or known[0] is not policy:
             known = self._own_hashes[id(policy)] = (policy, policy_hash(policy))
         return known[1]
-
-    def _shadow(self, serving: Serving, shadow: ShadowCall, stamp: Stamp) -> None:
-        """Mirror the stamped request (cheap-final) to the strong tier in the background,
-        bounded."""
-        busy = len(self._shadow_tasks) >= serving.policy.shadow.max_concurrent
-        if busy or self.breakers[shadow.tier].state(self.clock()) != "closed":
-            metrics.SHADOW.labels(outcome="skipped_busy").inc()
-            return
-        task = asyncio.get_running_loop().create_task(self._run_shadow(serving, shadow, stamp))
-        self._shadow_tasks.add(task)
-        task.add_done_callback(self._shadow_tasks.discard)
-
-    async def _run_shadow(self, serving: Serving, shadow: ShadowCall, stamp: Stamp) -> None:
-        try:
-            answering = self._call(serving, shadow.tier, shadow.call, {}, record=False)
-            strong = await traced(shadow.tier, "shadow", kind_of(serving.policy.tiers[
-                shadow.tier]), shadow.call, answering)
-        except (EngineError, Overloaded, ClientError):
-            metrics.SHADOW.labels(outcome="failed").inc()
-            return
-        metrics.SHADOW.labels(outcome="sent").inc()
-        if self.decisions is not None:
-            self.decisions.shadowed(shadow.call, strong, stamp)
-        self.control.shadowed(shadow, strong)  # agreement metrics; the teacher's labels
 
     # ---------------- what the front door reads (cascade.http.view.GatewayView; tiers: the base)
 

@@ -79,6 +79,12 @@ ESCALATIONS = Counter(
     "Questions sent to the strong tier, by reason (pre-routing and post-rules) and type.",
     ["reason", "type"],
 )
+NOVELTY_FLAGS = Counter(
+    "cascade_novelty_flags_total",
+    "Cheap answers the novelty gate judged unlike its calibration data (escalated as novel "
+    "unless another rule already had, or a budgeted gate was cut), by type and option band.",
+    ["type", "band"],
+)
 DEGRADED = Counter(
     "cascade_degraded_answers_total",
     "Cheap-tier answers returned marked degraded because the strong tier failed, by reason.",

@@ -261,7 +261,7 @@ def test_shadow_sampling_ignores_the_client_id_and_never_touches_the_breaker() -
         await gateway.start()
         for _ in range(40):  # the same client id every time
             await gateway.systemone(msgspec.structs.replace(call(NOUL), request_id="fixed"))
-        await asyncio.gather(*gateway._shadow_tasks)
+        await gateway.shadows.settled()
         assert gateway.breakers["clef"].state(gateway.clock()) == "closed"
         await gateway.aclose()
         return gateway.engines["clef"].calls  # type: ignore[attr-defined, no-any-return]

@@ -17,9 +17,9 @@ FORMATS = ("cascade.laya", "cascade.clef")
 # entry point above everything.
 LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
           "cascade.contracts", "cascade.request", "cascade.build", "cascade.gateway",
-          "cascade.store", "cascade.cache", "cascade.tiercall", "cascade.answers",
-          "cascade.control", "cascade.tenants", "cascade.fleet", "cascade.policy",
-          "cascade.engines", "cascade.tracing", FORMATS]
+          "cascade.shadowing", "cascade.store", "cascade.cache", "cascade.tiercall",
+          "cascade.answers", "cascade.control", "cascade.tenants", "cascade.fleet",
+          "cascade.policy", "cascade.novelty", "cascade.engines", "cascade.tracing", FORMATS]
 
 
 def _module(path: Path) -> str:

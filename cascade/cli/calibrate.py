@@ -4,15 +4,18 @@ The cheap tier runs on the data (cached with ``--cache DIR``; the strong tier is
 or the rows of a decision log are read (``--from-log FILE --teacher strong``). The fit is
 ``cascade.eval.fit``'s; the file (``cascade.policy.calibration``) is stamped with both tiers'
 content hashes and the data's size, and is used by ``[calibration] file = "..."`` in a policy or
-``--calibration FILE`` on ``serve``, ``eval`` and ``route``.
+``--calibration FILE`` on ``serve``, ``eval`` and ``route``. From data (not a log, which keeps no
+vectors) it also fits the novelty gate's reference set, ``OUT.novelty.npz``
+(``cascade.novelty.reference``), named with its SHA-256 in the file's ``[novelty]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -21,6 +24,10 @@ from cascade.cli.errors import UsageError
 from cascade.cli.eval import check_source, data_flags, random_of, tier_flags, tier_policy
 from cascade.cli.numbers import count, share
 from cascade.cli.summary import rounded
+
+if TYPE_CHECKING:
+    from cascade.eval.decide import ItemRow
+    from cascade.policy.model import Policy, Reference
 
 
 def register(groups: dict[str, Any]) -> None:
@@ -105,14 +112,46 @@ def calibrate_command(args: argparse.Namespace) -> int:
     random = random_of(args, policy)
     if args.demo or random:
         header += "\nDEMO: fitted on tiny random weights; it means nothing."
+    reference = None if args.from_log else reference_set(policy, rows, Path(args.out))
+    if reference is not None:
+        cal = msgspec.structs.replace(cal, novelty=reference[0])
     write_calibration(args.out, cal, header)
     escalated = sum(round(f.escalation * f.n) for f in diagnostics.values())
     summary = {"out": str(args.out), "target": target, "value": value,
                "gated_questions": gated, "escalation": escalated / gated, "cells": diagnostics,
-               **demo_label(random)}
+               **demo_label(random), "novelty": reference[1] if reference else None}
     print(msgspec.json.encode(rounded(msgspec.to_builtins(summary))).decode() if args.json
           else table(summary))
     return 0
+
+
+def reference_set(policy: Policy, rows: Sequence[ItemRow], out: Path
+                  ) -> tuple[Reference, dict[str, Any]] | None:
+    """Fit and write the novelty gate's reference set next to ``out`` (``OUT.novelty.npz``)
+    from the pooled vectors of the questions that reached the gate; its ``Reference`` and a
+    summary, or None when the cheap tier returned no vectors (an upstream, an old export)."""
+    from cascade.build import fingerprints
+    from cascade.eval.decide import reaches_gate
+    from cascade.novelty.reference import cell_of, fit, save
+    from cascade.policy.model import Reference
+
+    vectors: dict[str, list[bytes]] = {}
+    for row in rows:
+        if reaches_gate(row) and row.cheap is not None and row.cheap.vector is not None:
+            vectors.setdefault(cell_of(row.checkpoint, row.type, row.band), []).append(
+                row.cheap.vector)
+    if not vectors or policy.route.cheap is None:
+        return None
+    novelty = policy.novelty
+    ref = fit(vectors, weights=fingerprints(policy)[policy.route.cheap], k=novelty.k,
+              dims=novelty.dims, max_reference=novelty.max_reference,
+              max_flag_rate=novelty.max_flag_rate, min_rows=novelty.min_rows)
+    path = out.with_name(out.stem + ".novelty.npz")
+    digest = save(path, ref)
+    return Reference(file=path.name, sha256=digest), {
+        "file": str(path), "cells": {c: len(v) for c, v in ref.cells.items()},
+        "bytes": ref.nbytes, "max_flag_rate": ref.max_flag_rate,
+        "left_out": sorted(set(vectors) - set(ref.cells))}
 
 
 def table(summary: dict[str, Any]) -> str:
@@ -132,4 +171,14 @@ def table(summary: dict[str, Any]) -> str:
                      f"{num(cell.lower_bound, '.1%'):>9}")
     if any(cell.pooled for cell in summary["cells"].values()):
         lines.append("* too few questions in the cell: the pooled fit applies")
+    novelty = summary.get("novelty")
+    if novelty is None:
+        lines.append("novelty gate: no reference set (no pooled vectors: the gate stays off)")
+    else:
+        lines.append(f"novelty reference set {novelty['file']}: "
+                     + ", ".join(f"{c} {n}" for c, n in novelty["cells"].items())
+                     + f" vectors ({novelty['bytes']} bytes), flagging "
+                     f"{novelty['max_flag_rate']:.1%} of them"
+                     + (f"; too few for {', '.join(novelty['left_out'])} (gate off there)"
+                        if novelty["left_out"] else ""))
     return "\n".join(lines)

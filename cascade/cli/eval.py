@@ -92,9 +92,14 @@ def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
     """The policy and settings the tier flags describe, calibration applied and checked."""
     from cascade.build import demo_policy, fingerprints
     from cascade.cli.route import laya_checkpoints
-    from cascade.policy.calibration import check_checkpoints, with_calibration_file
+    from cascade.policy.calibration import (
+        CalibrationError,
+        check_checkpoints,
+        with_calibration_file,
+    )
     from cascade.policy.files import load_policy
     from cascade.policy.model import UpstreamTier
+    from cascade.policy.novelty import check_reference, load_reference
     from cascade.settings import from_env
 
     url = getattr(args, "url", None)
@@ -113,7 +118,12 @@ def tier_policy(args: argparse.Namespace) -> tuple[Policy, Any]:
         policy, _ = laya_checkpoints(policy, args.laya)
     if args.calibration is not None:
         policy = with_calibration_file(policy, args.calibration)
-        check_checkpoints(policy, fingerprints(policy))
+        found = fingerprints(policy)
+        check_checkpoints(policy, found)
+        try:
+            check_reference(policy, load_reference(policy), found)
+        except CalibrationError as exc:
+            raise SystemExit(f"cascade {args.command}: {exc}") from None
     return policy, settings
 
 

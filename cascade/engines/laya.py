@@ -95,8 +95,9 @@ class _Limits(TypedDict):
 
 def run_rows(session: OnnxSession, pad_id: int, rows: list[Row]) -> list[RowOut]:
     """One forward pass over ``rows``; each output trimmed to that row's own options."""
-    logits, act = session.run(collate(rows, pad_id))
-    return [(logits[i, : len(r.markers)].copy(), act[i].copy()) for i, r in enumerate(rows)]
+    logits, act, *pooled = session.run(collate(rows, pad_id))
+    return [(logits[i, : len(r.markers)].copy(), act[i].copy(),
+             pooled[0][i].copy() if pooled else None) for i, r in enumerate(rows)]
 
 
 class LayaEngine:
@@ -141,7 +142,8 @@ class LayaEngine:
         for name, ckpt in self.previewer.checkpoints.items():
             export = await asyncio.to_thread(self._export, ckpt.path)
             session = await asyncio.to_thread(
-                OnnxSession, export / MODEL_FILE, intra_op_threads=self._threads
+                OnnxSession, export / MODEL_FILE, intra_op_threads=self._threads,
+                optional=("pooled",),
             )
             tok = ckpt.tok
             rows = [warmup_row(tok.cls_id, tok.mask_id, tok.sep_id, min(n, ckpt.cfg.max_len))

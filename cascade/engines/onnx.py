@@ -27,7 +27,8 @@ class OnnxSession:
 
     ``intra_op_threads`` defaults to the cores available; inter-op parallelism is off (the
     graph is a chain). ``spin`` keeps idle intra-op threads spinning between runs: lower latency
-    under load, wasted CPU when idle, so it is off unless asked for.
+    under load, wasted CPU when idle, so it is off unless asked for. ``optional``: outputs run
+    too when the graph has them (after ``outputs``).
     """
 
     def __init__(
@@ -37,6 +38,7 @@ class OnnxSession:
         intra_op_threads: int | None = None,
         spin: bool = False,
         outputs: tuple[str, ...] = ("logits", "act_logits"),
+        optional: tuple[str, ...] = (),
     ) -> None:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -52,6 +54,8 @@ class OnnxSession:
             )
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise EngineUnavailable(f"cannot load {path}: {exc}") from exc
+        has = {o.name for o in self._session.get_outputs()}
+        self.outputs += [name for name in optional if name in has]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """One forward pass over a collated batch; outputs in ``self.outputs`` order."""

@@ -9,6 +9,8 @@ refused it, or a tier it needed refused or failed on it and nothing could stand 
 ``strong_down`` decides as if the strong tier were unavailable (``cascade eval --strong-down``);
 ``canned_strong`` as if it answered every call (``cascade calibrate``, which never runs it:
 the questions that reach the gate are those of a cascade whose strong tier serves).
+The option-order check's extra call is answered from the runner's reordered rows
+(``Outputs.orders``; without them the check finds no rows and checks nothing).
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from cascade.engines.base import Previewing
 from cascade.errors import CascadeError, ClientError, EngineFailed, EngineUnavailable
 from cascade.eval.data import Item
 from cascade.eval.runner import Outputs, TierRun
+from cascade.novelty.reference import ReferenceSet
 from cascade.policy.calibration import gate_view, returned_results
 from cascade.policy.canned import certain
+from cascade.policy.consistency import MARK
 from cascade.policy.flow import Ask, Decision, Failure, Preview, Reply, decide, run
 from cascade.policy.model import Policy
+from cascade.policy.routing import checkpoint_of
 from cascade.questions import answer_label, label_index, n_options, option_band
 from cascade.schema import Label, Question
 
@@ -38,6 +43,7 @@ class TierOut(msgspec.Struct, kw_only=True):
     answer: Label
     probabilities: list[float]
     confidence: float  # max p as the confidence gate reads it (calibration temperatures applied)
+    vector: bytes | None = None  # the cheap tier's pooled vector (what calibrate's novelty fits)
 
 
 class CascadeOut(msgspec.Struct, kw_only=True):
@@ -49,6 +55,10 @@ class CascadeOut(msgspec.Struct, kw_only=True):
     # the confidence gate's verdict on the cheap answer (``Decision.gate``): "kept",
     # "low_confidence", "low_margin" or "budget"; None: it never reached the gate
     gate: str | None = None
+    # the option-order check: its extra rows, and whether the winner held (None: not checked)
+    order_rows: int = 0
+    order_stable: bool | None = None
+    novelty: float | None = None  # over the cell's threshold (above 1: novel; None: not judged)
 
 
 class ItemRow(msgspec.Struct, kw_only=True):
@@ -64,17 +74,20 @@ class ItemRow(msgspec.Struct, kw_only=True):
     strong: TierOut | None
     cascade: CascadeOut | None
     tokens: dict[str, float]  # per tier: the item's input tokens split evenly over its questions
+    checkpoint: str | None = None  # the Laya checkpoint the cheap tier ran
+    source: str = ""  # the item's ``source``
 
 
 def rows_of(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
-            canned_strong: bool = False, previewer: Previewing | None = None
-            ) -> Iterator[ItemRow]:
+            canned_strong: bool = False, previewer: Previewing | None = None,
+            reference: ReferenceSet | None = None) -> Iterator[ItemRow]:
     """The ``items.jsonl`` lines of one item (``replay``'s arguments)."""
     call = item.call
     cheap = out.cheap.answer if out.cheap is not None else None
     strong = out.strong.answer if out.strong is not None else None
     cascade = _cascade(policy, item, replay(policy, item, out, strong_down=strong_down,
-                                            canned_strong=canned_strong, previewer=previewer))
+                                            canned_strong=canned_strong, previewer=previewer,
+                                            reference=reference))
     for qid, question in call.questions.items():
         cheap_result = cheap.results.get(qid) if cheap is not None else None
         strong_result = strong.results.get(qid) if strong is not None else None
@@ -88,8 +101,20 @@ def rows_of(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = Fal
             cascade=cascade.get(qid) if cascade else None,
             tokens={slot: a.usage.input_tokens / len(a.results)
                     for slot, a in (("cheap", cheap), ("strong", strong))
-                    if a is not None and a.results},
+                    if a is not None and a.results} | _order_tokens(cascade, qid, out),
+            checkpoint=checkpoint_of(policy, out.preview), source=item.source,
         )
+
+
+def _order_tokens(cascade: dict[str, CascadeOut] | None, qid: str,
+                  out: Outputs) -> dict[str, float]:
+    """``{"orders": tokens}``: the option-order check's rows of ``qid`` (each row its share of
+    the reordered run's tokens); empty when it was not checked."""
+    checked = cascade.get(qid) if cascade else None
+    run = out.orders.answer if out.orders is not None else None
+    if checked is None or not checked.order_rows or run is None or not run.results:
+        return {}
+    return {"orders": checked.order_rows * run.usage.input_tokens / len(run.results)}
 
 
 def _returned(policy: Policy, qid: str, result: QuestionResult | None) -> QuestionResult | None:
@@ -103,12 +128,13 @@ def _out(question: Question, result: QuestionResult | None,
     if result is None or gated is None:
         return None
     return TierOut(answer=answer_label(question, result.probabilities),
-                   probabilities=result.probabilities, confidence=max(gated.probabilities))
+                   probabilities=result.probabilities, confidence=max(gated.probabilities),
+                   vector=result.vector)
 
 
 def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
-           canned_strong: bool = False, previewer: Previewing | None = None
-           ) -> Decision | None:
+           canned_strong: bool = False, previewer: Previewing | None = None,
+           reference: ReferenceSet | None = None) -> Decision | None:
     """The gateway's decision on ``item``, or None where it would refuse the request.
 
     Tier calls are answered from ``out`` (a question the tier refused refuses the call, as the
@@ -133,12 +159,15 @@ def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = Fals
             return Failure(EngineUnavailable(f"the strong tier `{strong}` is down"))
         if canned_strong and ask.tier == strong:
             return certain(ask.call, strong)
-        return _answer(out.cheap if ask.tier == policy.route.cheap else out.strong,
-                       list(ask.call.questions), out.error)
+        qids = list(ask.call.questions)
+        if ask.tier == policy.route.cheap and all(MARK in q for q in qids):
+            return _answer(out.orders, qids, out.error)  # the option-order check's rows
+        return _answer(out.cheap if ask.tier == policy.route.cheap else out.strong, qids,
+                       out.error)
 
     previews = previewer is not None or out.preview is not None
     try:
-        return run(decide(policy, item.call, previews=previews), reply)
+        return run(decide(policy, item.call, previews=previews, reference=reference), reply)
     except CascadeError:
         return None
 
@@ -170,6 +199,9 @@ def _cascade(policy: Policy, item: Item,
             pre_routed=decision.pre.questions[qid].tier == strong,
             degraded=qid in decision.degraded,
             gate=_verdict(decision, qid),
+            order_rows=check.rows if (check := decision.orders.get(qid)) else 0,
+            order_stable=check.stable if check else None,
+            novelty=decision.novelty.get(qid),
         )
         for qid, route in decision.routes.items()
     }

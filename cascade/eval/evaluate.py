@@ -24,6 +24,7 @@ from cascade.eval.summary import scored, summarize
 from cascade.eval.sweep import Sweep
 from cascade.eval.tiers import identities, running
 from cascade.policy.model import Policy
+from cascade.policy.novelty import load_reference
 from cascade.settings import Settings
 
 SLOTS: tuple[Slot, ...] = ("cheap", "strong")
@@ -46,9 +47,11 @@ async def run_tiers(items: Sequence[Item], policy: Policy, settings: Settings,
         outputs = await runner.run(items, progress=progress)
         cheap = engines.get(policy.route.cheap or "")
         previewer = cheap if isinstance(cheap, Previewing) else None  # for stand-in previews
+        reference = load_reference(policy)
         rows = [row for item, out in zip(items, outputs, strict=True)
                 for row in rows_of(policy, item, out, strong_down=strong_down,
-                                   canned_strong=canned_strong, previewer=previewer)]
+                                   canned_strong=canned_strong, previewer=previewer,
+                                   reference=reference)]
     errors = [f"{item.id}: {out.error}" for item, out in zip(items, outputs, strict=True)
               if out.error]
     return rows, errors

@@ -31,6 +31,31 @@ def _table(rows: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
     return out
 
 
+def _signals(cascade: Mapping[str, Any]) -> list[str]:
+    """The escalation signals' table, and the option-order check's figures."""
+    out = ["## Escalation signals", "",
+           "Cheap answers each signal escalated, and their accuracy against gold (kept: those "
+           "none escalated).", "", "| signal | questions | cheap accuracy |", "|---|---:|---:|"]
+    out += [f"| {name} | {s['questions']} | {_f(s['cheap_accuracy'])} |"
+            for name, s in cascade["signals"].items()]
+    check = cascade.get("order_check")
+    if check is not None:
+        out += ["", f"Option-order check: {check['checked']} questions checked, "
+                f"{check['moved']} moved (flip rate {_pct(check['flip_rate'])}); cheap accuracy "
+                f"moved {_f(check['cheap_accuracy_moved'])}, stable "
+                f"{_f(check['cheap_accuracy_stable'])}; added per item "
+                f"{_f(check['extra_rows_per_item'], 2)} cheap rows, "
+                f"{_f(check['extra_tokens_per_item'], 1)} input tokens "
+                f"({_pct(check['extra_token_share'])} of the cheap tier's)."]
+    novelty = cascade.get("novelty")
+    if novelty is not None:
+        out += ["", f"Novelty gate: {novelty['flagged']} of {novelty['judged']} judged questions "
+                f"flagged ({_pct(novelty['flag_rate'])}); by source: " + ", ".join(
+                    f"{name or '(none)'} {_pct(s['flag_rate'])} of {s['judged']}"
+                    for name, s in novelty["by_source"].items()) + "."]
+    return [*out, ""]
+
+
 def render(summary: Mapping[str, Any]) -> str:
     tiers = summary["tiers"]
     cascade = tiers["cascade"]
@@ -90,5 +115,6 @@ def render(summary: Mapping[str, Any]) -> str:
     op = cascade["operating_point"]
     out += [f"| **{_pct(op['escalation_rate'])}** (operating point) | **{_f(op['accuracy'])}** | "
             f"**{_f(op['cost'], 4)}** |", ""]
+    out += _signals(cascade)
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in FILES] + [""]
     return "\n".join(out)

@@ -5,7 +5,8 @@ cascade, each tier alone and any other threshold can be computed offline from th
 (``cascade.eval.decide``). The cheap tier reads text only, on the checkpoint pre-routing picks;
 a call it refuses (a 4xx, e.g. too many options for Laya's head) is retried question by question
 and each refusal is kept. Tier failures (timeouts, overload, a 5xx) are retried a few times and
-never cached, so the next run retries them.
+never cached, so the next run retries them. With ``[consistency]`` the cheap tier also answers
+every choice and score question in the option-order check's orders (``Outputs.orders``).
 
 The cache is ``cascade.eval.tiercache``'s, one JSONL file per tier under ``DIR/cache/``: an
 interrupted run (Ctrl-C, a crash) resumes where it stopped, and a tier whose weights changed
@@ -27,6 +28,7 @@ from cascade.engines.base import Engine, Previewing
 from cascade.errors import ClientError, EngineError, Overloaded
 from cascade.eval.data import Item
 from cascade.eval.tiercache import TierCache, TierRun, item_key
+from cascade.policy.consistency import every_order, reordered_call
 from cascade.policy.flow import preview_call
 from cascade.policy.model import LayaTier, Policy
 
@@ -42,6 +44,9 @@ class Outputs(msgspec.Struct, kw_only=True):
     cheap: TierRun | None
     strong: TierRun | None
     error: str | None = None  # why a tier failed on this run, or why pre-routing refused it
+    # the cheap tier on every choice and score question in the option-order check's orders
+    # (``[consistency]`` only; ``cascade.policy.consistency.every_order``)
+    orders: TierRun | None = None
 
 
 class Runner:
@@ -93,7 +98,7 @@ class Runner:
                 preview = await asyncio.to_thread(preview_call, self.policy, call, self.previewer)
         except ClientError as exc:
             return Outputs(preview=None, cheap=None, strong=None, error=exc.message)
-        runs: dict[Slot, TierRun | None] = {}
+        runs: dict[str, TierRun | None] = {}
         errors = []
         for slot, name in self.names.items():
             tier_call = call
@@ -106,8 +111,23 @@ class Runner:
             except (EngineError, Overloaded) as exc:
                 runs[slot] = None
                 errors.append(f"{name}: {exc}")
+            if slot == "cheap" and runs[slot] is not None:
+                runs["orders"] = await self._orders(name, checkpoint, item.id, tier_call)
         return Outputs(preview=preview, cheap=runs.get("cheap"), strong=runs.get("strong"),
-                       error="; ".join(errors) or None)
+                       orders=runs.get("orders"), error="; ".join(errors) or None)
+
+    async def _orders(self, name: str, checkpoint: str | None, item_id: str,
+                      call: EngineCall) -> TierRun | None:
+        """The option-order check's rows of every question it may check (None: off, none, or
+        the tier failed on them: nothing is checked)."""
+        planned = every_order(self.policy, call) if self.policy.consistency.enabled else {}
+        if not planned:
+            return None
+        try:
+            return await self._cached("cheap", name, checkpoint, item_id,
+                                      reordered_call(call, planned))
+        except (EngineError, Overloaded):
+            return None
 
     def _checkpoint(self, preview: CallPreview | None) -> str | None:
         tier = self.policy.cheap_tier()

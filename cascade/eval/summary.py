@@ -11,7 +11,15 @@ reverse), the ``deferral_curve``
 (``cascade.eval.sweep``) with its ``operating_point``, and ``cost``. A tier that is not
 configured is null. ``agreement`` needs no gold: over the questions both tiers answered, the
 share where the cheap tier's answer equals the strong tier's (what ``cascade distill`` raises),
-overall and per question type.
+overall and per question type. ``signals``: per escalation signal of the cheap answers
+(``low_confidence``, ``low_margin``, ``order_unstable``, ``novel``; ``kept`` for the answers
+none escalated), how many questions it took and the accuracy of their cheap answers against
+gold (a signal earns its escalations when that accuracy is below the kept ones').
+``order_check``: the option-order check's questions, the share whose winner moved, the cheap
+accuracy of moved and stable answers, and its added cheap-tier rows and input tokens per item
+(null without ``[consistency]`` or when it checked nothing). ``novelty``: the questions the
+novelty gate judged and the share it flagged (above its cell's threshold, whatever rule sent
+them), overall and per item ``source`` (null without a reference set).
 """
 
 from __future__ import annotations
@@ -76,9 +84,69 @@ def summarize(rows: Sequence[ItemRow], *, slots: Sequence[str], price: Mapping[s
         "deferral_curve": msgspec.to_builtins(sweep.curve()),
         "operating_point": msgspec.to_builtins(operating),
         "cost": cost_summary(sweep, operating, strong_accuracy, price),
+        "signals": signals(population),
+        "order_check": order_check(rows),
+        "novelty": novelty(rows),
     }
     return {**meta, "items": len({r.id for r in rows}), "questions": len(rows), "tiers": tiers,
             "agreement": agreement(rows)}
+
+
+SIGNALS = ("low_confidence", "low_margin", "order_unstable", "novel")
+
+
+def signals(rows: Sequence[ItemRow]) -> dict[str, Any]:
+    """Per signal (and ``kept``): questions it escalated, and their cheap answers' accuracy."""
+    cheap = [(r, c) for r in rows if r.cheap is not None and (c := r.cascade) is not None
+             and not c.pre_routed]
+    out = {}
+    for name in (*SIGNALS, "kept"):
+        took = [r for r, c in cheap if c.reason == (None if name == "kept" else name)]
+        if took:
+            out[name] = {"questions": len(took), "cheap_accuracy": _accuracy(took)}
+    return out
+
+
+def order_check(rows: Sequence[ItemRow]) -> dict[str, Any] | None:
+    """The option-order check's figures (see the module docstring)."""
+    pairs = [(r, c) for r in rows if (c := r.cascade) is not None and c.order_stable is not None]
+    if not pairs:
+        return None
+    checked = [r for r, _ in pairs]
+    moved = [r for r, c in pairs if not c.order_stable]
+    stable = [r for r, c in pairs if c.order_stable]
+    items = len({r.id for r in rows}) or 1
+    extra = sum(r.tokens.get("orders", 0.0) for r in rows)
+    cheap = sum(r.tokens.get("cheap", 0.0) for r in rows)
+    return {
+        "checked": len(checked), "moved": len(moved), "flip_rate": len(moved) / len(checked),
+        "cheap_accuracy_moved": _accuracy(moved), "cheap_accuracy_stable": _accuracy(stable),
+        "extra_rows_per_item": sum(c.order_rows for _, c in pairs) / items,
+        "extra_tokens_per_item": extra / items,
+        "extra_token_share": extra / cheap if cheap else None,
+    }
+
+
+def novelty(rows: Sequence[ItemRow]) -> dict[str, Any] | None:
+    """The novelty gate's flag rate, overall and per source (see the module docstring)."""
+    judged = [(r, c.novelty) for r in rows if (c := r.cascade) is not None
+              and c.novelty is not None]
+    if not judged:
+        return None
+
+    def rate(group: list[tuple[ItemRow, float]]) -> dict[str, Any]:
+        flagged = sum(score > 1 for _, score in group)
+        return {"judged": len(group), "flagged": flagged, "flag_rate": flagged / len(group)}
+
+    sources = sorted({r.source for r, _ in judged})
+    return {**rate(judged), "by_source": {s: rate([(r, x) for r, x in judged if r.source == s])
+                                          for s in sources}}
+
+
+def _accuracy(rows: Sequence[ItemRow]) -> float | None:
+    """The cheap answers' accuracy over ``rows`` with a gold label."""
+    gold = [r for r in rows if r.gold_index is not None]
+    return _share(gold, lambda r: _right(r, r.cheap))
 
 
 def agreement(rows: Sequence[ItemRow]) -> dict[str, Any]:

@@ -40,7 +40,20 @@ def health(gateway: GatewayView) -> dict[str, Any]:
         "tiers": tiers,
         **({"decision_log": log} if log is not None else {}),
         **({"fleet": fleet} if (fleet := gateway.fleet_status()) is not None else {}),
+        "novelty": novelty(gateway),
     }
+
+
+def novelty(gateway: GatewayView) -> dict[str, Any]:
+    """The novelty gate: the cells it covers and their memory, or why it is off."""
+    policy, reference = gateway.policy, gateway.novelty_reference()
+    if reference is not None:
+        return {"on": True, "cells": sorted(reference.cells), "bytes": reference.nbytes,
+                "max_flag_rate": reference.max_flag_rate}
+    why = ("[novelty] enabled = false" if not policy.novelty.enabled
+           else "no calibration" if policy.calibration.file is None
+           else f"calibration {policy.calibration.file} has no reference set")
+    return {"on": False, "why": why}
 
 
 def client_health(gateway: GatewayView) -> dict[str, Any]:

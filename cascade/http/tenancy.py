@@ -21,9 +21,9 @@ from litestar import Request
 from litestar.connection import ASGIConnection
 
 from cascade import metrics
+from cascade.answers import Outcome
 from cascade.cache.decision import cache_control
 from cascade.errors import TenantLimited, Unauthorized
-from cascade.gateway import Outcome
 from cascade.http.context import RequestContext, context_in, context_of
 from cascade.http.reload import Access
 from cascade.http.services import Services

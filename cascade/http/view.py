@@ -3,15 +3,16 @@
 ``/health``, ``/ready``, ``/v1/models``, the start-up line and the per-gateway gauges
 (``cascade.http.status``, ``cascade.http.gauges``) read a gateway only through this protocol:
 its policy, its tiers' kind, readiness, health and breaker state, its decision log's health,
-its fleet link, the hashes it serves, its drift, its live gate and its cache's size.
-``cascade.gateway.Gateway`` implements it (the tiers' part in its base,
-``cascade.policy.serving.Reconfigurable``).
+its fleet link, its novelty reference set, the hashes it serves, its drift, its live gate and
+its cache's size. ``cascade.gateway.Gateway`` implements it (the tiers' part and the reference
+set in its base, ``cascade.policy.serving.Reconfigurable``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from cascade.novelty.reference import ReferenceSet
 from cascade.policy.model import Policy
 from cascade.policy.serving import TierState
 
@@ -37,6 +38,8 @@ class GatewayView(Protocol):
     def decision_log_health(self) -> dict[str, Any] | None: ...
 
     def fleet_status(self) -> dict[str, Any] | None: ...
+
+    def novelty_reference(self) -> ReferenceSet | None: ...
 
     def hashes(self) -> tuple[str, str]: ...
 

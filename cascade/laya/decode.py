@@ -18,7 +18,8 @@ from cascade.laya.questions import Prepared
 from cascade.laya.rows import Row
 from cascade.schema import OptionSpans
 
-RowOut = tuple[np.ndarray, np.ndarray]  # (logits of the row's real options, act logits)
+# (logits of the row's real options, act logits, the row's pooled vector when the export has one)
+RowOut = tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
 
 def probabilities(logits: np.ndarray, temperature: float, order: list[int] | None) -> np.ndarray:
@@ -46,10 +47,11 @@ def results(
 ) -> dict[str, QuestionResult]:
     """Each question's probabilities (temperature of its type x option bucket applied)."""
     out = {}
-    for q, row, (logits, act) in zip(questions, rows, outputs, strict=True):
+    for q, row, (logits, act, pooled) in zip(questions, rows, outputs, strict=True):
         p = probabilities(logits, cfg.temperature_for(row.qtype, len(row.markers)), q.order)
         out[q.qid] = QuestionResult(
-            type=q.type, probabilities=p.tolist(), act_probability=act_probability(act)
+            type=q.type, probabilities=p.tolist(), act_probability=act_probability(act),
+            vector=None if pooled is None else pooled.astype("<f2").tobytes(),
         )
     return out
 

@@ -4,7 +4,10 @@
 ``export.json`` into ``<cache>/<hash[:16]>/`` (or ``out``). Before the directory is published
 (an atomic rename), the ONNX session is compared with the torch reference over a sweep of
 shapes: ``|Δlogits| <= 1e-3`` and ``|Δact_logits| <= 1e-2`` (act logits run to ~1e3), as
-upstream's exporter gates. Needs the ``export`` extra (onnx; torch + transformers for the check).
+upstream's exporter gates, and ``|Δpooled| <= 1e-3`` (cascade's extra output, the novelty
+gate's vectors). An export made before ``pooled`` existed (``export.json`` without it in
+``outputs``) is made again. Needs the ``export`` extra (onnx; torch + transformers for the
+check).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ LOGITS_TOL = 1e-3
 ACT_TOL = 1e-2
 MODEL_FILE = "model.onnx"
 META_FILE = "export.json"
+OUTPUTS = ["logits", "act_logits", "pooled"]
 
 
 class ExportCheckFailed(RuntimeError):
@@ -40,7 +44,13 @@ def cache_root() -> Path:
 def cached_export(ckpt: Path, cache: Path | None = None) -> Path | None:
     """The directory of a finished export of ``ckpt`` in ``cache``, if there is one."""
     target = (cache or cache_root()) / content_hash(ckpt)[:16]
-    return target if (target / META_FILE).exists() else None
+    return target if _current(target) else None
+
+
+def _current(target: Path) -> bool:
+    """Whether ``target`` holds a finished export with every output of this version."""
+    meta = target / META_FILE
+    return meta.exists() and json.loads(meta.read_text()).get("outputs") == OUTPUTS
 
 
 def model_name_of(ckpt: Path) -> dict[str, Any]:
@@ -82,17 +92,17 @@ def self_check(cfg: LayaConfig, weights: dict, model_path: Path) -> dict[str, fl
 
     reference = TorchLaya(cfg, weights)
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    worst = {"logits": 0.0, "act_logits": 0.0}
+    worst = {"logits": 0.0, "act_logits": 0.0, "pooled": 0.0}
     seqs = sorted({16, 64, min(cfg.max_len, 256)})
     for n, (seq, batch, markers) in enumerate(
         [(s, b, k) for s in seqs for b in (1, 3) for k in (2, 5)]
     ):
         feeds = sample_feeds(cfg, batch, seq, min(markers, seq - 1), seed=n)
-        ours = session.run(["logits", "act_logits"], feeds)
-        ref = reference.forward(feeds)
+        ours = session.run(OUTPUTS, feeds)
+        ref = [*reference.forward(feeds), reference.pooled(feeds)]
         for name, a, b in zip(worst, ours, ref, strict=True):
             worst[name] = max(worst[name], float(np.abs(a - b).max()))
-    if worst["logits"] > LOGITS_TOL or worst["act_logits"] > ACT_TOL:
+    if max(worst["logits"], worst["pooled"]) > LOGITS_TOL or worst["act_logits"] > ACT_TOL:
         raise ExportCheckFailed(f"ONNX disagrees with torch: {worst}")
     return worst
 
@@ -111,7 +121,7 @@ def export(
 
     digest = content_hash(ckpt)
     target = out or (cache or cache_root()) / digest[:16]
-    if (target / META_FILE).exists() and json.loads((target / META_FILE).read_text())[
+    if _current(target) and json.loads((target / META_FILE).read_text())[
         "content_hash"
     ] == digest:
         progress(f"laya export: cached at {target}")
@@ -143,7 +153,7 @@ def export(
             f"|Δact_logits| {diffs['act_logits']:.2e}"
         )
         meta = {"content_hash": digest, "checkpoint": str(ckpt), "self_check": diffs,
-                **model_name_of(ckpt)}
+                "outputs": OUTPUTS, **model_name_of(ckpt)}
         (work / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if target.exists():
             shutil.rmtree(target)

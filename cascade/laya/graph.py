@@ -3,8 +3,10 @@
 No torch: the graph is written op by op with ``onnx.helper``, so building it is deterministic and
 takes seconds. I/O names and dtypes are upstream's, so exported artifacts are interchangeable:
 ``input_ids``/``attention_mask``/``marker_pos`` int64, ``marker_mask`` bool, ``qtype`` int64 [B]
--> ``logits`` float32 [B, K] (padded slots -1e4) and ``act_logits`` float32 [B, n_act]. The
-batch, sequence and marker axes are dynamic; K must be at least 2 (TopK(2) in the act head).
+-> ``logits`` float32 [B, K] (padded slots -1e4) and ``act_logits`` float32 [B, n_act], plus
+cascade's own ``pooled`` float32 [B, hidden]: the encoder's output averaged over each row's
+tokens (what the novelty gate measures distances on; the other outputs do not depend on it).
+The batch, sequence and marker axes are dynamic; K must be at least 2 (TopK(2) in the act head).
 """
 
 from __future__ import annotations
@@ -61,6 +63,16 @@ def _encoder(
     return norm(g, x, w, "encoder.final_norm", e.norm_eps)
 
 
+def _pooled(g: Builder, encoded: str) -> None:
+    """``pooled``: the mean of ``encoded`` [B, L, H] over each row's unpadded tokens."""
+    mask = g.op("Unsqueeze", g.op("Cast", "attention_mask", to=TensorProto.FLOAT),
+                g.const(np.array([2], np.int64)))  # [B, L, 1]
+    axis = g.const(np.array([1], np.int64))
+    total = g.op("ReduceSum", g.op("Mul", encoded, mask), axis, keepdims=0)
+    g.nodes.append(helper.make_node(
+        "Div", [total, g.op("ReduceSum", mask, axis, keepdims=0)], ["pooled"]))
+
+
 def build_graph(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> onnx.ModelProto:
     """The whole forward (encoder, decision head, scorer, act head) as one ONNX model."""
     g = Builder()
@@ -90,6 +102,7 @@ def build_graph(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> onnx.ModelPr
     band = make_band(g, length, cfg.encoder.window)
     encoded = _encoder(g, cfg, weights, key_add, band, pos_f)
     scorer_and_act(g, weights, head(g, cfg, weights, encoded, key_add, read))
+    _pooled(g, encoded)
 
     def io(name: str, dtype: int, dims: list) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, dtype, dims)
@@ -104,6 +117,7 @@ def build_graph(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> onnx.ModelPr
     outputs = [
         io("logits", TensorProto.FLOAT, ["batch", "markers"]),
         io("act_logits", TensorProto.FLOAT, ["batch", cfg.n_act]),
+        io("pooled", TensorProto.FLOAT, ["batch", cfg.encoder.hidden]),
     ]
     graph = helper.make_graph(g.nodes, "laya", inputs, outputs, initializer=g.inits)
     model = helper.make_model(

@@ -97,6 +97,15 @@ class TorchLaya:
         logits, act = self.logits({k: torch.from_numpy(v) for k, v in feeds.items()})
         return logits.numpy(), act.numpy()
 
+    @torch.no_grad()
+    def pooled(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The encoder's output averaged over each row's tokens (the export's ``pooled``)."""
+        mask = torch.from_numpy(feeds["attention_mask"])
+        h = self.encoder(input_ids=torch.from_numpy(feeds["input_ids"]),
+                         attention_mask=mask).last_hidden_state
+        m = mask[:, :, None].to(h.dtype)
+        return ((h * m).sum(1) / m.sum(1)).numpy()
+
     def logits(self, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Option logits (``-1e4`` past each row's markers) and act logits, on tensors."""
         h = self.encoder(

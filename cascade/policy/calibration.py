@@ -5,7 +5,9 @@ A calibration file (TOML) holds per (question type x option band) confidence thr
 temperatures, a ``[stamp]``: the content hash of each tier's weights it was fitted with, the
 data's size and the target, and a ``[snapshot]``: per cell, the fitted data's gate confidences
 (tempered) counted on fixed bin edges, the reference ``cascade.control.drift`` compares live
-traffic with (files written before it have none and still read). ``apply_calibration`` puts it
+traffic with (files written before it have none and still read), and, when fitted, a
+``[novelty]`` table naming the novelty gate's reference set (``cascade.novelty.reference``) and
+its SHA-256. ``apply_calibration`` puts it
 into a policy: its thresholds replace the policy's confidence and margin thresholds (the fit
 owns the gate), and its temperatures, hashes and snapshot go to ``policy.calibration``.
 ``check_checkpoints`` refuses weights other than the stamped ones (the gateway calls it at boot).
@@ -29,7 +31,14 @@ from typing import Literal
 import msgspec
 
 from cascade.calls import QuestionResult
-from cascade.policy.model import Calibration, Histogram, Policy, Thresholds, TypeBands
+from cascade.policy.model import (
+    Calibration,
+    Histogram,
+    Policy,
+    Reference,
+    Thresholds,
+    TypeBands,
+)
 from cascade.questions import option_band
 from cascade.schema import QuestionType
 
@@ -75,6 +84,8 @@ class CalibrationFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     fit: dict[str, CellFit] = msgspec.field(default_factory=dict)  # "choice:3-5" -> diagnostics
     # "choice:3-5" -> the fitted data's gate confidences (cascade.control.drift's reference)
     snapshot: dict[str, Histogram] = msgspec.field(default_factory=dict)
+    # the novelty gate's reference set (its file relative to this one), when it was fitted
+    novelty: Reference | None = None
 
 
 def read_calibration(path: str | Path) -> CalibrationFile:
@@ -136,6 +147,9 @@ def write_calibration(path: str | Path, cal: CalibrationFile, header: str = "") 
     for cell, hist in cal.snapshot.items():
         out += ["", f"[snapshot.{_toml(cell)}]", f"edges = {hist.edges!r}",
                 f"counts = {hist.counts!r}"]
+    if cal.novelty is not None:
+        out += ["", "[novelty]", f"file = {_toml(cal.novelty.file)}",
+                f"sha256 = {_toml(cal.novelty.sha256)}"]
     Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
@@ -152,9 +166,12 @@ def apply_calibration(policy: Policy, cal: CalibrationFile, *, file: str,
     """``policy`` with ``cal``'s thresholds (confidence; margins cleared) and temperatures."""
     thresholds = msgspec.structs.replace(policy.thresholds, confidence=cal.thresholds,
                                          margin=Thresholds().margin)
+    reference = cal.novelty and Reference(file=str(Path(file).parent / cal.novelty.file),
+                                          sha256=cal.novelty.sha256)
     calibration = Calibration(
         file=file, apply=apply or policy.calibration.apply, temperatures=cal.temperatures,
         checkpoints=dict(cal.stamp.checkpoints), snapshot=dict(cal.snapshot),
+        reference=reference,
     )
     return msgspec.structs.replace(policy, thresholds=thresholds, calibration=calibration)
 

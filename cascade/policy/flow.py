@@ -18,6 +18,9 @@ against cached tier outputs, ``run`` against plain functions. One request::
     routing.post_route      the confidence gate (calibration view; the live ``Gate`` when given:
                             answers it keeps although its thresholds would escalate them are
                             flagged ``budget``), truncation, option collapse
+    novelty                 rows unlike the calibration data (``cascade.policy.novelty``)
+    order check             narrow keeps asked again in other option orders (one more cheap
+                            call, ``cascade.policy.consistency``; ``[consistency]`` only)
     ONE strong call         pre-routed and escalated together: the state's tokens paid once
     failed or refused       degrade or refuse (``fallback``, ``stand_in``)
     merge                   the results returned (calibration view) and whether to shadow
@@ -54,7 +57,10 @@ from cascade.errors import (
     TenantLimited,
     ValidationFailed,
 )
+from cascade.novelty.reference import ReferenceSet
+from cascade.policy import consistency, novelty
 from cascade.policy.calibration import returned_results
+from cascade.policy.consistency import OrderCheck
 from cascade.policy.model import LayaTier, Policy
 from cascade.policy.quota import StrongQuota
 from cascade.policy.routing import (
@@ -132,6 +138,10 @@ class Decision(msgspec.Struct, kw_only=True):
     # question -> why it cannot be answered now (``partial`` only; left out of the above)
     refused: dict[str, CascadeError] = msgspec.field(default_factory=dict)
     stamp: Stamp = msgspec.field(default_factory=Stamp)  # what decided it (its log rows' stamp)
+    # question -> its option-order check (``[consistency]``; only the questions checked)
+    orders: dict[str, OrderCheck] = msgspec.field(default_factory=dict)
+    # question -> its novelty over its cell's threshold (above 1: novel; only those judged)
+    novelty: dict[str, float] = msgspec.field(default_factory=dict)
 
     @property
     def tiers(self) -> dict[str, str]:
@@ -158,18 +168,20 @@ class Fallback(msgspec.Struct, frozen=True):
 
 def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str = "",
            partial: bool = False, gate: Gate | None = None,
-           quota: StrongQuota | None = None, stamp: Stamp | None = None) -> Flow[Decision]:
+           quota: StrongQuota | None = None, stamp: Stamp | None = None,
+           reference: ReferenceSet | None = None) -> Flow[Decision]:
     """The decision for ``call``. ``previews``: whether the cheap tier answers ``Preview``
     (without, pre-routing sees no token counts). ``shadow_key`` picks the shadow sample.
     ``partial``: refuse the questions nothing can answer now instead of the whole request.
     ``gate``: the confidence gate to apply (None: the policy's thresholds); the cheap answers it
     keeps against its thresholds are routed cheap with the reason ``budget``. ``quota``: the
     tenant's strong answers left (None: no cap), see ``within_quota``. ``stamp``: the version
-    deciding, completed with ``policy``'s tier names on the decision."""
+    deciding, completed with ``policy``'s tier names on the decision. ``reference``: the
+    novelty gate's reference set (None: no novelty gate)."""
     strong = policy.route.strong
     preview = (yield from preview_steps(policy, call)) if previews else None
     trip = _Trip(policy, call, pre_route(policy, call, preview), previews=previews,
-                 partial=partial)
+                 partial=partial, reference=reference)
     pre = trip.pre
     cheap, gated, reads = yield from trip.cheap(preview, gate)
     escalated: dict[str, Reason] = {q: r for q, r in gated.items() if r != "budget"}
@@ -205,7 +217,7 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
         results=returned_results(policy, merge(answered, routes, trip.answers), tiers),
         answers=trip.answers, usage=merged_usage(trip.usages, tiers), model="+".join(
             dict.fromkeys(a.model for a in trip.answers.values())), shadow=shadow,
-        refused=trip.refused,
+        refused=trip.refused, orders=trip.orders, novelty=trip.novelty,
         stamp=msgspec.structs.replace(stamp or Stamp(), cheap=policy.route.cheap, strong=strong),
     )
 
@@ -262,12 +274,15 @@ def subcall(call: EngineCall, qids: Iterable[str]) -> EngineCall:
 class _Trip:
     """One request on its way through the tiers: what it asks (``call``, pre-routed ``pre``),
     one answer per tier that answered (a stand-in merged into the cheap tier's), every call's
-    usage, and the questions refused (``partial`` only)."""
+    usage, the questions refused (``partial`` only), and what the cheap-tier signals beside
+    confidence found (``reference``: the novelty gate's reference set, None: no novelty gate)."""
 
     def __init__(self, policy: Policy, call: EngineCall, pre: PreRoute, *, previews: bool,
-                 partial: bool) -> None:
+                 partial: bool, reference: ReferenceSet | None = None) -> None:
         self.policy, self.call, self.pre = policy, call, pre
-        self.previews, self.partial = previews, partial
+        self.previews, self.partial, self.reference = previews, partial, reference
+        self.orders: dict[str, OrderCheck] = {}
+        self.novelty: dict[str, float] = {}
         self.answers: dict[str, EngineAnswer] = {}
         self.usages: list[tuple[str, EngineUsage]] = []
         self.refused: dict[str, CascadeError] = {}
@@ -287,7 +302,8 @@ class _Trip:
     def cheap(self, preview: CallPreview | None, gate: Gate | None
               ) -> Flow[tuple[EngineAnswer | None, dict[str, Reason], dict[str, GateRead]]]:
         """The cheap call of the questions pre-routed cheap: its answer, the escalations (with
-        the answers ``gate`` keeps, flagged ``budget``) and what the gate read. A cheap tier
+        the answers ``gate`` keeps, flagged ``budget``; the novelty gate's and the option-order
+        check's included) and what the gate read. A cheap tier
         that fails, or answers without an answer it was asked for, hands a cascade request's
         questions to the strong tier (``cheap_failed``)."""
         policy, call, pre = self.policy, self.call, self.pre
@@ -303,7 +319,29 @@ class _Trip:
             return None, dict.fromkeys(sub.questions, "cheap_failed"), {}
         self.keep(name, reply)
         escalated, reads = judge(policy, call, pre, reply, preview, gate)
-        return reply, escalated, reads
+        gate = gate or Gate.of(policy)
+        novel, scores = novelty.judge(policy, self.reference, gate, pre, reply, escalated)
+        self.novelty.update(scores)
+        escalated |= consistency.whole_request(policy, pre, novel)
+        escalated |= yield from self._order_check(gate, reply, escalated)
+        return reply, {q: escalated[q] for q in call.questions if q in escalated}, reads
+
+    def _order_check(self, gate: Gate, cheap: EngineAnswer, gated: dict[str, Reason]
+                     ) -> Flow[dict[str, Reason]]:
+        """The option-order check's escalations (``cascade.policy.consistency``): one more
+        cheap call of the planned rows, its tokens counted; a failure checks nothing."""
+        policy, call, pre = self.policy, self.call, self.pre
+        planned = consistency.plan(policy, gate, call, pre, cheap, gated)
+        if not planned or policy.route.cheap is None:
+            return {}
+        extra = consistency.reordered_call(cheap_call(call, pre.cheap_checkpoint), planned)
+        reply = yield from _tier(policy.route.cheap, extra)
+        if isinstance(reply, Failure):
+            return {}
+        self.usages.append((policy.route.cheap, reply.usage))
+        moved, checks = consistency.judge(policy, gate, cheap, planned, reply)
+        self.orders.update(checks)
+        return consistency.whole_request(policy, pre, moved)
 
     def degrade(self, routes: dict[str, QuestionRoute], error: CascadeError
                 ) -> Flow[tuple[dict[str, QuestionRoute], dict[str, str]]]:

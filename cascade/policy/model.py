@@ -251,6 +251,14 @@ class Histogram(_Strict, frozen=True):
     counts: list[int]
 
 
+class Reference(_Strict, frozen=True):
+    """A calibration's novelty reference set (``cascade.novelty.reference``): its file and the
+    SHA-256 the calibration records for it."""
+
+    file: str
+    sha256: str
+
+
 class Calibration(_Strict, frozen=True):
     """``[calibration]``: thresholds and temperatures fitted by ``cascade calibrate``.
 
@@ -267,6 +275,7 @@ class Calibration(_Strict, frozen=True):
     checkpoints: dict[str, str] = field(default_factory=dict)  # {tier: content hash} it fits
     # From the file: "choice:3-5" -> the fitted data's gate confidences (the drift reference).
     snapshot: dict[str, Histogram] = field(default_factory=dict)
+    reference: Reference | None = None  # from the file: the novelty gate's reference set
 
 
 class DecisionLog(_Strict, frozen=True):
@@ -373,6 +382,38 @@ class Cache(_Strict, frozen=True):
     charge_cached: Unit = 0.0  # in [0, 1]: a cached input token counts this much of a token
 
 
+class Novelty(_Strict, frozen=True):
+    """``[novelty]``: the novelty gate (``cascade.policy.novelty``). A cheap answer whose pooled
+    vector lies farther from its cell's reference set (the calibration's) than the cell's
+    threshold escalates (``novel``) whatever its confidence; the budget cuts it only when
+    ``budgeted``. ``cascade calibrate`` fits the reference sets: at most ``max_reference``
+    vectors per cell (cells with fewer than ``min_rows``: none), projected to ``dims``, the
+    threshold flagging ``max_flag_rate`` of them, distances to the ``k`` nearest."""
+
+    enabled: bool = True
+    max_flag_rate: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.02
+    k: Count = 5
+    dims: Count = 32
+    # at most 20000: fitting holds every pair of a cell's vectors' distances
+    max_reference: Annotated[int, Meta(ge=1, le=20_000)] = 2000
+    min_rows: Count = 30
+    budgeted: bool = False
+
+
+class Consistency(_Strict, frozen=True):
+    """``[consistency]``: the option-order check (``cascade.policy.consistency``). A choice or
+    score answer the gate keeps by less than ``margin`` of confidence is asked again under
+    ``orders`` other option orders (reversed, then shuffles seeded by ``seed``); a changed
+    winner escalates it (``order_unstable``). At most ``max_extra_rows`` extra rows per request
+    (and never more than the cheap tier's batch). A ``[consistency]`` table turns it on."""
+
+    enabled: bool = True
+    margin: Unit = 0.1
+    orders: Count = 1
+    max_extra_rows: Count = 8
+    seed: int = 0
+
+
 class Policy(_Strict, frozen=True, kw_only=True):
     description: str = ""
     tiers: dict[str, Tier]
@@ -390,6 +431,8 @@ class Policy(_Strict, frozen=True, kw_only=True):
     # eval``'s cost model; a tier not listed gets its kind's default (cascade.policy.costs).
     cost: dict[str, NonNegative] = field(default_factory=dict)
     cache: Cache = field(default_factory=lambda: Cache(enabled=False))  # off without [cache]
+    consistency: Consistency = field(default_factory=lambda: Consistency(enabled=False))
+    novelty: Novelty = field(default_factory=Novelty)
 
     @classmethod
     def single_tier(cls, tier_name: str, tier: Tier) -> Policy:

@@ -7,7 +7,9 @@ call per tier, the merge); nothing else sequences them.
 
 Reason codes (bounded, usable as metric labels): pre-routing ``images``, ``state_too_long``,
 ``too_many_options``, ``script``, ``type_rule``, ``model_alias``; post-rules ``low_confidence``,
-``low_margin``, ``truncated``, ``options_collapsed``; either ``whole_request``; and
+``low_margin``, ``truncated``, ``options_collapsed``, ``order_unstable`` (the option-order
+check, ``cascade.policy.consistency``), ``novel`` (the novelty gate,
+``cascade.policy.novelty``); either ``whole_request``; and
 ``cheap_failed`` when the cheap tier could not answer (down, overloaded, broken) and its
 questions went to the strong tier instead; and ``budget``, not an escalation: the gate wanted
 the strong tier (low confidence or margin) but the live ``Gate`` kept the cheap answer (the
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 Reason = Literal[
     "images", "state_too_long", "too_many_options", "script", "type_rule", "model_alias",
     "low_confidence", "low_margin", "truncated", "options_collapsed", "whole_request",
-    "cheap_failed", "budget",
+    "cheap_failed", "budget", "order_unstable", "novel",
 ]
 # The strong tier is the only one that can answer these; without it the request gets a 503.
 STRONG_ONLY: frozenset[str] = frozenset(

@@ -18,16 +18,18 @@ import msgspec
 
 from cascade.engines.base import Engine, Previewing
 from cascade.errors import ConfigRejected, RestartNeeded
+from cascade.novelty.reference import ReferenceSet
 from cascade.policy.breaker import CircuitBreaker
 from cascade.policy.fingerprint import calibration_hash, policy_hash
 from cascade.policy.model import Policy, Tier
+from cascade.policy.novelty import load_reference
 
 log = logging.getLogger("cascade")
 
 
 class Serving:
-    """A policy as served: its hashes and, when the cheap engine can preview rows (Laya), that
-    engine, for exact token counts at pre-routing."""
+    """A policy as served: its hashes, its novelty reference set and, when the cheap engine can
+    preview rows (Laya), that engine, for exact token counts at pre-routing."""
 
     def __init__(self, policy: Policy, engines: Mapping[str, Engine]) -> None:
         self.policy = policy
@@ -35,6 +37,7 @@ class Serving:
         self.previewer = cheap if isinstance(cheap, Previewing) else None
         self.policy_hash = policy_hash(policy)
         self.calibration_hash = calibration_hash(policy)
+        self.reference = load_reference(policy)  # the novelty gate's (None: off)
 
 
 def restart_reasons(old: Policy, new: Policy) -> list[str]:
@@ -162,6 +165,10 @@ class Reconfigurable:
 
     def tier_ready(self, tier: str) -> bool:
         return self.engines[tier].ready()
+
+    def novelty_reference(self) -> ReferenceSet | None:
+        """The novelty gate's reference set the served policy loaded (None: the gate is off)."""
+        return self.serving.reference
 
     def breaker_states(self) -> dict[str, str]:
         now = self.clock()

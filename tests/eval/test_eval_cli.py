@@ -174,3 +174,80 @@ def test_calibrate_and_eval_count_the_same_gated_questions(tmp_path: Path, demo_
     assert abs(fit["escalation"] - 0.3) < 0.02
     rate, n = figures[1]  # held out: within sampling error (three standard deviations)
     assert abs(rate - 0.3) <= 3 * (0.3 * 0.7 / n) ** 0.5
+
+
+def test_eval_replays_the_option_order_check_and_reports_each_signal(
+        tmp_path: Path, demo_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    policy = tmp_path / "checked.toml"
+    # the 3-5 bands' thresholds lowered, so the team choice and the anger score both reach it
+    text = Path("policies/default.toml").read_text().replace('"3-5" = 0.65', '"3-5" = 0.3')
+    policy.write_text(text.replace('"3-5" = 0.55', '"3-5" = 0.3')
+                      + "\n[consistency]\nmargin = 1.0\norders = 1\nmax_extra_rows = 8\n")
+    monkeypatch.setenv("CASCADE_POLICY", str(policy))
+    data = _data(tmp_path / "data.jsonl", 16, seed=3)
+    out = tmp_path / "out"
+    assert main(["eval", str(data), "--demo", "--out", str(out), "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    items = _items(out)
+    cascade = [r["cascade"] for r in items if r["cascade"] is not None]
+    checked = [c for c in cascade if c["order_stable"] is not None]
+    moved = [c for c in checked if not c["order_stable"]]
+    check = summary["tiers"]["cascade"]["order_check"]
+    assert checked and check["checked"] == len(checked) and check["moved"] == len(moved)
+    assert {c["reason"] for c in moved} <= {"order_unstable", "whole_request"}
+    # the random tiny Laya moves some winners and keeps others
+    assert 0 < check["flip_rate"] < 1
+    unstable = sum(c["reason"] == "order_unstable" for c in cascade)
+    assert summary["tiers"]["cascade"]["signals"]["order_unstable"]["questions"] == unstable
+    assert check["extra_rows_per_item"] == sum(c["order_rows"] for c in checked) / 16 == 2
+    kept = [r for r in items if r["cascade"] and r["cascade"]["reason"] is None
+            and r["gold_index"] is not None]
+    assert summary["tiers"]["cascade"]["signals"]["kept"]["cheap_accuracy"] == sum(
+        r["cheap"]["answer"] == r["gold"] for r in kept) / len(kept)
+    assert check["extra_tokens_per_item"] > 0
+    assert "Option-order check" in (out / "summary.md").read_text()
+
+
+def _foreign(path: Path, n: int, seed: int) -> Path:
+    """Items unlike ``_data``'s: long states of other words, the same questions."""
+    rng = random.Random(seed)
+    words = ["weather", "lisbon", "sunny", "winds", "harvest", "tractor", "wheat", "sonata",
+             "violin", "glacier", "orchestra", "barley"]
+    lines = []
+    for line in _data(path, n, seed).read_text().splitlines():
+        item = json.loads(line)
+        item |= {"id": "far-" + item["id"], "source": "foreign",
+                 "state": " ".join(rng.choice(words) for _ in range(rng.randint(40, 80)))}
+        lines.append(json.dumps(item))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_calibrate_fits_a_reference_set_and_eval_flags_the_foreign_items(
+        tmp_path: Path, demo_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    policy = tmp_path / "novelty.toml"
+    policy.write_text(Path("policies/default.toml").read_text()
+                      + "\n[novelty]\nmin_rows = 20\nmax_flag_rate = 0.05\n")
+    monkeypatch.setenv("CASCADE_POLICY", str(policy))
+    cal_file = tmp_path / "cal.toml"
+    assert main(["calibrate", str(_data(tmp_path / "fit.jsonl", 40, seed=4)), "--demo", "--out",
+                 str(cal_file), "--target-escalation", "0.3", "--no-progress"]) == 0
+    cal = read_calibration(cal_file)
+    assert cal.novelty is not None and cal.novelty.file == "cal.novelty.npz"
+    mix = tmp_path / "mix.jsonl"
+    mix.write_text(_data(tmp_path / "near.jsonl", 12, seed=5).read_text()
+                   + _foreign(tmp_path / "far.jsonl", 12, seed=6).read_text())
+    out = tmp_path / "out"
+    assert main(["eval", str(mix), "--demo", "--out", str(out), "--calibration", str(cal_file),
+                 "--no-progress"]) == 0
+    cascade = json.loads((out / "summary.json").read_text())["tiers"]["cascade"]
+    by_source = cascade["novelty"]["by_source"]
+    assert by_source["foreign"]["flag_rate"] >= 0.9
+    assert by_source["synthetic"]["flag_rate"] <= 0.25
+    novel = [r for r in _items(out) if r["cascade"]["reason"] == "novel"]
+    assert novel and cascade["signals"]["novel"]["questions"] == len(novel)
+    assert "Novelty gate" in (out / "summary.md").read_text()
+    npz = tmp_path / "cal.novelty.npz"
+    npz.write_bytes(npz.read_bytes() + b"\0")  # not the file the calibration names
+    with pytest.raises(SystemExit, match="the calibration names reference set"):
+        main(["eval", str(mix), "--demo", "--out", str(out), "--calibration", str(cal_file)])

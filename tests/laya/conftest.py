@@ -60,7 +60,9 @@ class Ours:
     def __init__(self, ckpt: Path, export_dir: Path) -> None:
         self.previewer = Previewer({"english": ckpt})
         self.ckpt = self.previewer.checkpoints["english"]
-        self.session = OnnxSession(export_dir / MODEL_FILE, intra_op_threads=1)
+        # the export's extra output (the novelty gate's vectors) runs too: the parity holds with it
+        self.session = OnnxSession(export_dir / MODEL_FILE, intra_op_threads=1,
+                                   optional=("pooled",))
         self.last_logits: list = []
 
     def __call__(self, state: Any, questions: dict, min_confidence: Any = None,
@@ -72,9 +74,9 @@ class Ours:
             controls=Controls(**controls),
         )
         plan = self.previewer.plan(call)
-        logits, act = self.session.run(collate(plan.rows, self.ckpt.tok.pad_id))
+        logits, act, pooled = self.session.run(collate(plan.rows, self.ckpt.tok.pad_id))
         self.last_logits = [logits[i, : len(r.markers)] for i, r in enumerate(plan.rows)]
-        outputs = list(zip(self.last_logits, act, strict=True))
+        outputs = list(zip(self.last_logits, act, pooled, strict=True))
         results = decode.results(plan.questions, plan.rows, outputs, self.ckpt.cfg)
         usage = decode.usage(plan.questions, plan.rows, plan.state_tokens)
         return laya_dicts(call.questions, results, usage, min_confidence)

@@ -60,7 +60,7 @@ async def serve(policy: Path, n: int) -> None:
             call = EngineCall(state=raw["state"], model="jev-latest", request_id=f"r{i}",
                               questions=msgspec.convert(raw["questions"], dict[str, Question]))
             await gateway.systemone(call)
-        await asyncio.gather(*gateway._shadow_tasks)
+        await gateway.shadows.settled()
     finally:
         await gateway.aclose()
         decisions.close()

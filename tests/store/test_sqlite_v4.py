@@ -89,7 +89,7 @@ def test_a_shadow_answer_lands_on_its_own_tenants_row(tmp_path: Path) -> None:
         for tenant in ("acme", "beta"):
             await gateway.decide(call, tenant=tenant)
         release.set()
-        await asyncio.gather(*gateway._shadow_tasks)  # the shadow calls just released
+        await gateway.shadows.settled()  # the shadow calls just released
         await gateway.aclose()
 
     asyncio.run(run())

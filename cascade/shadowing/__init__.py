@@ -1,0 +1,1 @@
+"""Shadow calls: cheap-final requests mirrored to the strong tier in the background."""
