@@ -268,7 +268,7 @@ class PostgresStore:
         self.written = self.failed = self.errors = self.dropped = self.spooled = 0
         self.last_error: tuple[float, str] | None = None
         self.lagging = False
-        self._spool_failing = False  # the last append hit a full or failing disk
+        self._spool_failing = False  # an append hit a full or failing disk since it emptied
         self._boot = uuid.uuid4().hex[:16]
         self._seq = itertools.count()
         self._conn: psycopg.Connection[Any] | None = None
@@ -357,6 +357,10 @@ class PostgresStore:
                     self._replay()
                 if batch and (self.spool.rows or not self._write(batch, rows)):
                     self._to_spool(batch, rows)
+                elif self._spool_failing and not self.spool.rows:
+                    log.warning("decision store: writing again, spool %s empty; it takes rows "
+                                "again", self.spool.path)
+                    self._spool_failing = False
                 self._prune()
             finally:  # in the store, in the spool, or dropped and counted: nobody waits
                 for item in items:
@@ -454,14 +458,12 @@ class PostgresStore:
             self.errors += 1
             self.last_error = (time.time(), f"spool: {exc}")
             metrics.DECISION_LOG_ERRORS.labels(stage="spool").inc()
-            if not self._spool_failing:  # logged once until an append succeeds again
+            # Logged once until the spool empties: a small batch that fits the last free
+            # bytes between two failures does not make the warning flap.
+            if not self._spool_failing:
                 log.warning("decision store: spool %s failed (%s); rows are dropped and "
                             "counted until it takes them again", self.spool.path, exc)
             self._spool_failing = True
-        else:
-            if kept and self._spool_failing:
-                log.warning("decision store: spool %s takes rows again", self.spool.path)
-                self._spool_failing = False
         outcome = "spooled" if kept else "dropped"
         if kept:
             self.spooled += rows

@@ -47,12 +47,17 @@ def exported_names(labelled: str | None = None) -> set[str]:
             names.add(obj._name + "_info")
         elif isinstance(obj, Gauge):
             names.add(obj._name)
-    # Each app's own gauges (``metrics.GatewayGauges``, ``DriftGauges``, ``InflightGauge``),
+    # Each app's own gauges (``metrics.GatewayGauges``, ``DriftGauges``, ``InflightGauge``,
+    # ``ControlGauges``, ``CacheGauges``, ``ConfigInfo``),
     # read at scrape time.
     gauges = metrics.GatewayGauges(lambda: {"t": True}, lambda: {"t": 0}, lambda: {"v": "1"})
     drift = metrics.DriftGauges(lambda: {("noul", "2"): 0.0})
     inflight = metrics.InflightGauge(lambda: 0)
-    for family in [*gauges.collect(), *drift.collect(), *inflight.collect()]:
+    control = metrics.ControlGauges(lambda: {("noul", "2"): 0.5}, lambda: 0.0)
+    cache = metrics.CacheGauges(lambda: (0, 0))
+    config = metrics.ConfigInfo(lambda: ("p", "c"))
+    for family in [*gauges.collect(), *drift.collect(), *inflight.collect(),
+                   *control.collect(), *cache.collect(), *config.collect()]:
         if labelled is None or all(labelled in s.labels for s in family.samples):
             names.update(sample.name for sample in family.samples)
     return names

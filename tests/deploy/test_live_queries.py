@@ -37,7 +37,8 @@ JOB = "cascade-gateway"
 MIN_WITH_SERIES = 0.8
 MAY_BE_EMPTY = ("cascade_degraded_answers_total", "cascade:escalation_ratio",
                 "cascade_shadow_choice_agreement", "cascade_confidence_psi", "cascade_cache_",
-                "cascade_tenant_rate_limited_total")
+                "cascade_tenant_rate_limited_total",
+                "cascade_novelty_flags_total")  # the demo's calibration has no reference set
 
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team?",

@@ -412,7 +412,8 @@ def _no_answers(call: EngineCall) -> EngineAnswer:
 @pytest.mark.parametrize(("handler", "error", "status", "kind"), [
     (_raise(RateLimited("upstream rate limit", retry_after=2)), openai.RateLimitError, 429,
      "overloaded_error"),
-    (_no_answers, openai.InternalServerError, 502, "upstream_error"),
+    # a malformed answer is the tier failing: with no other tier to stand in, unavailable
+    (_no_answers, openai.InternalServerError, 503, "unavailable"),
     (_raise(EngineUnavailable("upstream down")), openai.InternalServerError, 503, "unavailable"),
 ], ids=["rate limited", "garbage", "down"])
 def test_tier_failures_raise_the_sdks_classes(handler: Any, error: type, status: int,

@@ -70,7 +70,7 @@ def test_recorded_logits_decode_to_recorded_answers(path: Path) -> None:
     prepared = prepare(questions)
     outputs = [
         (np.asarray(case["logits"][i][: len(pq["markers"])], dtype=np.float32),
-         np.asarray(case["act_logits"][i], dtype=np.float32))
+         np.asarray(case["act_logits"][i], dtype=np.float32), None)  # no pooled vector
         for i, pq in enumerate(case["per_question"])
     ]
     rows = [_Markers(len(pq["markers"]), q.qtype) for pq, q in zip(

@@ -334,7 +334,7 @@ def test_requests_come_back_from_a_decision_log(tmp_path: Path) -> None:
                 json.dumps({"tier": "laya", "checkpoint": "english",
                             "probabilities": [0.5, 0.3, 0.2]}),
                 json.dumps({"tier": "clef", "probabilities": strong}) if strong else None,
-                "laya", None, 0, shadow, 0.01, "", 0, 0, "c", None, "r")
+                "laya", None, 0, shadow, 0.01, "", 0, 0, "c", None, "r", None)
 
     db = tmp_path / "log.db"
     with sqlite3.connect(db) as conn:
