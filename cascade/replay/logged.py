@@ -1,0 +1,54 @@
+"""Logged requests: the decision log's rows grouped back into the requests they answered.
+
+A request is its rows with one tenant, request id and time (a request's rows are written
+together, stamped with one ``ts``; a retried id is another request). ``limit`` counts requests,
+oldest first, so reading stops after it: a bounded read of a live store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cascade.calls import EngineCall
+from cascade.schema import Question
+from cascade.store import LogRow, read_rows
+
+
+class Logged(msgspec.Struct, kw_only=True):
+    """One logged request: its rows by question id (the latest wins if an id repeats)."""
+
+    key: str  # "SOURCE#REQUEST_ID" (sources stay apart)
+    rows: dict[str, LogRow]
+
+    def call(self) -> EngineCall:
+        """The request as the flow sees it: its questions, its model, its state when stored as
+        text (else "": pre-routing then sees no state)."""
+        first = next(iter(self.rows.values()))
+        state: Any = first.state if first.state_mode == "text" else ""
+        return EngineCall(state=state if state is not None else "", model=first.model,
+                          request_id=first.request_id, questions={
+                              qid: msgspec.convert(row.question, Question)
+                              for qid, row in self.rows.items()})
+
+
+def logged_requests(sources: Iterable[str | Path], *, since: float | None = None,
+                    tenant: str | None = None, limit: int | None = None
+                    ) -> tuple[list[Logged], bool]:
+    """The requests of ``sources`` (files or URLs, in order), at most ``limit``; the second
+    value is True when the limit cut the read short."""
+    found: dict[tuple[str, str, str, float], Logged] = {}
+    for source in sources:
+        for row in read_rows(source, since=since, tenant=tenant):
+            key = (str(source), row.tenant, row.request_id, row.ts)
+            request = found.get(key)
+            if request is None:
+                if limit is not None and len(found) >= limit:
+                    return list(found.values()), True
+                request = found[key] = Logged(key=f"{source}#{row.request_id}", rows={})
+            request.rows[row.question_id] = row
+    return list(found.values()), False
+
