@@ -4,6 +4,7 @@ requests they serve (the replay tests')."""
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.policy.files import load_policy
 from cascade.settings import Settings
+from cascade.store.base import DecisionStore
+from cascade.store.postgres import PostgresStore
 from cascade.store.sqlite import SqliteStore
 from tests.servers import serve_app
 
@@ -56,7 +59,7 @@ def strong_answer(call: EngineCall) -> EngineAnswer:
     return deterministic_answer(msgspec.structs.replace(call, state={"strong": call.state}))
 
 
-def gateway_of(path: Path, log: SqliteStore | None = None) -> Gateway:
+def gateway_of(path: Path, log: DecisionStore | None = None) -> Gateway:
     policy = load_policy(path)
     engines = {name: FakeEngine(name, strong_answer if name == "strong" else
                                 deterministic_answer) for name in policy.tiers}
@@ -64,18 +67,22 @@ def gateway_of(path: Path, log: SqliteStore | None = None) -> Gateway:
 
 
 @contextlib.contextmanager
-def served(path: Path, log: Path | None = None) -> Iterator[httpx.Client]:
-    """The gateway serving ``path`` (logging to ``log``) under a real server on loopback."""
-    store = None if log is None else SqliteStore(log)
-    settings = Settings(policy=str(path), admin_keys=("admin-key",),
-                        decision_log=None if log is None else str(log))
-    try:
-        with serve_app(create_app(settings, gateway_of(path, store))) as url, \
-                httpx.Client(base_url=url, timeout=30) as client:
-            yield client
-    finally:
-        if store is not None:
-            store.close()
+def served(path: Path, log: Path | str | None = None) -> Iterator[httpx.Client]:
+    """The gateway serving ``path`` (logging to ``log``: a SQLite file or a PostgreSQL URL)
+    under a real server on loopback."""
+    with tempfile.TemporaryDirectory() as spool:
+        store: DecisionStore | None = (
+            None if log is None else SqliteStore(log) if isinstance(log, Path)
+            else PostgresStore(log, spool=Path(spool) / "spool", replica="r1"))
+        settings = Settings(policy=str(path), admin_keys=("admin-key",),
+                            decision_log=None if log is None else str(log))
+        try:
+            with serve_app(create_app(settings, gateway_of(path, store))) as url, \
+                    httpx.Client(base_url=url, timeout=30) as client:
+                yield client
+        finally:
+            if store is not None:
+                store.close()
 
 
 def body(n: int) -> dict[str, Any]:
