@@ -24,11 +24,11 @@ from cascade.errors import CascadeError
 from cascade.policy.flow import Ask, Preview, Reply, decide, run
 from cascade.policy.model import Policy
 from cascade.questions import answer_label
-from cascade.replay.logged import Logged
+from cascade.replay.logged import LoggedRequest
 from cascade.schema import Question
 from cascade.store import LogRow
 
-Slot = Literal["cheap", "strong"]
+Which = Literal["cheap", "strong"]
 REASONS = ("older_schema", "changed_tier", "no_cheap_answer", "no_strong_answer")
 
 
@@ -36,7 +36,7 @@ class Side(msgspec.Struct, kw_only=True):
     """What one version answered: the slot whose answer was returned (None: it refused the
     request), the answer, and the input tokens its tier calls cost for this question."""
 
-    tier: Slot | None
+    tier: Which | None
     answer: Any
     tokens: dict[str, float]  # slot -> this question's share of that tier's call
 
@@ -61,19 +61,19 @@ class Unjudged(Exception):
         self.reason = reason
 
 
-def judge(policy: Policy, weights: Mapping[str, str], request: Logged) -> list[Judged]:
+def judge(policy: Policy, weights: Mapping[str, str], request: LoggedRequest) -> list[Judged]:
     """Each question of ``request`` under ``policy`` (whose tiers' weights hash to
     ``weights``, by tier name); raises ``Unjudged``."""
     rows = request.rows
     for row in rows.values():
         _check_row(policy, weights, row)
     call = request.call()
-    asked: dict[Slot, set[str]] = {"cheap": set(), "strong": set()}
+    asked: dict[Which, set[str]] = {"cheap": set(), "strong": set()}
 
     def reply(ask: Ask) -> Reply:
         if isinstance(ask, Preview):  # not asked: the flow runs without previews
             raise Unjudged("no_cheap_answer")
-        slot: Slot = "cheap" if ask.tier == policy.route.cheap else "strong"
+        slot: Which = "cheap" if ask.tier == policy.route.cheap else "strong"
         asked[slot].update(ask.call.questions)
         return _logged_answer(ask.tier, slot, rows, list(ask.call.questions))
 
@@ -87,7 +87,7 @@ def judge(policy: Policy, weights: Mapping[str, str], request: Logged) -> list[J
         if decision is None or qid not in decision.routes:
             candidate = Side(tier=None, answer=None, tokens={})
         else:
-            tier: Slot = "cheap" if decision.routes[qid].tier == policy.route.cheap else "strong"
+            tier: Which = "cheap" if decision.routes[qid].tier == policy.route.cheap else "strong"
             candidate = Side(tier=tier, answer=_label(question, decision.results[qid]),
                              tokens=_tokens(row, {s for s, q in asked.items() if qid in q}))
         out.append(Judged(request=request.key, question=qid, served=served(question, row),
@@ -102,7 +102,7 @@ def served(question: Question, row: LogRow) -> Side:
     cheap = row.cheap is not None and row.final_tier == row.cheap.tier
     entry = row.cheap if cheap else row.strong
     assert entry is not None  # a returned answer is always logged
-    called: set[Slot] = {"cheap"} if row.cheap is not None else set()
+    called: set[Which] = {"cheap"} if row.cheap is not None else set()
     if row.strong is not None and not row.shadow:
         called.add("strong")
     return Side(tier="cheap" if cheap else "strong",
@@ -122,7 +122,7 @@ def _check_row(policy: Policy, weights: Mapping[str, str], row: LogRow) -> None:
             raise Unjudged("changed_tier")
 
 
-def _logged_answer(tier: str, slot: Slot, rows: Mapping[str, LogRow],
+def _logged_answer(tier: str, slot: Which, rows: Mapping[str, LogRow],
                    qids: list[str]) -> EngineAnswer:
     results = {}
     tokens = 0.0
@@ -138,7 +138,7 @@ def _logged_answer(tier: str, slot: Slot, rows: Mapping[str, LogRow],
                         usage=EngineUsage(input_tokens=round(tokens)))
 
 
-def _tokens(row: LogRow, called: set[Slot]) -> dict[str, float]:
+def _tokens(row: LogRow, called: set[Which]) -> dict[str, float]:
     shares = {"cheap": row.cheap_tokens, "strong": row.strong_tokens}
     return {slot: shares[slot] or 0.0 for slot in sorted(called)}
 

@@ -1,4 +1,4 @@
-"""Logged requests: the decision log's rows grouped back into the requests they answered.
+"""LoggedRequest requests: the decision log's rows grouped back into the requests they answered.
 
 A request is its rows with one tenant, request id and time (a request's rows are written
 together, stamped with one ``ts``; a retried id is another request). ``limit`` counts requests,
@@ -18,7 +18,7 @@ from cascade.schema import Question
 from cascade.store import LogRow, read_rows
 
 
-class Logged(msgspec.Struct, kw_only=True):
+class LoggedRequest(msgspec.Struct, kw_only=True):
     """One logged request: its rows by question id (the latest wins if an id repeats)."""
 
     key: str  # "SOURCE#REQUEST_ID" (sources stay apart)
@@ -37,10 +37,10 @@ class Logged(msgspec.Struct, kw_only=True):
 
 def logged_requests(sources: Iterable[str | Path], *, since: float | None = None,
                     tenant: str | None = None, limit: int | None = None
-                    ) -> tuple[list[Logged], bool]:
+                    ) -> tuple[list[LoggedRequest], bool]:
     """The requests of ``sources`` (files or URLs, in order), at most ``limit``; the second
     value is True when the limit cut the read short."""
-    found: dict[tuple[str, str, str, float], Logged] = {}
+    found: dict[tuple[str, str, str, float], LoggedRequest] = {}
     for source in sources:
         for row in read_rows(source, since=since, tenant=tenant):
             key = (str(source), row.tenant, row.request_id, row.ts)
@@ -48,7 +48,7 @@ def logged_requests(sources: Iterable[str | Path], *, since: float | None = None
             if request is None:
                 if limit is not None and len(found) >= limit:
                     return list(found.values()), True
-                request = found[key] = Logged(key=f"{source}#{row.request_id}", rows={})
+                request = found[key] = LoggedRequest(key=f"{source}#{row.request_id}", rows={})
             request.rows[row.question_id] = row
     return list(found.values()), False
 
