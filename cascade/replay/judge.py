@@ -6,6 +6,8 @@ request it cannot judge is counted by reason, never guessed, every question of i
 
     older_schema      a row from before token shares (schema 3): no cost, no stamp to check
     changed_tier      a row answered by another tier, or other weights, than the candidate's
+    tenant_policy     a row decided by a tenant's own policy (an overlay the replay does not
+                      apply to the candidate)
     no_cheap_answer   the candidate asks the cheap tier for an answer that was never logged
     no_strong_answer  the candidate escalates a question whose strong answer was never logged
 
@@ -29,7 +31,8 @@ from cascade.schema import Question
 from cascade.store import LogRow
 
 Which = Literal["cheap", "strong"]
-REASONS = ("older_schema", "changed_tier", "no_cheap_answer", "no_strong_answer")
+REASONS = ("older_schema", "changed_tier", "tenant_policy", "no_cheap_answer",
+           "no_strong_answer")
 
 
 class Side(msgspec.Struct, kw_only=True):
@@ -45,7 +48,8 @@ class Judged(msgspec.Struct, kw_only=True):
     """One question: what was served, what the candidate answers, and its judges (``label``:
     a feedback label; ``teacher``: the strong tier's shadow answer)."""
 
-    request: str
+    request: str  # its id
+    tenant: str
     question: str
     served: Side
     candidate: Side
@@ -71,8 +75,7 @@ def judge(policy: Policy, weights: Mapping[str, str], request: LoggedRequest) ->
     asked: dict[Which, set[str]] = {"cheap": set(), "strong": set()}
 
     def reply(ask: Ask) -> Reply:
-        if isinstance(ask, Preview):  # not asked: the flow runs without previews
-            raise Unjudged("no_cheap_answer")
+        assert not isinstance(ask, Preview)  # the flow runs without previews
         slot: Which = "cheap" if ask.tier == policy.route.cheap else "strong"
         asked[slot].update(ask.call.questions)
         return _logged_answer(ask.tier, slot, rows, list(ask.call.questions))
@@ -90,7 +93,8 @@ def judge(policy: Policy, weights: Mapping[str, str], request: LoggedRequest) ->
             tier: Which = "cheap" if decision.routes[qid].tier == policy.route.cheap else "strong"
             candidate = Side(tier=tier, answer=_label(question, decision.results[qid]),
                              tokens=_tokens(row, {s for s, q in asked.items() if qid in q}))
-        out.append(Judged(request=request.key, question=qid, served=served(question, row),
+        out.append(Judged(request=request.request_id, tenant=request.tenant, question=qid,
+                          served=served(question, row),
                           candidate=candidate, label=_feedback(row),
                           teacher=_teacher(question, row)))
     return out
@@ -114,6 +118,8 @@ def _check_row(policy: Policy, weights: Mapping[str, str], row: LogRow) -> None:
     if ((row.cheap is not None and row.cheap_tokens is None)
             or (row.strong is not None and row.strong_tokens is None)):
         raise Unjudged("older_schema")
+    if row.tenant_policy_hash is not None:
+        raise Unjudged("tenant_policy")
     for slot, entry in (("cheap", row.cheap), ("strong", row.strong)):
         name = getattr(policy.route, slot)
         if entry is None:

@@ -19,9 +19,11 @@ from cascade.store import LogRow, read_rows
 
 
 class LoggedRequest(msgspec.Struct, kw_only=True):
-    """One logged request: its rows by question id (the latest wins if an id repeats)."""
+    """One logged request: its id, its tenant, its rows by question id (the latest wins if an
+    id repeats)."""
 
-    key: str  # "SOURCE#REQUEST_ID" (sources stay apart)
+    request_id: str
+    tenant: str
     rows: dict[str, LogRow]
 
     def call(self) -> EngineCall:
@@ -30,7 +32,7 @@ class LoggedRequest(msgspec.Struct, kw_only=True):
         first = next(iter(self.rows.values()))
         state: Any = first.state if first.state_mode == "text" else ""
         return EngineCall(state=state if state is not None else "", model=first.model,
-                          request_id=first.request_id, questions={
+                          request_id=self.request_id, questions={
                               qid: msgspec.convert(row.question, Question)
                               for qid, row in self.rows.items()})
 
@@ -43,12 +45,13 @@ def logged_requests(sources: Iterable[str | Path], *, since: float | None = None
     found: dict[tuple[str, str, str, float], LoggedRequest] = {}
     for source in sources:
         for row in read_rows(source, since=since, tenant=tenant):
-            key = (str(source), row.tenant, row.request_id, row.ts)
+            key = (str(source), row.tenant, row.request_id, row.ts)  # sources stay apart
             request = found.get(key)
             if request is None:
                 if limit is not None and len(found) >= limit:
                     return list(found.values()), True
-                request = found[key] = LoggedRequest(key=f"{source}#{row.request_id}", rows={})
+                request = found[key] = LoggedRequest(request_id=row.request_id,
+                                                     tenant=row.tenant, rows={})
             request.rows[row.question_id] = row
     return list(found.values()), False
 

@@ -85,7 +85,7 @@ def _cost(judged: list[Judged], prices: Mapping[str, float]) -> dict[str, Any]:
 
 
 def _example(j: Judged) -> dict[str, Any]:
-    return {"request": j.request, "question": j.question,
+    return {"request": j.request, "tenant": j.tenant, "question": j.question,
             "served": {"tier": j.served.tier, "answer": j.served.answer},
             "candidate": {"tier": j.candidate.tier, "answer": j.candidate.answer}}
 

@@ -40,7 +40,7 @@ def test_replay_decides_each_question_as_the_candidate_serving_live(tmp_path: Pa
         for j in judge(policy, {}, request):
             assert j.candidate.tier is not None
             tier = policy.route.cheap if j.candidate.tier == "cheap" else policy.route.strong
-            replayed[(request.key.rsplit("#", 1)[1], j.question)] = (tier, j.candidate.answer)
+            replayed[(j.request, j.question)] = (tier, j.candidate.answer)
     with served(candidate) as client:
         live = {(f"r{n}", q): found for n in range(N) for q, found in ask(client, n).items()}
     assert len(replayed) == len(live) == 3 * N
@@ -73,10 +73,12 @@ def test_questions_it_cannot_judge_are_counted_by_reason_not_guessed(tmp_path: P
     with sqlite3.connect(kept) as db:  # requests r0, r1 as a file before token shares has them
         db.execute("UPDATE decisions SET cheap_tokens = NULL, strong_tokens = NULL "
                    "WHERE request_id IN ('r0', 'r1')")
+        db.execute("UPDATE decisions SET tenant_policy_hash = 'own' WHERE request_id = 'r2'")
     db.close()
     report = replay(same, [kept], weights={}, prices=prices)
-    assert report["not_judged"] == {**dict.fromkeys(REASONS, 0), "older_schema": 6}
-    assert report["judged"] == 12 and report["tier_changes"] == {"cheap_to_strong": 0,
+    assert report["not_judged"] == {**dict.fromkeys(REASONS, 0), "older_schema": 6,
+                                    "tenant_policy": 3}
+    assert report["judged"] == 9 and report["tier_changes"] == {"cheap_to_strong": 0,
                                                                  "strong_to_cheap": 0}
     assert report["answers_changed"] == 0
 
