@@ -38,6 +38,7 @@ from cascade.policy.model import Policy
 from cascade.replay.run import replay
 from cascade.request.validation import decode_at
 from cascade.schema import DryRunRequest, dry_run_decoder
+from cascade.store import log_target
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 20_000
@@ -54,7 +55,7 @@ async def dry_run(request: Request, services: Services) -> dict[str, Any]:
     body = await read_body(request, services.settings, services.body_reads)
     sent = decode_at(dry_run_decoder, body, []) if body.strip() else DryRunRequest()
     gateway, settings = services.gateway, services.settings
-    target = settings.decision_log or gateway.policy.decision_log.file
+    target = log_target(settings, gateway.policy)
     if not target:
         raise Conflict("a dry run replays the decision log, and this gateway keeps none "
                        "(set --decision-log or [decision_log] file)")
