@@ -26,6 +26,11 @@ class LoggedRequest(msgspec.Struct, kw_only=True):
     tenant: str
     rows: dict[str, LogRow]
 
+    def state_stored(self) -> bool:
+        """Whether the log holds the request's state (``[decision_log] state = "text"``)."""
+        first = next(iter(self.rows.values()))
+        return first.state_mode == "text" and first.state is not None
+
     def call(self) -> EngineCall:
         """The request as the flow sees it: its questions, its model, its state when stored as
         text (else "": pre-routing then sees no state)."""

@@ -38,6 +38,8 @@ def summarize(judged: list[Judged], unjudged: Mapping[str, int], *, requests: in
         "tier_changes": {change: moves[change] for change in ("cheap_to_strong",
                                                               "strong_to_cheap")},
         "answers_changed": sum(j.served.answer != j.candidate.answer for j in answered),
+        "called": {slot: sum(slot in j.candidate.called for j in answered)
+                   for slot in ("cheap", "strong")},
         "labelled": _accuracy([(j, j.label) for j in answered if j.label is not None]),
         "shadow": {"teacher": "strong",
                    **_accuracy([(j, j.teacher) for j in answered if j.teacher is not None])},
@@ -112,7 +114,7 @@ def lines(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def headline(report: Mapping[str, Any]) -> list[str]:
-    changes = report["tier_changes"]
+    changes, called = report["tier_changes"], report["called"]
     skipped = ", ".join(f"{n} {reason}" for reason, n in report["not_judged"].items() if n)
     return [
         f"{report['requests']} requests, {report['questions']} questions: {report['judged']} "
@@ -122,6 +124,8 @@ def headline(report: Mapping[str, Any]) -> list[str]:
         f"tier changes: {changes['cheap_to_strong']} cheap->strong, "
         f"{changes['strong_to_cheap']} strong->cheap; answers changed: "
         f"{report['answers_changed']}; refused by the candidate: {report['candidate_refused']}",
+        *([f"asked live (--call-tiers): {called['cheap']} cheap, {called['strong']} strong "
+           "answers"] if any(called.values()) else []),
     ]
 
 
