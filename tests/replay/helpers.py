@@ -31,17 +31,18 @@ QUESTIONS = {"team": {"type": "choice", "instructions": "Which team?",
                        "criteria": ["calm", "upset", "furious"]}}
 
 
-def policy_text(threshold: float, *, cheap: str = "cheap", extra: str = "") -> str:
-    """Two upstream tiers (served by fake engines here); every cell's confidence threshold is
-    ``threshold``: 0 keeps every cheap answer, 1 escalates every question."""
+def policy_text(threshold: float, *, cheap: str = "cheap", extra: str = "",
+                urls: tuple[str, str] = ("http://127.0.0.1:9", "http://127.0.0.1:9")) -> str:
+    """Two upstream tiers at ``urls`` (or fake engines in their place); every cell's confidence
+    threshold is ``threshold``: 0 keeps every cheap answer, 1 escalates every question."""
     cells = ", ".join(f'"{band}" = {threshold}' for band in ("2", "3-5", "6-10", "11+"))
     return f"""[tiers.{cheap}]
 kind = "upstream"
-urls = ["http://127.0.0.1:9"]
+urls = ["{urls[0]}"]
 
 [tiers.strong]
 kind = "upstream"
-urls = ["http://127.0.0.1:9"]
+urls = ["{urls[1]}"]
 
 [route]
 cheap = "{cheap}"
