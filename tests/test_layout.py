@@ -18,8 +18,9 @@ FORMATS = ("cascade.laya", "cascade.clef")
 LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
           "cascade.replay", "cascade.contracts", "cascade.request", "cascade.build",
           "cascade.gateway", "cascade.shadowing", "cascade.store", "cascade.cache",
-          "cascade.tiercall", "cascade.answers", "cascade.control", "cascade.tenants", "cascade.fleet",
-          "cascade.policy", "cascade.novelty", "cascade.engines", "cascade.tracing", FORMATS]
+          "cascade.tiercall", "cascade.answers", "cascade.control", "cascade.tenants",
+          "cascade.fleet", "cascade.policy", "cascade.novelty", "cascade.engines",
+          "cascade.tracing", FORMATS]
 
 
 def _module(path: Path) -> str:
