@@ -74,26 +74,27 @@ def _reader(services: Services, sent: DryRunRequest) -> Callable[[], Policy]:
     settings, serving = services.settings, services.gateway.policy
 
     def read() -> Policy:
-        if sent.policy is None:
+        if sent.policy is None:  # the files on disk, as a reload reads them
             policy = reread_policy(settings, serving)
-            if sent.calibration is None:
-                return policy
-        base = Path(settings.policy).resolve().parent if settings.policy else Path.cwd()
-        try:
-            if sent.policy is not None:
+            source = settings.policy or "<policy>"
+        else:
+            base = Path(settings.policy).resolve().parent if settings.policy else Path.cwd()
+            try:
                 policy = policy_of_text(sent.policy, POLICY_TEXT, base)
-                if sent.calibration is None and settings.calibration:  # as a reload applies it
-                    policy = with_calibration_file(policy, settings.calibration)
+            except PolicyError as exc:
+                raise ConfigRejected(exc.messages) from exc
+            source = POLICY_TEXT
+        file = CALIBRATION_TEXT if sent.calibration is not None else settings.calibration or ""
+        try:
             if sent.calibration is not None:
-                policy = apply_calibration(policy, parse_calibration(sent.calibration,
-                                                                     CALIBRATION_TEXT),
-                                           file=CALIBRATION_TEXT)
-        except PolicyError as exc:
-            raise ConfigRejected(exc.messages) from exc
+                policy = apply_calibration(policy, parse_calibration(sent.calibration, file),
+                                           file=file)
+            elif sent.policy is not None and file:  # --calibration, as a reload applies it
+                policy = with_calibration_file(policy, file)
         except CalibrationError as exc:
-            text = str(exc).removeprefix(CALIBRATION_TEXT + ": ")
-            raise ConfigRejected([f"{CALIBRATION_TEXT}: error: {text}"]) from exc
-        return checked_files(policy, POLICY_TEXT)
+            text = str(exc).removeprefix(f"{file}: ")
+            raise ConfigRejected([f"{file}: error: {text}"]) from exc
+        return checked_files(policy, source)
 
     return read
 

@@ -3,8 +3,8 @@
 The flow itself decides (``cascade.policy.flow.decide``, no previews, the policy's own
 thresholds), its tier calls answered with the answers the log recorded; no tier is called
 unless ``call_tier`` is given (then for the answers the log lacks only; a failure of it is the
-tier failing, as live). A
-request it cannot judge is counted by reason, never guessed, every question of it:
+tier failing, as live). A request it cannot judge is counted by reason, never guessed, every
+question of it:
 
     older_schema      a row from before token shares (schema 3): no cost, no stamp to check
     changed_tier      a row answered by another tier, or other weights, than the candidate's

@@ -155,3 +155,27 @@ def test_it_reads_a_postgresql_store(postgres: Postgres, tmp_path: Path) -> None
     assert report["requests"] == N and report["judged"] == 3 * N
     assert report["tier_changes"] == {"cheap_to_strong": 0, "strong_to_cheap": 3 * N}
     assert report["log"] == [safe_url(url)]
+
+
+KEEP_ALL = """version = 1
+[stamp]
+checkpoints = {}
+items = 10
+questions = 10
+target = "escalation"
+value = 0.0
+[thresholds]
+choice = { "3-5" = 0.0 }
+score = { "3-5" = 0.0 }
+noul = { "2" = 0.0 }
+[temperatures]
+"""
+
+
+def test_a_calibration_in_the_body_applies_to_the_policy_on_disk(client: httpx.Client) -> None:
+    """The serving policy escalates everything; the sent calibration keeps every answer."""
+    r = client.post(DRY, headers=ADMIN, json={"calibration": KEEP_ALL})
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["tier_changes"] == {"cheap_to_strong": 0, "strong_to_cheap": 3 * N}
+    assert report["candidate"]["calibration_hash"] != report["serving"]["calibration_hash"]
