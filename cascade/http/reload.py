@@ -111,7 +111,7 @@ class Reloader:
             "policy": serving.policy_hash, "calibration": serving.calibration_hash,
             "keys": access.tenants.fingerprint(), "admin_keys": access.admin_keys.fingerprint()})
 
-    async def reload(self, actor: str = "signal", client: str | None = None) -> ReloadReport:
+    async def reload(self, actor: str, client: str | None = None) -> ReloadReport:
         """Read, check and swap (see the module docstring); raises ``ConfigRejected``. At most
         one reload waits while another runs: a call made meanwhile joins the waiting one, which
         reads the files after that call was made, and gets its answer. A burst of SIGHUPs or
