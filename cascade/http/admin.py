@@ -14,19 +14,22 @@ they are open, as everything is.
 
 Every admin action is one audit record (``cascade.audit``) by the admin key's name and the
 caller's address (the socket's peer: no proxy header is trusted): reloads (``Reloader.reload``),
-dry runs, freeze and unfreeze. ``GET /admin/audit`` reads them back.
+dry runs, fleet reloads (as asked here), freeze and unfreeze. ``GET /admin/audit`` reads them
+back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 from litestar import Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
 from cascade.errors import (
+    CascadeError,
     ConfigRejected,
     EngineUnavailable,
     Forbidden,
@@ -115,7 +118,16 @@ async def reload(request: Request, services: Services) -> Response[bytes]:
                                      "msg": "a dry run replays this replica's view only"}])
         return await _dry_run(request, services)
     if scope == "fleet":
-        fleet_report = await reload_fleet(services)
+        try:
+            fleet_report = await reload_fleet(services)
+        except CascadeError as exc:
+            _audit(request, services, "fleet_reload", "failed", str(exc))
+            raise
+        kept = [*fleet_report.refused, *fleet_report.not_answered]
+        _audit(request, services, "fleet_reload", "refused" if kept else "applied",
+               f"kept their version: {', '.join(kept)}" if kept else "",
+               detail={"replicas": {r.replica: r.outcome for r in fleet_report.replicas},
+                       "not_answered": fleet_report.not_answered})
         return Response(content=encoder.encode(fleet_report), status_code=200, media_type=JSON)
     if scope != "replica":
         raise ValidationFailed([{"loc": ["query", "scope"], "type": "value_error",
@@ -140,12 +152,13 @@ async def _dry_run(request: Request, services: Services) -> Response[bytes]:
 
 
 def _audit(request: Request, services: Services, action: str, outcome: AuditOutcome,
-           message: str = "") -> None:
-    """One audit record of an admin route that changes nothing a reload reads."""
+           message: str = "", detail: dict[str, Any] | None = None) -> None:
+    """One audit record of an admin route that changes nothing this replica's reload reads (a
+    fleet reload's own change is each replica's ``reload`` record, by ``fleet``)."""
     hashes = services.reloader.snapshot().hashes
     services.reloader.audit.record(action, admin_name(request) or "", outcome,
                                    client=_client(request), message=message, before=hashes,
-                                   after=hashes)
+                                   after=hashes, detail=detail)
 
 
 def _refused(what: str, serving: str, exc: ConfigRejected) -> Response[bytes]:

@@ -25,7 +25,7 @@ from cascade.policy.fingerprint import policy_hash
 from tests.audit.helpers import ADMIN_FILE, ALICE, BOB, keys_file, served
 from tests.http.test_sighup import served as served_process
 from tests.replay.helpers import ask, policy_text
-from tests.servers import Postgres, free_port
+from tests.servers import Postgres, free_port, run_redis
 
 
 def records(client: httpx.Client, headers: dict[str, str], **query: Any) -> list[dict[str, Any]]:
@@ -235,3 +235,34 @@ def test_a_bad_limit_is_a_422(tmp_path: Path, limit: str) -> None:
                        params={"limit": limit})
     assert r.status_code == 422, r.text
     assert "limit" in r.text
+
+
+def test_a_fleet_reload_is_recorded_by_its_admin_and_each_replica_by_fleet(
+        tmp_path: Path) -> None:
+    policy, db = tmp_path / "policy.toml", tmp_path / "d.db"
+    policy.write_text(policy_text(1.0))
+    (tmp_path / "admins.toml").write_text(ADMIN_FILE)
+    with run_redis() as (url, _), served(policy, db, admin_keys_file=str(tmp_path / "admins.toml"),
+                                        fleet_redis=url) as client:
+        policy.write_text(policy_text(0.5))
+        r = client.post("/admin/reload?scope=fleet", headers=ALICE)
+        assert r.status_code == 200 and r.json()["refused"] == [], r.text
+        found = records(client, ALICE)
+    assert sorted((r["action"], r["actor"], r["outcome"]) for r in found) == [
+        ("fleet_reload", "alice", "applied"), ("reload", "fleet", "applied")]
+    fleet = next(r for r in found if r["action"] == "fleet_reload")
+    assert list(fleet["detail"]["replicas"].values()) == ["applied"]  # this one, by hostname
+    assert fleet["detail"]["not_answered"] == []
+    assert fleet["client"] == "127.0.0.1"
+
+
+def test_a_fleet_reload_with_the_fleet_off_is_recorded_as_failed(tmp_path: Path) -> None:
+    policy, db = tmp_path / "policy.toml", tmp_path / "d.db"
+    policy.write_text(policy_text(1.0))
+    with served(policy, db, admin_keys=("admin-key",)) as client:
+        admin = {"authorization": "Bearer admin-key"}
+        assert client.post("/admin/reload?scope=fleet", headers=admin).status_code == 409
+        found = records(client, admin)
+    assert [(r["action"], r["actor"], r["outcome"]) for r in found] == [
+        ("fleet_reload", "admin-env-1", "failed")]
+    assert "CASCADE_FLEET_REDIS" in found[0]["message"]
