@@ -14,7 +14,6 @@ from typing import Any
 from cascade import metrics
 from cascade.calls import EngineCall
 from cascade.control.fleet import FleetLink
-from cascade.control.fleetrefit import KEY
 from cascade.control.live import LiveControl
 from cascade.engines.fake import FakeEngine
 from cascade.fleet import client
