@@ -68,13 +68,18 @@ def _serve(store: PostgresStore, n: int) -> None:
     asyncio.run(run())
 
 
+def _label(store: PostgresStore, request_id: str, value: bool) -> None:
+    found = store.label(request_id, {"u": value})
+    assert found is not None and found.result(10).labelled
+
+
 def test_the_store_gives_each_cells_most_recent_judged_rows_only(postgres: Postgres,
                                                                   tmp_path: Path) -> None:
     url = postgres.database("judged")
     store = PostgresStore(url, spool=tmp_path / "spool", replica="r1")
     _serve(store, REQUESTS)
     for i in range(0, REQUESTS, 2):
-        store.label(f"r{i}", {"u": i % 4 == 0}).result(10)
+        _label(store, f"r{i}", i % 4 == 0)
     store.close()
     rows = read_judged(url, per_cell=5, shadow=False)
     assert [r.request_id for r in rows] == [f"r{i}" for i in range(30, REQUESTS, 2)]
@@ -143,7 +148,7 @@ def test_one_replica_fits_on_the_fleets_labels_and_every_replica_adopts_it(
     _serve(store, REQUESTS)
     other = PostgresStore(store_url, spool=tmp_path / "spool2", replica="r2")
     for i in range(0, REQUESTS, 2):  # labels through two replicas' stores
-        (store if i % 4 else other).label(f"r{i}", {"u": i % 3 != 0}).result(10)
+        _label(store if i % 4 else other, f"r{i}", i % 3 != 0)
     store.close()
     other.close()
     with run_redis() as (url, proc):
