@@ -3,8 +3,9 @@ every replica adopts its thresholds (``[control] scope = "fleet"`` with the deci
 PostgreSQL).
 
 Every ``sync_s`` (``cascade.control.fleet`` drives ``step``) each replica takes or renews the
-refit lease (``cascade.fleet.lease``; it lapses ``LEASE_INTERVALS`` refit intervals after its
-holder's last renewal, so a killed holder is replaced within two). The holder, every
+refit lease (``cascade.fleet.lease``; it lapses ``LEASE_INTERVALS`` refit intervals, and at
+least ``LEASE_SYNCS`` syncs, after its holder's last renewal: a killed holder is replaced
+within two intervals where ``refit_interval_s`` is at least two ``sync_s``). The holder, every
 ``refit_interval_s``, reads the store's judged rows (per cell the ``LABELS`` most recent labelled
 or shadow rows, ``cascade.store.postgres.read_judged``: in a thread, waited on at most
 ``READ_TIMEOUT_S``), judges them under its policy, fits them with a fresh ``Refit`` (the rules of
@@ -40,7 +41,8 @@ from cascade.store import postgres
 
 log = logging.getLogger("cascade.control")
 KEY = "cascade:fleet:lease:refit"
-LEASE_INTERVALS = 2  # the lease lapses this many refit intervals after its last renewal
+LEASE_INTERVALS = 1.5  # the lease lapses this many refit intervals after its last renewal,
+LEASE_SYNCS = 3  # and no sooner than this many syncs (its holder renews it every sync)
 READ_TIMEOUT_S = 5.0  # the longest a step waits for the store's rows (statement_timeout too)
 GATE_TTL_S = 600.0  # a refit gate outlives its holder at least this long (or 10 intervals)
 CALLS = 4  # Redis round trips in one step, each bounded by timeout_s
@@ -105,7 +107,8 @@ class FleetRefit:
         stage = "lease"
         try:
             async with asyncio.timeout(CALLS * config.timeout_s):
-                held = await self.lease.hold(redis, LEASE_INTERVALS * config.refit_interval_s)
+                held = await self.lease.hold(redis, max(LEASE_INTERVALS * config.refit_interval_s,
+                                                        LEASE_SYNCS * config.sync_s))
             if held != self.holder:
                 log.info("fleet refit: this replica %s the lease", "holds" if held else "lost")
                 self._next_fit = -math.inf
