@@ -9,7 +9,7 @@ bounded by ``timeout_s``. A failed or slow sync is counted (``cascade_fleet_sync
 ``cascade_fleet_connected`` drops to 0, ``/health`` and ``GET /admin/control`` say since when,
 and the pacer paces on this replica's counts (its tally kept for the next sync) until a sync
 succeeds again. A request never waits on any of it. With the decision store in PostgreSQL
-(``store``) a second task takes part, every ``sync_s``, in the fleet's refit
+(``evidence``) a second task takes part, every ``sync_s``, in the fleet's refit
 (``cascade.control.fleetrefit``).
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cascade import metrics
-from cascade.control.fleetrefit import FleetRefit
+from cascade.control.fleetrefit import Evidence, FleetRefit
 from cascade.control.live import CELLS, LiveControl
 from cascade.control.pacer import HORIZON, MIN_RECENT
 from cascade.fleet import client, counters, gates
@@ -45,14 +45,15 @@ def replica_name() -> str:
 
 class FleetLink:
     """Syncs ``control`` with the fleet's Redis while ``start``-ed (module docstring).
-    ``store``: the shared decision store's URL (PostgreSQL; None: not shared)."""
+    ``evidence``: the judged answers of the shared decision store (PostgreSQL; None: not
+    shared)."""
 
     def __init__(self, control: LiveControl, *, replica: str | None = None,
-                 store: str | None = None,
+                 evidence: Evidence | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.control, self.clock = control, clock
         self.replica = replica or replica_name()
-        self.refit = FleetRefit(control, store, self.replica, clock=clock)
+        self.refit = FleetRefit(control, evidence, self.replica, clock=clock)
         self._refitting: asyncio.Task[None] | None = None
         self._redis: Any = None
         self._url: str | None = None
@@ -71,7 +72,7 @@ class FleetLink:
         ``sync_s`` in the background."""
         await self.sync()
         self._task = asyncio.create_task(self._run(), name="cascade-fleet-sync")
-        if self.refit.store is not None:
+        if self.refit.evidence is not None:
             self._refitting = asyncio.create_task(self._refit_run(), name="cascade-fleet-refit")
 
     async def aclose(self) -> None:

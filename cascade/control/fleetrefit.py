@@ -6,15 +6,16 @@ Every ``sync_s`` (``cascade.control.fleet`` drives ``step``) each replica takes 
 refit lease (``cascade.fleet.lease``; it lapses ``LEASE_INTERVALS`` refit intervals, and at
 least ``LEASE_SYNCS`` syncs, after its holder's last renewal: a killed holder is replaced
 within two intervals where ``refit_interval_s`` is at least two ``sync_s``). The holder, every
-``refit_interval_s``, reads the store's judged rows (per cell the ``LABELS`` most recent labelled
-or shadow rows, ``cascade.store.postgres.read_judged``: in a thread, waited on at most
-``READ_TIMEOUT_S``), judges them under its policy, fits them with a fresh ``Refit`` (the rules of
-one replica's: tenant caps, a relabel replaces) and publishes the thresholds with their evidence
-and its policy's hash as the ``refit`` gate (``cascade.fleet.gates``). Every replica, the holder
-too, adopts the newest refit gate fitted under its own policy's hash
-(``LiveControl.adopt_refit``); one fitted under another (a rolling reload: other temperatures)
-is skipped, logged once. A failed step is counted (``cascade_fleet_refit_errors_total{stage}``),
-the last gate kept, and ``status`` says since when; a request never waits on any of it.
+``refit_interval_s``, reads the store's judged answers (``evidence``, given by the gateway:
+``cascade.store.judged.shared_evidence``, per cell the most recent labelled or shadow rows,
+judged under its policy; in a thread, waited on at most ``READ_TIMEOUT_S``), fits them with a
+fresh ``Refit`` (the rules of one replica's: tenant caps, a relabel replaces) and publishes the
+thresholds with their evidence and its policy's hash as the ``refit`` gate
+(``cascade.fleet.gates``). Every replica, the holder too, adopts the newest refit gate fitted
+under its own policy's hash (``LiveControl.adopt_refit``); one fitted under another (a rolling
+reload: other temperatures) is skipped, logged once. A failed step is counted
+(``cascade_fleet_refit_errors_total{stage}``), the last gate kept, and ``status`` says since
+when; a request never waits on any of it.
 """
 
 from __future__ import annotations
@@ -29,15 +30,14 @@ from collections.abc import Callable
 from typing import Any
 
 from cascade import metrics
+from cascade.control.evidence import Labelled
 from cascade.control.live import CELLS, LiveControl
-from cascade.control.refit import LABELS, Fitted, Refit
-from cascade.eval.labelled import evidence
+from cascade.control.refit import Fitted, Refit
 from cascade.fleet import client, gates
 from cascade.fleet.client import server_time
 from cascade.fleet.lease import Lease
 from cascade.policy.fingerprint import policy_hash
 from cascade.policy.model import Control, Policy
-from cascade.store import postgres
 
 log = logging.getLogger("cascade.control")
 KEY = "cascade:fleet:lease:refit"
@@ -48,13 +48,16 @@ GATE_TTL_S = 600.0  # a refit gate outlives its holder at least this long (or 10
 CALLS = 4  # Redis round trips in one step, each bounded by timeout_s
 
 
-def fit_shared(url: str, policy: Policy) -> list[Fitted]:
-    """The refit of ``policy``'s cells on the store's judged rows (blocking: a thread's)."""
+Evidence = Callable[[Policy], list[Labelled]]  # the fleet's judged answers under a policy
+
+
+def fit_shared(evidence: Evidence, policy: Policy) -> list[Fitted]:
+    """A fresh refit of ``policy``'s cells on the fleet's judged answers (blocking: a
+    thread's)."""
     control = policy.control
     assert control is not None
     refit = Refit(control)
-    rows = postgres.read_judged(url, per_cell=LABELS, shadow=control.teacher != "feedback")
-    refit.observe(list(evidence(policy, rows)))
+    refit.observe(evidence(policy))
     return refit.fit()
 
 
@@ -84,13 +87,15 @@ def _key(fitted: Fitted) -> str:
 
 
 class FleetRefit:
-    """The fleet's refit as one replica takes part in it (module docstring). ``store``: the
-    shared decision store's URL (None: not PostgreSQL, each replica refits alone)."""
+    """The fleet's refit as one replica takes part in it (module docstring). ``evidence``: the
+    shared decision store's judged answers (None: the store is not shared, each replica refits
+    alone)."""
 
-    def __init__(self, control: LiveControl, store: str | None, replica: str, *,
+    def __init__(self, control: LiveControl, evidence: Evidence | None, replica: str, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.control, self.store, self.replica, self.clock = control, store, replica, clock
-        control.shared_store = store is not None
+        self.control, self.evidence, self.replica = control, evidence, replica
+        self.clock = clock
+        control.shared_store = evidence is not None
         self.lease = Lease(KEY, f"{replica}:{uuid.uuid4().hex[:8]}")
         self.holder = False
         self.gate: gates.Published | None = None  # the refit gate adopted last
@@ -148,10 +153,10 @@ class FleetRefit:
     async def _read(self) -> tuple[list[Fitted], str]:
         """The fit on the store's rows, under the policy served when the read began, and that
         policy's hash; a read still running from an earlier step is waited on again."""
-        assert self.store is not None
+        assert self.evidence is not None
         if self._reading is None or self._reading[0].done():
             policy = self.control.policy
-            task = asyncio.create_task(asyncio.to_thread(fit_shared, self.store, policy))
+            task = asyncio.create_task(asyncio.to_thread(fit_shared, self.evidence, policy))
             self._reading = (task, self._policy_hash(policy))
         task, under = self._reading
         async with asyncio.timeout(READ_TIMEOUT_S):
@@ -193,7 +198,7 @@ class FleetRefit:
     def status(self) -> dict[str, Any] | str:
         """For ``/health`` and ``GET /admin/control``: who fitted the gate adopted and when
         (Redis's clock), whether this replica holds the lease, and failures."""
-        if self.store is None:
+        if self.evidence is None:
             return "replica (no shared store)"
         if not self.control.refits_on_fleet():
             return "replica (no Redis URL)"

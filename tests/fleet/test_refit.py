@@ -7,6 +7,7 @@ other taking over, Redis stopped: the last gate kept, counted and said."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from cascade.fleet.lease import Lease
 from cascade.gateway import Gateway
 from cascade.policy.model import Policy
 from cascade.schema import NoulQuestion
+from cascade.store.judged import shared_evidence
 from cascade.store.postgres import PostgresStore, read_judged
 from tests.control.load import Clock, policy
 from tests.servers import Postgres, run_redis
@@ -95,7 +97,8 @@ def _fleet_policy(url: str, **kw: Any) -> Policy:
 async def _two_replicas(redis_url: str, store: str, proc: Any) -> None:
     clocks = [Clock(), Clock()]
     controls = [LiveControl(_fleet_policy(redis_url), clock=c) for c in clocks]
-    links = [FleetLink(c, replica=name, store=store, clock=k)
+    links = [FleetLink(c, replica=name, evidence=functools.partial(shared_evidence, store),
+                       clock=k)
              for c, name, k in zip(controls, ("one", "two"), clocks, strict=True)]
     redis = client.connect(redis_url, 1.0)
     config = controls[0].policy.control
@@ -122,7 +125,8 @@ async def _two_replicas(redis_url: str, store: str, proc: Any) -> None:
 
         # a replica serving another policy keeps its thresholds
         other = LiveControl(_fleet_policy(redis_url, min_threshold=0.01), clock=Clock())
-        third = FleetLink(other, replica="three", store=store)
+        third = FleetLink(other, replica="three",
+                      evidence=functools.partial(shared_evidence, store))
         assert await third.refit.step(redis, config)
         assert other.status()["refit"] == {} and third.refit.gate is None
 
