@@ -82,6 +82,11 @@ def adopted(gate: gates.Published) -> list[Fitted]:
     return out
 
 
+def _retrieved(task: asyncio.Task[list[Fitted]]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def _key(fitted: Fitted) -> str:
     return f"{fitted.cell[0]}:{fitted.cell[1]}"
 
@@ -105,6 +110,7 @@ class FleetRefit:
         self._next_fit = -math.inf
         self._seen: tuple[float, str, str] | None = None  # (at, replica, our hash) handled
         self._hash: tuple[Policy, str] | None = None
+        self._foreign = ""  # the other policy's hash last logged (logged once each)
         self._reading: tuple[asyncio.Task[list[Fitted]], str] | None = None
 
     async def step(self, redis: Any, config: Control) -> bool:
@@ -157,6 +163,7 @@ class FleetRefit:
         if self._reading is None or self._reading[0].done():
             policy = self.control.policy
             task = asyncio.create_task(asyncio.to_thread(fit_shared, self.evidence, policy))
+            task.add_done_callback(_retrieved)  # a late read's failure is not logged again
             self._reading = (task, self._policy_hash(policy))
         task, under = self._reading
         async with asyncio.timeout(READ_TIMEOUT_S):
@@ -169,9 +176,11 @@ class FleetRefit:
             return
         self._seen = seen
         if gate.policy != mine:
-            log.warning("fleet refit: the gate %s fitted is for another policy (%s, this "
-                        "replica serves %s): not adopted", gate.replica, gate.policy[:12],
-                        mine[:12])
+            if gate.policy != self._foreign:
+                self._foreign = gate.policy
+                log.warning("fleet refit: the gate %s fitted is for another policy (%s, "
+                            "this replica serves %s): not adopted", gate.replica,
+                            gate.policy[:12], mine[:12])
             return
         self.control.adopt_refit(adopted(gate), gate.replica)
         self.gate = gate

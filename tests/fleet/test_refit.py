@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from cascade import metrics
 from cascade.calls import EngineCall
@@ -94,7 +97,8 @@ def _fleet_policy(url: str, **kw: Any) -> Policy:
                   url=url, timeout_s=1.0, sync_s=0.5, **kw)
 
 
-async def _two_replicas(redis_url: str, store: str, proc: Any) -> None:
+async def _two_replicas(redis_url: str, store: str, proc: Any,
+                        caplog: pytest.LogCaptureFixture) -> None:
     clocks = [Clock(), Clock()]
     controls = [LiveControl(_fleet_policy(redis_url), clock=c) for c in clocks]
     links = [FleetLink(c, replica=name, evidence=functools.partial(shared_evidence, store),
@@ -127,8 +131,13 @@ async def _two_replicas(redis_url: str, store: str, proc: Any) -> None:
         other = LiveControl(_fleet_policy(redis_url, min_threshold=0.01), clock=Clock())
         third = FleetLink(other, replica="three",
                       evidence=functools.partial(shared_evidence, store))
-        assert await third.refit.step(redis, config)
+        with caplog.at_level(logging.WARNING, "cascade.control"):
+            assert await third.refit.step(redis, config)
+            clocks[1].now += 2  # the holder's next interval: a new gate, skipped silently
+            assert await links[1].refit.step(redis, config)
+            assert await third.refit.step(redis, config)
         assert other.status()["refit"] == {} and third.refit.gate is None
+        assert len([r for r in caplog.records if "another policy" in r.message]) == 1
 
         # Redis stopped: the last gate kept, counted and said
         before = metrics.FLEET_REFIT_ERRORS.labels(stage="lease")._value.get()
@@ -146,7 +155,7 @@ async def _two_replicas(redis_url: str, store: str, proc: Any) -> None:
 
 
 def test_one_replica_fits_on_the_fleets_labels_and_every_replica_adopts_it(
-        postgres: Postgres, tmp_path: Path) -> None:
+        postgres: Postgres, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     store_url = postgres.database("fleet_refit")
     store = PostgresStore(store_url, spool=tmp_path / "spool", replica="r1")
     _serve(store, REQUESTS)
@@ -156,7 +165,7 @@ def test_one_replica_fits_on_the_fleets_labels_and_every_replica_adopts_it(
     store.close()
     other.close()
     with run_redis() as (url, proc):
-        asyncio.run(_two_replicas(url, store_url, proc))
+        asyncio.run(_two_replicas(url, store_url, proc, caplog))
 
 
 def test_without_a_shared_store_each_replica_refits_alone() -> None:
