@@ -17,6 +17,7 @@ import pytest
 
 from cascade import metrics
 from cascade.calls import EngineCall
+from cascade.control.evidence import Labelled
 from cascade.control.fleet import FleetLink
 from cascade.control.live import LiveControl
 from cascade.engines.fake import FakeEngine
@@ -174,3 +175,16 @@ def test_without_a_shared_store_each_replica_refits_alone() -> None:
     status = link.status()
     assert status is not None and status["refit"] == "replica (no shared store)"
     assert not control.refits_on_fleet()
+
+
+def test_with_a_shared_store_a_replicas_own_labels_do_not_refit_it() -> None:
+    labels = [Labelled(type="noul", band="2", confidence=0.5 + i / 100, correct=i % 5 != 0,
+                       source="feedback", ts=float(i), asked=str(i)) for i in range(50)]
+    refits = []
+    for shared in (False, True):
+        control = LiveControl(_fleet_policy("redis://127.0.0.1:1/0"), clock=Clock())
+        control.shared_store = shared
+        control.observe(labels)
+        control.gate()
+        refits.append(control.status()["refit"])
+    assert refits[0]["noul:2"]["n"] == 50 and refits[1] == {}
