@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,13 +31,16 @@ def policy_file(path: Path, control: str) -> Path:
 
 @contextlib.contextmanager
 def replicas(policy: Path, n: int, *, timeout_s: float = 300.0,
-             env: dict[str, str] | None = None) -> Iterator[list[Replica]]:
+             env: dict[str, str] | None = None,
+             own: Callable[[int], dict[str, str]] = lambda i: {}) -> Iterator[list[Replica]]:
     """``n`` demo replicas of ``policy`` on loopback (the first alone: it writes the demo's
-    checkpoints and exports the others read); always stopped."""
+    checkpoints and exports the others read), ``own(i)`` added to replica ``i``'s ``env``;
+    always stopped."""
     with contextlib.ExitStack() as stack:
-        first = stack.enter_context(replica(policy, env))
+        first = stack.enter_context(replica(policy, {**(env or {}), **own(0)}))
         first.wait_ready(timeout_s)
-        others = [stack.enter_context(replica(policy, env)) for _ in range(n - 1)]
+        others = [stack.enter_context(replica(policy, {**(env or {}), **own(i)}))
+                  for i in range(1, n)]
         for r in others:
             r.wait_ready(timeout_s)
         yield [first, *others]
