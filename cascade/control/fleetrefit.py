@@ -15,7 +15,9 @@ thresholds with their evidence and its policy's hash as the ``refit`` gate
 under its own policy's hash (``LiveControl.adopt_refit``); one fitted under another (a rolling
 reload: other temperatures) is skipped, logged once. A failed step is counted
 (``cascade_fleet_refit_errors_total{stage}``), the last gate kept, and ``status`` says since
-when; a request never waits on any of it.
+when; a request never waits on any of it. A holder whose read of the store fails gives the lease
+back and stands aside for one refit interval, so a replica that can reach the store fits
+instead (where none can, the lease passes round and every gate stays as it was).
 """
 
 from __future__ import annotations
@@ -112,14 +114,17 @@ class FleetRefit:
         self._hash: tuple[Policy, str] | None = None
         self._foreign = ""  # the other policy's hash last logged (logged once each)
         self._reading: tuple[asyncio.Task[list[Fitted]], str] | None = None
+        self._aside_until = -math.inf  # clock: no lease taken before (the store's read failed)
 
     async def step(self, redis: Any, config: Control) -> bool:
         """Take part once (module docstring); False when a stage failed."""
         stage = "lease"
         try:
-            async with asyncio.timeout(CALLS * config.timeout_s):
-                held = await self.lease.hold(redis, max(LEASE_INTERVALS * config.refit_interval_s,
-                                                        LEASE_SYNCS * config.sync_s))
+            held = False
+            if self.clock() >= self._aside_until:
+                async with asyncio.timeout(CALLS * config.timeout_s):
+                    held = await self.lease.hold(redis, max(
+                        LEASE_INTERVALS * config.refit_interval_s, LEASE_SYNCS * config.sync_s))
             if held != self.holder:
                 log.info("fleet refit: this replica %s the lease", "holds" if held else "lost")
                 self._next_fit = -math.inf
@@ -139,6 +144,8 @@ class FleetRefit:
                 found = await gates.read(redis, "refit")
         except Exception as exc:  # Redis's, PostgreSQL's, a timeout: the loop goes on
             self._failed(stage, exc)
+            if stage == "read":
+                await self._stand_aside(redis, config)
             return False
         if found is not None:
             self._adopt(found)
@@ -155,6 +162,17 @@ class FleetRefit:
                 async with asyncio.timeout(config.timeout_s):
                     await self.lease.release(redis)
             self.holder = False
+
+    async def _stand_aside(self, redis: Any, config: Control) -> None:
+        """Give the lease back (bounded; a failure is ignored: it lapses anyway) and take none
+        for one refit interval."""
+        self._aside_until = self.clock() + config.refit_interval_s
+        with contextlib.suppress(*client.errors()):
+            async with asyncio.timeout(config.timeout_s):
+                await self.lease.release(redis)
+        self.holder = False
+        log.info("fleet refit: the store's read failed; the lease given back for %g s",
+                 config.refit_interval_s)
 
     async def _read(self) -> tuple[list[Fitted], str]:
         """The fit on the store's rows, under the policy served when the read began, and that

@@ -188,3 +188,43 @@ def test_with_a_shared_store_a_replicas_own_labels_do_not_refit_it() -> None:
         control.gate()
         refits.append(control.status()["refit"])
     assert refits[0]["noul:2"]["n"] == 50 and refits[1] == {}
+
+
+async def _read_fails_on_one(redis_url: str, store: str) -> None:
+    def unreachable(_: Policy) -> list[Labelled]:
+        raise ConnectionError("the store is unreachable from this replica")
+
+    clocks = [Clock(), Clock()]
+    controls = [LiveControl(_fleet_policy(redis_url), clock=c) for c in clocks]
+    evidence = (unreachable, functools.partial(shared_evidence, store))
+    links = [FleetLink(c, replica=name, evidence=ev, clock=k)
+             for c, name, ev, k in zip(controls, ("one", "two"), evidence, clocks, strict=True)]
+    redis = client.connect(redis_url, 1.0)
+    config = controls[0].policy.control
+    assert config is not None
+    try:
+        before = metrics.FLEET_REFIT_ERRORS.labels(stage="read")._value.get()
+        assert not await links[0].refit.step(redis, config)  # takes the lease, cannot read
+        assert not links[0].refit.holder and await redis.get(
+            "cascade:fleet:lease:refit") is None  # given back at once
+        assert metrics.FLEET_REFIT_ERRORS.labels(stage="read")._value.get() == before + 1
+        assert await links[1].refit.step(redis, config)  # the other takes it and fits
+        assert links[1].refit.holder and links[1].refit.gate is not None
+        assert await links[0].refit.step(redis, config)  # stands aside, adopts the gate
+        assert not links[0].refit.holder
+        assert controls[0].thresholds() == controls[1].thresholds()
+        assert controls[0].status()["refit"]["noul:2"]["n"] == REQUESTS // 2
+    finally:
+        await redis.aclose()
+
+
+def test_a_holder_that_cannot_read_the_store_gives_the_lease_to_one_that_can(
+        postgres: Postgres, tmp_path: Path) -> None:
+    store_url = postgres.database("fleet_refit_read")
+    store = PostgresStore(store_url, spool=tmp_path / "spool", replica="r1")
+    _serve(store, REQUESTS)
+    for i in range(0, REQUESTS, 2):
+        _label(store, f"r{i}", i % 3 != 0)
+    store.close()
+    with run_redis() as (url, _):
+        asyncio.run(_read_fails_on_one(url, store_url))
