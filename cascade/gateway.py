@@ -93,7 +93,8 @@ class Gateway(Reconfigurable):
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
-        self.fleet = FleetLink(self.control)  # [control] scope = "fleet": syncs with the others
+        # [control] scope = "fleet": syncs the gate and the drift histograms with the others
+        self.fleet = FleetLink(self.control, drift=self.drift)
         self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
         self.shadows = ShadowMirror(lambda serving, tier, call: self._call(
             serving, tier, call, {}, record=False), self.breakers, clock, self.control)
@@ -279,6 +280,9 @@ class Gateway(Reconfigurable):
 
     def psi(self) -> dict[tuple[str, str], float]:
         return {(qtype, band): v for (qtype, band), v in self.drift.psi().items()}
+
+    def fleet_psi(self) -> dict[tuple[str, str], float]:
+        return {(qtype, band): v for (qtype, band), v in self.drift.fleet_psi().items()}
 
     def gate_thresholds(self) -> dict[tuple[str, str], float]:
         return dict(self.control.thresholds())
