@@ -12,14 +12,18 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from cascade import metrics
+from cascade.calls import EngineAnswer, EngineUsage, QuestionResult
 from cascade.control.drift import DriftMonitor, histogram, psi
 from cascade.control.fleet import FleetLink
 from cascade.control.live import LiveControl
 from cascade.fleet import client, histograms
 from cascade.fleet.histograms import ConfidenceTally
+from cascade.policy.flow import decide, run
 from cascade.policy.model import Calibration, Drift, Policy
 from tests.control.load import Clock, policy
 from tests.control.test_drift import draw
+from tests.policy.test_flow import WIDE
+from tests.policy.test_routing import call
 from tests.servers import run_redis
 
 BINS = {"choice:2": 4, "noul:2": 3}
@@ -161,3 +165,25 @@ def test_without_a_snapshot_or_outside_the_fleet_scope_there_is_no_tally() -> No
     alone = msgspec.structs.replace(served, control=msgspec.structs.replace(
         served.control, scope="replica"))
     assert DriftMonitor(alone).tally is None
+
+
+def test_switching_to_the_fleet_scope_tallies_from_then_on_and_keeps_the_window() -> None:
+    clock = Clock()
+    fleet = calibrated("redis://127.0.0.1:1/0", [0.5 + i / 1000 for i in range(500)])
+    alone = msgspec.structs.replace(fleet, control=msgspec.structs.replace(
+        fleet.control, scope="replica"))
+    monitor = DriftMonitor(alone, clock=clock)
+    question = call(questions={"urgent": WIDE["urgent"]})
+    answer = EngineAnswer(model="m", usage=EngineUsage(input_tokens=1), results={
+        "urgent": QuestionResult(type="noul", probabilities=[0.2, 0.8])})
+    decision = run(decide(alone, question, previews=False), lambda ask: answer)
+    noul = {"noul:2": histogram([0.5 + i / 1000 for i in range(500)], 10)}
+    alone = msgspec.structs.replace(alone, calibration=Calibration(snapshot=noul))
+    fleet = msgspec.structs.replace(fleet, calibration=Calibration(snapshot=noul))
+    monitor.observe(alone, decision)
+    assert monitor.tally is None
+    monitor.observe(fleet, decision)  # the scope changed: the window stays, the tally starts
+    window = monitor.cells[("noul", "2")].window(monitor._slice(clock.now))
+    assert window is not None and int(window.sum()) == 2
+    assert monitor.tally is not None
+    assert sum(sum(c["noul:2"]) for c in monitor.tally.taken(clock.now).values()) == 1
