@@ -32,15 +32,15 @@ def policy_file(path: Path, control: str) -> Path:
 @contextlib.contextmanager
 def replicas(policy: Path, n: int, *, timeout_s: float = 300.0,
              env: dict[str, str] | None = None) -> Iterator[list[Replica]]:
-    """``n`` demo replicas of ``policy`` on loopback (the first alone: it writes the demo's
-    checkpoints and exports the others read); always stopped."""
+    """``n`` demo replicas of ``policy`` on loopback, one after the other (``--demo`` rewrites
+    the tiny Laya checkpoints at every start, so one starting beside another could read a file
+    half written); always stopped."""
     with contextlib.ExitStack() as stack:
-        first = stack.enter_context(replica(policy, env))
-        first.wait_ready(timeout_s)
-        others = [stack.enter_context(replica(policy, env)) for _ in range(n - 1)]
-        for r in others:
-            r.wait_ready(timeout_s)
-        yield [first, *others]
+        started = []
+        for _ in range(n):
+            started.append(stack.enter_context(replica(policy, env)))
+            started[-1].wait_ready(timeout_s)
+        yield started
 
 
 @dataclass
