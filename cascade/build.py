@@ -301,10 +301,16 @@ def reread_policy(settings: Settings, serving: Policy) -> Policy:
     except CalibrationError as exc:  # "FILE: what": the file's own errors carry no line
         file = str(settings.calibration)
         raise ConfigRejected([f"{file}: error: {str(exc).removeprefix(file + ': ')}"]) from exc
+    return checked_files(policy, settings.policy or "<settings>")
+
+
+def checked_files(policy: Policy, source: str) -> Policy:
+    """``policy``, once every tier's files are found and its calibration fits their weights
+    (``ConfigRejected`` lines otherwise, a missing file's naming ``source``)."""
     try:
         found = located(policy)
     except (ValueError, CascadeError) as exc:  # CheckpointError, ReleaseError: a missing file
-        raise ConfigRejected([f"{settings.policy or '<settings>'}: error: {exc}"]) from exc
+        raise ConfigRejected([f"{source}: error: {exc}"]) from exc
     wrong = weight_mismatches(policy, found)
     if wrong:
         file = policy.calibration.file or "<calibration>"

@@ -215,8 +215,18 @@ FLEET_SYNC_ERRORS = Counter(
     "[control] scope = \"fleet\": syncs of the live gate's counts and gates with the fleet's "
     "Redis that failed or timed out.",
 )
+FLEET_REFIT_ERRORS = Counter(
+    "cascade_fleet_refit_errors_total",
+    "[control] scope = \"fleet\" with a PostgreSQL decision store: steps of the fleet's refit "
+    "that failed or timed out, by stage: lease (taking or renewing it on Redis), read (the "
+    "store's labelled rows), publish (the refit gate), adopt (reading it back). The replica "
+    "keeps the last gate it adopted.",
+    ["stage"],
+)
 for _type in ("choice", "score", "noul"):  # exported at 0 from the start, as above
     BUDGET_FLAGGED.labels(type=_type)
+for _label in ("lease", "read", "publish", "adopt"):
+    FLEET_REFIT_ERRORS.labels(stage=_label)
 for _label in ("budget", "accuracy"):
     CONTROL_CONFLICTS.labels(winner=_label)
 for _label in ("refit", "budget"):

@@ -10,7 +10,9 @@ the drift monitor tallied to the fleet's histograms, its fleet PSI read back
 bounded by ``timeout_s``. A failed or slow sync is counted (``cascade_fleet_sync_errors_total``),
 ``cascade_fleet_connected`` drops to 0, ``/health`` and ``GET /admin/control`` say since when,
 and the pacer paces on this replica's counts (its tally kept for the next sync) until a sync
-succeeds again. A request never waits on any of it.
+succeeds again. A request never waits on any of it. With the decision store in PostgreSQL
+(``evidence``) a second task takes part, every ``sync_s``, in the fleet's refit
+(``cascade.control.fleetrefit``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from cascade import metrics
 from cascade.control.drift import DriftMonitor, cell_key
+from cascade.control.fleetrefit import Evidence, FleetRefit
 from cascade.control.live import CELLS, LiveControl
 from cascade.control.pacer import HORIZON, MIN_RECENT
 from cascade.fleet import client, counters, gates, histograms
@@ -44,13 +47,17 @@ def replica_name() -> str:
 
 
 class FleetLink:
-    """Syncs ``control`` with the fleet's Redis while ``start``-ed (module docstring)."""
+    """Syncs ``control`` with the fleet's Redis while ``start``-ed (module docstring).
+    ``evidence``: the judged answers of the shared decision store (PostgreSQL; None: not
+    shared)."""
 
-    def __init__(self, control: LiveControl, *, drift: DriftMonitor | None = None,
-                 replica: str | None = None,
+    def __init__(self, control: LiveControl, *, replica: str | None = None,
+                 evidence: Evidence | None = None, drift: DriftMonitor | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.control, self.drift, self.clock = control, drift, clock
         self.replica = replica or replica_name()
+        self.refit = FleetRefit(control, evidence, self.replica, clock=clock)
+        self._refitting: asyncio.Task[None] | None = None
         self._redis: Any = None
         self._url: str | None = None
         self._task: asyncio.Task[None] | None = None
@@ -68,12 +75,18 @@ class FleetLink:
         ``sync_s`` in the background."""
         await self.sync()
         self._task = asyncio.create_task(self._run(), name="cascade-fleet-sync")
+        if self.refit.evidence is not None:
+            self._refitting = asyncio.create_task(self._refit_run(), name="cascade-fleet-refit")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._refitting):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        config = self._config()
+        if self._redis is not None and config is not None:
+            await self.refit.aclose(self._redis, config)
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
@@ -83,6 +96,13 @@ class FleetLink:
             config = self._config()
             await asyncio.sleep(config.sync_s if config is not None else 1.0)
             await self.sync()
+
+    async def _refit_run(self) -> None:
+        while True:
+            config = self._config()
+            if config is not None and config.url is not None and self.control.refits_on_fleet():
+                await self.refit.step(await self._client(config.url, config.timeout_s), config)
+            await asyncio.sleep(config.sync_s if config is not None else 1.0)
 
     async def sync(self) -> bool:
         """One sync (module docstring); False when it failed or the scope is not the fleet."""
@@ -155,7 +175,7 @@ class FleetLink:
                 "last_sync_s_ago": round(age, 3) if math.isfinite(age) else None,
                 "down_since": self.down_since, "failed_syncs": self.failures,
                 "pacing": "fleet" if self.control.pacing_on_fleet() else "replica",
-                "drift": self._drift_status()}
+                "refit": self.refit.status(), "drift": self._drift_status()}
 
     def _drift_status(self) -> dict[str, Any] | None:
         """The fleet's PSI per cell and its age (None: no snapshot, or none read lately)."""
