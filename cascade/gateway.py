@@ -98,8 +98,9 @@ class Gateway(Reconfigurable):
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
         shared = (functools.partial(shared_evidence, decisions.url)
                   if isinstance(decisions, PostgresStore) else None)
-        # [control] scope = "fleet": syncs with the others (and refits with them on ``shared``)
-        self.fleet = FleetLink(self.control, evidence=shared)
+        # [control] scope = "fleet": syncs the gate and the drift histograms with the others
+        # (and refits with them on ``shared``)
+        self.fleet = FleetLink(self.control, evidence=shared, drift=self.drift)
         self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
         self.shadows = ShadowMirror(lambda serving, tier, call: self._call(
             serving, tier, call, {}, record=False), self.breakers, clock, self.control)
@@ -285,6 +286,9 @@ class Gateway(Reconfigurable):
 
     def psi(self) -> dict[tuple[str, str], float]:
         return {(qtype, band): v for (qtype, band), v in self.drift.psi().items()}
+
+    def fleet_psi(self) -> dict[tuple[str, str], float]:
+        return {(qtype, band): v for (qtype, band), v in self.drift.fleet_psi().items()}
 
     def gate_thresholds(self) -> dict[tuple[str, str], float]:
         return dict(self.control.thresholds())

@@ -33,17 +33,15 @@ def policy_file(path: Path, control: str) -> Path:
 def replicas(policy: Path, n: int, *, timeout_s: float = 300.0,
              env: dict[str, str] | None = None,
              own: Callable[[int], dict[str, str]] = lambda i: {}) -> Iterator[list[Replica]]:
-    """``n`` demo replicas of ``policy`` on loopback (the first alone: it writes the demo's
-    checkpoints and exports the others read), ``own(i)`` added to replica ``i``'s ``env``;
-    always stopped."""
+    """``n`` demo replicas of ``policy`` on loopback, one after the other (``--demo`` rewrites
+    the tiny Laya checkpoints at every start, so one starting beside another could read a file
+    half written), ``own(i)`` added to replica ``i``'s ``env``; always stopped."""
     with contextlib.ExitStack() as stack:
-        first = stack.enter_context(replica(policy, {**(env or {}), **own(0)}))
-        first.wait_ready(timeout_s)
-        others = [stack.enter_context(replica(policy, {**(env or {}), **own(i)}))
-                  for i in range(1, n)]
-        for r in others:
-            r.wait_ready(timeout_s)
-        yield [first, *others]
+        started = []
+        for i in range(n):
+            started.append(stack.enter_context(replica(policy, {**(env or {}), **own(i)})))
+            started[-1].wait_ready(timeout_s)
+        yield started
 
 
 @dataclass
