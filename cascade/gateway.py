@@ -96,10 +96,9 @@ class Gateway(Reconfigurable):
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
-        shared = (functools.partial(shared_evidence, decisions.url)
+        shared = (functools.partial(shared_evidence, decisions.url)  # the fleet refit's labels
                   if isinstance(decisions, PostgresStore) else None)
-        # [control] scope = "fleet": syncs the gate and the drift histograms with the others
-        # (and refits with them on ``shared``)
+        # [control] scope = "fleet": the gate, its refit and drift histograms synced with others
         self.fleet = FleetLink(self.control, evidence=shared, drift=self.drift)
         self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
         self.shadows = ShadowMirror(lambda serving, tier, call: self._call(
