@@ -397,7 +397,7 @@ class AuditRecord(Base, kw_only=True):
     ts: float  # unix time (wall clock)
     action: str  # reload, dry_run, freeze, unfreeze, tenant_keys_added, tenant_keys_removed, ...
     actor: str  # the admin key's name; "signal" (SIGHUP), "watch" (file watch), "fleet"
-    client: str | None = None  # the caller's address (the socket's peer; no proxy header)
+    client: str | None = None  # the caller's address (X-Forwarded-For from trusted proxies)
     outcome: AuditOutcome
     message: str = ""
     replica: str = ""

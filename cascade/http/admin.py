@@ -13,7 +13,8 @@ spend, checkpoint paths, policy hashes, reload errors), take the same admin key
 they are open, as everything is.
 
 Every admin action is one audit record (``cascade.audit``) by the admin key's name and the
-caller's address (the socket's peer: no proxy header is trusted): reloads (``Reloader.reload``),
+caller's address (as the server takes it: uvicorn believes ``X-Forwarded-For`` only from
+``FORWARDED_ALLOW_IPS``, by default loopback): reloads (``Reloader.reload``),
 dry runs, fleet reloads (as asked here), freeze and unfreeze. ``GET /admin/audit`` reads them
 back.
 """

@@ -133,12 +133,16 @@ def test_old_one_key_per_line_admin_files_and_inline_keys_are_named_by_position(
     with served(policy, db, admin_keys_file=str(tmp_path / "admin-keys"),
                 admin_keys=("inline-key",)) as client:
         for key in ("second-key", "first-key", "inline-key"):
-            r = client.post("/admin/control/freeze", headers={"authorization": f"Bearer {key}"})
+            # from a trusted proxy (uvicorn's default: loopback) X-Forwarded-For names the client
+            forwarded = {"x-forwarded-for": "203.0.113.7"} if key == "inline-key" else {}
+            r = client.post("/admin/control/freeze",
+                            headers={"authorization": f"Bearer {key}", **forwarded})
             assert r.status_code == 200, r.text
         assert client.post("/admin/control/freeze",
                            headers={"authorization": "Bearer third-key"}).status_code == 401
         found = records(client, {"authorization": "Bearer first-key"})
-    assert [r["actor"] for r in found] == ["admin-2", "admin-1", "admin-env-1"]
+    assert [(r["actor"], r["client"]) for r in found] == [
+        ("admin-2", "127.0.0.1"), ("admin-1", "127.0.0.1"), ("admin-env-1", "203.0.113.7")]
 
 
 def test_without_a_decision_log_records_go_to_the_log_only(tmp_path: Path,
