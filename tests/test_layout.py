@@ -137,14 +137,18 @@ def test_only_settings_reads_the_environment():
 
 
 def test_the_gateway_stays_a_thin_driver():
-    """``gateway.py`` drives the flow and does nothing else: under 300 lines, and no function
-    of it over 60 (issue 17's bounds; the rules live in ``policy/flow.py``)."""
-    path = PACKAGE / "gateway.py"
-    tree = ast.parse(path.read_text())
-    assert len(path.read_text().splitlines()) < 300
-    long = [f"{node.name}: {node.end_lineno - node.lineno + 1}" for node in ast.walk(tree)
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > 60]
+    """``gateway.py`` drives the flow and does nothing else (the rules live in
+    ``policy/flow.py``): under 200 statements, and no function of it over 35. Issue 17 bounded
+    it at 300 lines and 60 a function; counted in statements, the bounds do not move with the
+    formatter's layout (189 and ``_decide``'s 31 when ``ruff format`` was adopted)."""
+    tree = ast.parse((PACKAGE / "gateway.py").read_text())
+
+    def statements(node: ast.AST) -> int:
+        return sum(isinstance(n, ast.stmt) for n in ast.walk(node))
+
+    assert statements(tree) < 200
+    long = [f"{node.name}: {statements(node)}" for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and statements(node) > 35]
     assert long == []
 
 
