@@ -36,6 +36,8 @@ requests so the replicas' control loops tick:
 
 Threshold agreement: every ``SAMPLE_S`` each live replica's ``GET /admin/control``
 ``thresholds``; the spread is the largest difference of one cell's threshold across replicas.
+The same samples count how each replica paced (``pacing``: on the fleet's counts, or its own
+when its Redis sync fails).
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ class Phase:
     start: float = 0.0
     end: float = 0.0
     spreads: list[float] = field(default_factory=list)
+    pacing: dict[str, int] = field(default_factory=dict)  # samples per admin/control pacing
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)  # at the end
     refits: dict[str, dict[str, Any]] = field(default_factory=dict)  # at the end
     feedback: dict[str, int] = field(default_factory=dict)  # status -> count
@@ -338,7 +341,11 @@ class Driver:
 
         async def sample() -> None:
             while time.monotonic() < end:
-                phase.spreads.append(spread((await self.control()).values()))
+                views = (await self.control()).values()
+                phase.spreads.append(spread(views))
+                for view in views:
+                    how = str(view.get("pacing"))
+                    phase.pacing[how] = phase.pacing.get(how, 0) + 1
                 await asyncio.sleep(SAMPLE_S)
 
         await asyncio.gather(sample(), *(client() for _ in range(self.opts.clients)))

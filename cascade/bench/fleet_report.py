@@ -70,6 +70,7 @@ def summarize(records: Sequence[Record], opts: Options) -> dict[str, Any]:
                 "kept": {"n": len(kept), "accuracy": sum(kept) / len(kept) if kept else None},
                 "spread": {"end": phase.spreads[-1] if phase.spreads else None,
                            "max": max(phase.spreads, default=None)},
+                "pacing": phase.pacing,
                 "thresholds": phase.thresholds, "refit": phase.refits,
                 "feedback": phase.feedback,
                 "labels": {"stored_ms": _ms(phase.stored_ms), "refit_s": phase.refit_s,
@@ -93,6 +94,11 @@ def _num(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _fleet_paced(phase: dict[str, Any]) -> float | None:
+    total = sum(phase["pacing"].values())
+    return phase["pacing"].get("fleet", 0) / total if total else None
+
+
 def table(result: dict[str, Any]) -> str:
     lines = [
         f"{result['replicas']} demo replicas, {result['clients']} clients, phases of "
@@ -102,7 +108,8 @@ def table(result: dict[str, Any]) -> str:
         f"target {result['target']:g} for kept answers; refit every "
         f"{result['refit_interval_s']:g} s; feedback on {result['feedback_share']:.0%}",
         f"{'phase':<6}{'scope':<9}{'questions':>10}{'share':>7}{'worst':>7}{'hot':>6}"
-        f"{'kept acc':>9}{'spread':>13}{'label ms':>9}{'refit s':>9}{'reload ms':>14}",
+        f"{'paced':>7}{'kept acc':>9}{'spread':>13}{'label ms':>9}{'refit s':>9}"
+        f"{'reload ms':>14}",
     ]
     for name in ("a", "b", "c"):
         for scope, run in result["scopes"].items():
@@ -120,12 +127,14 @@ def table(result: dict[str, Any]) -> str:
             asked = seen + len(reload.get("not_answered", []))
             lines.append(
                 f"{name:<6}{scope:<9}{p['questions']:>10}{_pct(p['strong_share']):>7}"
-                f"{_pct(p['worst_window']):>7}{_pct(hot):>6}{_pct(p['kept']['accuracy']):>9}"
+                f"{_pct(p['worst_window']):>7}{_pct(hot):>6}{_pct(_fleet_paced(p)):>7}"
+                f"{_pct(p['kept']['accuracy']):>9}"
                 f"{spread:>13}{_num(labels['stored_ms']['p50'], '.0f'):>9}{refit:>9}"
                 f"{_num(reload['ms'], '.0f'):>8} {seen}/{asked:<4}")
     lines += [
         "share: the fleet's strong share; worst: its worst window; hot: the highest replica's "
-        "share; spread: threshold difference across replicas, end/max; label ms: feedback "
+        "share; paced: share of 2 s samples a replica paced on the fleet's counts; spread: "
+        "threshold difference across replicas, end/max; label ms: feedback "
         "posted until read in PostgreSQL (p50); refit s: until every replica's refit n grew "
         "(k/n: only k replicas' grew); reload ms: fleet reload round trip, replicas answered/seen",
     ]

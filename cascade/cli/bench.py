@@ -169,7 +169,7 @@ def register(groups: dict[str, Any]) -> None:
     fleet.add_argument("--replicas", type=count, default=3, help="replicas per scope (3)")
     fleet.add_argument("--budget", type=share, default=0.25,
                        help="[control] max_strong_share (0.25)")
-    fleet.add_argument("--target", type=share, default=0.7,
+    fleet.add_argument("--target", dest="target_accuracy", type=share, default=0.7,
                        help="[control] target_accuracy (0.7)")
     fleet.add_argument("--phase-duration", type=seconds, default=60.0, metavar="SECONDS",
                        help="seconds of traffic per phase (60)")
@@ -464,7 +464,7 @@ def bench_fleet(args: argparse.Namespace) -> int:
     if args.redis is None and shutil.which("redis-server") is None:
         raise UsageError("bench fleet needs --redis URL (no redis-server on PATH to start one)")
     opts = fleet.Options(
-        replicas=args.replicas, budget=args.budget, target=args.target,
+        replicas=args.replicas, budget=args.budget, target=args.target_accuracy,
         phase_s=args.phase_duration, window_s=args.window, refit_s=args.refit_every,
         clients=args.clients, feedback_share=args.feedback_share, seed=args.seed)
     random = _said("bench fleet", ["its `cascade serve --demo` replicas"])

@@ -39,3 +39,10 @@ def test_bench_fleet_reports_both_scopes_per_phase(postgres, tmp_path: Path) -> 
             assert phase["reload"]["status"] == 200 and phase["reload"]["answered"]
         assert run["phases"][2]["joined_s"] is not None
     assert "phase  scope" in done.stdout and "replica" in done.stdout
+
+
+def test_bench_fleet_without_a_postgresql_store_says_so() -> None:
+    done = subprocess.run([sys.executable, "-m", "cascade", "bench", "fleet", "--store",
+                           "decisions.sqlite"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "bench fleet needs --store postgresql://" in done.stderr
