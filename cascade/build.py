@@ -12,6 +12,9 @@ import functools
 import hashlib
 import json
 import logging
+import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import get_args
 
@@ -131,9 +134,9 @@ def demo_policy(root: Path, settings: Settings, *, write: bool = True) -> Policy
     clef_dir = root / "clef-flash"
     if write:
         for seed, path in enumerate(laya_dirs.values()):
-            make_tiny_laya(path, seed=seed)
+            _write_whole(path, functools.partial(make_tiny_laya, seed=seed))
         if not (clef_dir / "joint_head.safetensors").exists():
-            make_tiny_clef(clef_dir)
+            _write_whole(clef_dir, make_tiny_clef, last="joint_head.safetensors")
     tiers: dict[str, Tier] = {
         "laya": msgspec.structs.replace(laya, checkpoints=Checkpoints.of(laya_dirs)),
         "clef": msgspec.structs.replace(clef, release=str(clef_dir), device="cpu"),
@@ -142,6 +145,21 @@ def demo_policy(root: Path, settings: Settings, *, write: bool = True) -> Policy
         policy, description=f"demo (tiny random checkpoints): {policy.description}",
         tiers=tiers, shadow=msgspec.structs.replace(policy.shadow, fraction=0.25),
     )
+
+
+def _write_whole(out: Path, make: Callable[[Path], object], *, last: str = "") -> None:
+    """``make(dir)`` written beside ``out``, then each file renamed into ``out`` (``last``, the
+    file whose presence says "written", after the others): replicas booting at once on one demo
+    directory each rewrite the same bytes, and none reads a half-written file."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        make(Path(tmp))
+        files = sorted((p for p in Path(tmp).rglob("*") if p.is_file()),
+                       key=lambda p: p.name == last)
+        for path in files:
+            target = out / path.relative_to(tmp)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
 
 
 def resolve_laya(ref: str) -> Path:
@@ -301,10 +319,16 @@ def reread_policy(settings: Settings, serving: Policy) -> Policy:
     except CalibrationError as exc:  # "FILE: what": the file's own errors carry no line
         file = str(settings.calibration)
         raise ConfigRejected([f"{file}: error: {str(exc).removeprefix(file + ': ')}"]) from exc
+    return checked_files(policy, settings.policy or "<settings>")
+
+
+def checked_files(policy: Policy, source: str) -> Policy:
+    """``policy``, once every tier's files are found and its calibration fits their weights
+    (``ConfigRejected`` lines otherwise, a missing file's naming ``source``)."""
     try:
         found = located(policy)
     except (ValueError, CascadeError) as exc:  # CheckpointError, ReleaseError: a missing file
-        raise ConfigRejected([f"{settings.policy or '<settings>'}: error: {exc}"]) from exc
+        raise ConfigRejected([f"{source}: error: {exc}"]) from exc
     wrong = weight_mismatches(policy, found)
     if wrong:
         file = policy.calibration.file or "<calibration>"

@@ -20,6 +20,7 @@ probe slot. Shadow calls never touch a breaker. What is served is one ``Serving`
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import secrets
@@ -62,6 +63,8 @@ from cascade.questions import n_options, option_band
 from cascade.settings import ADMISSION_DEADLINE_S
 from cascade.shadowing.mirror import ShadowMirror
 from cascade.store.base import DecisionStore
+from cascade.store.judged import shared_evidence
+from cascade.store.postgres import PostgresStore
 from cascade.tenants import spend
 from cascade.tenants.usage import UsageBook
 from cascade.tiercall import call_tier
@@ -93,7 +96,10 @@ class Gateway(Reconfigurable):
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
-        self.fleet = FleetLink(self.control)  # [control] scope = "fleet": syncs with the others
+        shared = (functools.partial(shared_evidence, decisions.url)  # the fleet refit's labels
+                  if isinstance(decisions, PostgresStore) else None)
+        # [control] scope = "fleet": the gate, its refit and drift histograms synced with others
+        self.fleet = FleetLink(self.control, evidence=shared, drift=self.drift)
         self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
         self.shadows = ShadowMirror(lambda serving, tier, call: self._call(
             serving, tier, call, {}, record=False), self.breakers, clock, self.control)
@@ -279,6 +285,9 @@ class Gateway(Reconfigurable):
 
     def psi(self) -> dict[tuple[str, str], float]:
         return {(qtype, band): v for (qtype, band), v in self.drift.psi().items()}
+
+    def fleet_psi(self) -> dict[tuple[str, str], float]:
+        return {(qtype, band): v for (qtype, band), v in self.drift.fleet_psi().items()}
 
     def gate_thresholds(self) -> dict[tuple[str, str], float]:
         return dict(self.control.thresholds())

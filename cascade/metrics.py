@@ -215,8 +215,18 @@ FLEET_SYNC_ERRORS = Counter(
     "[control] scope = \"fleet\": syncs of the live gate's counts and gates with the fleet's "
     "Redis that failed or timed out.",
 )
+FLEET_REFIT_ERRORS = Counter(
+    "cascade_fleet_refit_errors_total",
+    "[control] scope = \"fleet\" with a PostgreSQL decision store: steps of the fleet's refit "
+    "that failed or timed out, by stage: lease (taking or renewing it on Redis), read (the "
+    "store's labelled rows), publish (the refit gate), adopt (reading it back). The replica "
+    "keeps the last gate it adopted.",
+    ["stage"],
+)
 for _type in ("choice", "score", "noul"):  # exported at 0 from the start, as above
     BUDGET_FLAGGED.labels(type=_type)
+for _label in ("lease", "read", "publish", "adopt"):
+    FLEET_REFIT_ERRORS.labels(stage=_label)
 for _label in ("budget", "accuracy"):
     CONTROL_CONFLICTS.labels(winner=_label)
 for _label in ("refit", "budget"):
@@ -440,11 +450,13 @@ UPSTREAM_MODEL_CHANGES = Counter(
 
 
 class DriftGauges(Collector):
-    """``cascade_confidence_psi{type,band}``, one gateway's drift monitor read at scrape time
-    (registered per app beside ``GatewayGauges``); a cell without enough data has no series."""
+    """``cascade_confidence_psi{type,band}`` and ``cascade_fleet_confidence_psi{type,band}``,
+    one gateway's drift monitor read at scrape time (registered per app beside
+    ``GatewayGauges``); a cell without enough data has no series."""
 
-    def __init__(self, psi: Callable[[], Mapping[tuple[str, str], float]]) -> None:
-        self._psi = psi
+    def __init__(self, psi: Callable[[], Mapping[tuple[str, str], float]],
+                 fleet: Callable[[], Mapping[tuple[str, str], float]]) -> None:
+        self._psi, self._fleet = psi, fleet
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
@@ -456,3 +468,13 @@ class DriftGauges(Collector):
         for (qtype, band), value in self._psi().items():
             family.add_metric([qtype, band], value)
         yield family
+        fleet = GaugeMetricFamily(
+            "cascade_fleet_confidence_psi",
+            "[control] scope = \"fleet\": the same PSI over the whole fleet's confidences (every "
+            "replica's counts on the calibration snapshot's bins, merged in Redis), by type and "
+            "band; the same on every replica. No series without a snapshot; the last value kept "
+            "while Redis is down, dropped once older than the [drift] window.",
+            labels=["type", "band"])
+        for (qtype, band), value in self._fleet().items():
+            fleet.add_metric([qtype, band], value)
+        yield fleet

@@ -68,6 +68,7 @@ MAX_ASKED = max(LIMITS.max_questions, LIMITS.max_decision_questions)
 FEEDBACK_ID_CHARS = 128 + len(f"/{LIMITS.max_batch_states - 1}")
 FEEDBACK_ID = r"^[^\x00-\x1f\x7f]+$"  # no control characters (x-request-id is printable)
 Name = Annotated[str, Meta(max_length=LIMITS.max_name_chars)]
+DRY_RUN_TEXT = 1 << 20  # characters of a dry run's policy or calibration text (1 MiB)
 
 
 class Base(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -372,6 +373,17 @@ class ReloadReport(Base, kw_only=True):
     calibration_hash: str
     read: list[str]  # the files read again, as "what: FILE"
     note: str | None = None  # what a reload cannot read again here (no policy file)
+
+
+class DryRunRequest(Base, kw_only=True):
+    """``POST /admin/reload?dry_run=1``'s optional body: the candidate's files as text (none:
+    the files on disk, as a reload reads them)."""
+
+    policy: Annotated[str, Meta(max_length=DRY_RUN_TEXT)] | None = None  # the policy TOML
+    calibration: Annotated[str, Meta(max_length=DRY_RUN_TEXT)] | None = None  # `calibrate`'s
+
+
+dry_run_decoder = msgspec.json.Decoder(DryRunRequest)
 
 
 class ConfigErrorDetail(ErrorDetail, kw_only=True):

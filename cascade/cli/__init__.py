@@ -37,6 +37,7 @@ COMMANDS = (
     "cascade.cli.policy",
     "cascade.cli.route",
     "cascade.cli.eval",
+    "cascade.cli.replay",
     "cascade.cli.calibrate",
     "cascade.cli.distill",
     "cascade.cli.keys",

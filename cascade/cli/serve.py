@@ -175,10 +175,10 @@ def open_decision_log(settings: Settings, policy: Policy) -> DecisionStore | Non
     an unreachable database: one line naming the setting."""
     import tempfile
 
-    from cascade.store import is_url, replica_name
+    from cascade.store import is_url, log_target, replica_name
 
     config = policy.decision_log
-    target = settings.decision_log or config.file
+    target = log_target(settings, policy)
     if not target:
         return None
     replica = replica_name()

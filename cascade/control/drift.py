@@ -21,18 +21,28 @@ reference keeps a uniform sample (reservoir) of at most ``RESERVOIR`` confidence
 until it closes (``reference_s`` after boot, later for a cell still short of ``min_count``);
 the window counts only what came after it. Sans-IO: the gateway feeds ``observe`` each decided
 request; ``psi`` is read at scrape time; time comes from the injected clock.
+
+The fleet's PSI (``[control] scope = "fleet"``): each confidence of a cell whose reference is
+the snapshot's is also tallied (``tally``, ``cascade.fleet.histograms``); the fleet's sync adds
+it to shared histograms and hands the fleet's window back (``shared``), and ``fleet_psi`` is the
+PSI of those merged counts per cell, by the same ``min_count`` rule. A boot reference differs
+per replica, so cells without a snapshot have no fleet PSI. The last one read is kept while
+younger than ``window_s`` (the fleet's Redis down: its age grows), then dropped.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
 
+import msgspec
 import numpy as np
 
+from cascade.fleet.histograms import ConfidenceTally, Merged
 from cascade.policy.flow import Decision
 from cascade.policy.model import Drift, Histogram, Policy
 from cascade.policy.stats import Cell
@@ -90,8 +100,8 @@ class _Cell:
         self.ring: np.ndarray | None = None
         self.slots = np.full(SLICES, np.iinfo(np.int64).min, dtype=np.int64)
 
-    def count(self, current: int, confidence: float) -> None:
-        """Count ``confidence`` in slice ``current`` (the reference has closed)."""
+    def count(self, current: int, at: int) -> None:
+        """Count a confidence in bin ``at`` of slice ``current`` (the reference has closed)."""
         assert self.reference is not None, "the window counts after the reference closed"
         if self.ring is None:
             self.ring = np.zeros((SLICES, len(self.reference.counts)), dtype=np.int64)
@@ -99,7 +109,7 @@ class _Cell:
         if self.slots[slot] != current:  # the slot's old slice has left the window
             self.ring[slot] = 0
             self.slots[slot] = current
-        self.ring[slot, bisect.bisect_right(self.reference.edges, confidence)] += 1
+        self.ring[slot, at] += 1
 
     def window(self, current: int) -> np.ndarray | None:
         """The counts of the slices still in the window (None before the reference closed)."""
@@ -127,6 +137,23 @@ class DriftMonitor:
         self.snapshot = policy.calibration.snapshot
         self.started = self.clock()
         self.cells: dict[Cell, _Cell] = {}
+        self._control = policy.control
+        self.tally = self._tally(policy)
+        self._fleet: dict[Cell, float] = {}
+        self._fleet_at = -math.inf  # when ``_fleet`` was read (clock)
+
+    def _tally(self, policy: Policy) -> ConfidenceTally | None:
+        """The fleet's tally: the fleet scope, and snapshot cells the reference takes."""
+        control = policy.control
+        usable = {key: hist for key, hist in self.snapshot.items()
+                  if sum(hist.counts) >= self.config.min_count}
+        if (control is None or control.scope != "fleet" or self.config.reference != "calibration"
+                or not usable):
+            return None
+        reference = hashlib.sha256(msgspec.json.encode(
+            [self.config.bins, usable], order="sorted")).hexdigest()[:16]
+        return ConfidenceTally(self.config.window_s, reference,
+                               {key: len(hist.counts) for key, hist in usable.items()})
 
     def _cell(self, cell: Cell) -> _Cell:
         found = self.cells.get(cell)
@@ -141,6 +168,10 @@ class DriftMonitor:
         """Count the confidences of one decided request's gated questions."""
         if policy.drift != self.config or policy.calibration.snapshot != self.snapshot:
             self._reset(policy)
+        elif policy.control != self._control:  # the scope may have changed; the window stays
+            self._control, wanted = policy.control, self._tally(policy)
+            if (wanted is None) != (self.tally is None):
+                self.tally = wanted
         for read in decision.gate.values():
             self.add(read.cell, read.confidence)
 
@@ -154,7 +185,10 @@ class DriftMonitor:
                 state.reference = histogram(state.sample, self.config.bins)
                 state.sample = []
             return
-        state.count(self._slice(now), confidence)
+        at = bisect.bisect_right(state.reference.edges, confidence)
+        state.count(self._slice(now), at)
+        if self.tally is not None and (key := cell_key(cell)) in self.tally.bins:
+            self.tally.add(now, key, at)
 
     def _sample(self, state: _Cell, confidence: float) -> None:
         """Keep a uniform sample of the boot reference's confidences (Algorithm R)."""
@@ -180,3 +214,22 @@ class DriftMonitor:
                     and int(window.sum()) >= self.config.min_count):
                 out[cell] = psi(state.reference.counts, window)
         return out
+
+    def shared(self, window: Merged) -> None:
+        """The fleet's window on the snapshot's bins, read now (``cascade.control.fleet``)."""
+        out: dict[Cell, float] = {}
+        for key, counts in sorted(window.items()):
+            reference = self.snapshot.get(key)
+            if reference is not None and sum(counts) >= self.config.min_count:
+                qtype, band = key.split(":", 1)
+                out[(qtype, band)] = psi(reference.counts, counts)
+        self._fleet, self._fleet_at = out, self.clock()
+
+    def fleet_psi(self) -> dict[Cell, float]:
+        """The fleet's PSI per cell, as last read while younger than ``window_s``."""
+        return self._fleet if self.fleet_age() is not None else {}
+
+    def fleet_age(self) -> float | None:
+        """Seconds since the fleet's PSI was read; None: none, or older than ``window_s``."""
+        age = self.clock() - self._fleet_at
+        return age if age <= self.config.window_s else None

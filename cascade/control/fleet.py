@@ -4,11 +4,15 @@ fleet's Redis (``[control] scope = "fleet"``).
 Every ``sync_s``, off the request path, a sync adds what this replica answered to the shared
 counters and reads the fleet's window back (``cascade.fleet.counters``, handed to
 ``LiveControl.shared``); publishes this replica's budget cuts once it paces on history of its
-own, or adopts the fleet's while it has none (``cascade.fleet.gates``). Every Redis call is
+own, or adopts the fleet's while it has none (``cascade.fleet.gates``); and adds the confidences
+the drift monitor tallied to the fleet's histograms, its fleet PSI read back
+(``cascade.fleet.histograms``, ``DriftMonitor.shared``). Every Redis call is
 bounded by ``timeout_s``. A failed or slow sync is counted (``cascade_fleet_sync_errors_total``),
 ``cascade_fleet_connected`` drops to 0, ``/health`` and ``GET /admin/control`` say since when,
 and the pacer paces on this replica's counts (its tally kept for the next sync) until a sync
-succeeds again. A request never waits on any of it.
+succeeds again. A request never waits on any of it. With the decision store in PostgreSQL
+(``evidence``) a second task takes part, every ``sync_s``, in the fleet's refit
+(``cascade.control.fleetrefit``).
 """
 
 from __future__ import annotations
@@ -24,15 +28,17 @@ from collections.abc import Callable
 from typing import Any
 
 from cascade import metrics
+from cascade.control.drift import DriftMonitor, cell_key
+from cascade.control.fleetrefit import Evidence, FleetRefit
 from cascade.control.live import CELLS, LiveControl
 from cascade.control.pacer import HORIZON, MIN_RECENT
-from cascade.fleet import client, counters, gates
+from cascade.fleet import client, counters, gates, histograms
 from cascade.fleet.client import server_time
 from cascade.policy.model import Control
 from cascade.policy.stats import Cell
 
 log = logging.getLogger("cascade.control")
-CALLS = 4  # Redis round trips in one sync, each bounded by timeout_s
+CALLS = 6  # Redis round trips in one sync, each bounded by timeout_s
 
 
 def replica_name() -> str:
@@ -41,12 +47,17 @@ def replica_name() -> str:
 
 
 class FleetLink:
-    """Syncs ``control`` with the fleet's Redis while ``start``-ed (module docstring)."""
+    """Syncs ``control`` with the fleet's Redis while ``start``-ed (module docstring).
+    ``evidence``: the judged answers of the shared decision store (PostgreSQL; None: not
+    shared)."""
 
     def __init__(self, control: LiveControl, *, replica: str | None = None,
+                 evidence: Evidence | None = None, drift: DriftMonitor | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.control, self.clock = control, clock
+        self.control, self.drift, self.clock = control, drift, clock
         self.replica = replica or replica_name()
+        self.refit = FleetRefit(control, evidence, self.replica, clock=clock)
+        self._refitting: asyncio.Task[None] | None = None
         self._redis: Any = None
         self._url: str | None = None
         self._task: asyncio.Task[None] | None = None
@@ -64,12 +75,18 @@ class FleetLink:
         ``sync_s`` in the background."""
         await self.sync()
         self._task = asyncio.create_task(self._run(), name="cascade-fleet-sync")
+        if self.refit.evidence is not None:
+            self._refitting = asyncio.create_task(self._refit_run(), name="cascade-fleet-refit")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._refitting):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        config = self._config()
+        if self._redis is not None and config is not None:
+            await self.refit.aclose(self._redis, config)
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
@@ -79,6 +96,13 @@ class FleetLink:
             config = self._config()
             await asyncio.sleep(config.sync_s if config is not None else 1.0)
             await self.sync()
+
+    async def _refit_run(self) -> None:
+        while True:
+            config = self._config()
+            if config is not None and config.url is not None and self.control.refits_on_fleet():
+                await self.refit.step(await self._client(config.url, config.timeout_s), config)
+            await asyncio.sleep(config.sync_s if config is not None else 1.0)
 
     async def sync(self) -> bool:
         """One sync (module docstring); False when it failed or the scope is not the fleet."""
@@ -94,6 +118,7 @@ class FleetLink:
                                                 config.window_s * HORIZON, MIN_RECENT)
                     self.control.shared(found)
                 await self._trade_gates(redis, config)
+                await self._share_drift(redis)
         except failures as exc:  # TimeoutError among them
             self._failed(exc)
             return False
@@ -111,6 +136,12 @@ class FleetLink:
             found = await gates.read(redis, "budget")
             if found is not None:
                 self.control.adopt(cells(found.thresholds))
+
+    async def _share_drift(self, redis: Any) -> None:
+        """This replica's tallied confidences into the fleet's histograms; the fleet's PSI."""
+        tally = self.drift.tally if self.drift is not None else None
+        if self.drift is not None and tally is not None:
+            self.drift.shared(await histograms.sync(redis, tally, self.drift.clock()))
 
     async def _client(self, url: str, timeout_s: float) -> Any:
         if self._redis is None or self._url != url:
@@ -143,7 +174,16 @@ class FleetLink:
         return {"replica": self.replica, "connected": bool(self.connected),
                 "last_sync_s_ago": round(age, 3) if math.isfinite(age) else None,
                 "down_since": self.down_since, "failed_syncs": self.failures,
-                "pacing": "fleet" if self.control.pacing_on_fleet() else "replica"}
+                "pacing": "fleet" if self.control.pacing_on_fleet() else "replica",
+                "refit": self.refit.status(), "drift": self._drift_status()}
+
+    def _drift_status(self) -> dict[str, Any] | None:
+        """The fleet's PSI per cell and its age (None: no snapshot, or none read lately)."""
+        age = self.drift.fleet_age() if self.drift is not None else None
+        if self.drift is None or age is None:
+            return None
+        return {"psi": {cell_key(c): round(v, 4) for c, v in self.drift.fleet_psi().items()},
+                "age_s": round(age, 3)}
 
 
 def cells(thresholds: dict[str, float]) -> dict[Cell, float]:

@@ -23,7 +23,10 @@ read under calibration temperatures no longer in force.
 With ``scope = "fleet"`` the pacer paces against the fleet's counts (``shared``, handed over by
 ``cascade.control.fleet``, which also takes this replica's ``tally``) while they are fresh, and
 on its own otherwise. Before any history the pacer's cuts are the ``prior``
-(``cascade.control.prior``): the fleet's published gate (``adopt``) or the snapshot's.
+(``cascade.control.prior``): the fleet's published gate (``adopt``) or the snapshot's. With
+the decision store shared as well (``shared_store``: PostgreSQL) the refit is the fleet's
+(``cascade.control.fleetrefit``): this replica does not refit on its own labels but adopts the
+thresholds one replica fitted on the fleet's (``adopt_refit``).
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ class LiveControl:
         self.tally: AnswerTally | None = None  # scope = "fleet": answered, not synced yet
         self._fleet: Counts | None = None
         self._fleet_at = -math.inf  # when ``_fleet`` was read (clock)
+        self.shared_store = False  # the decision store is the fleet's (PostgreSQL)
         self._plan(policy, engines or {}, old=None)()
 
     # ------------------------------------------------------------ what the gateway asks
@@ -169,6 +173,29 @@ class LiveControl:
         if self.pacer is None or not self.pacer.has_history:
             return None
         return dict(self._pace.cuts)
+
+    def refits_on_fleet(self) -> bool:
+        """Whether the fleet refits for this replica (scope ``fleet``, a Redis URL, a shared
+        decision store): its own refit does not run."""
+        control = self.policy.control
+        return (self.shared_store and control is not None and control.scope == "fleet"
+                and control.url is not None)
+
+    def adopt_refit(self, fitted: Sequence[Fitted], replica: str) -> None:
+        """The fleet's refit, fitted by ``replica``: its cells' thresholds replace every refit
+        threshold (a cell it left out keeps its configured one), logged and counted as a refit
+        of this replica's own; held while frozen."""
+        if self.frozen or self.policy.control is None:
+            return
+        wanted, before = self._thresholds(), self._fitted
+        self._fitted = {f.cell: f for f in fitted}
+        for f in fitted:
+            self._changed(f, wanted.get(f.cell), f"fleet refit by {replica}")
+        for cell in sorted(set(before) - set(self._fitted)):
+            metrics.GATE_CHANGES.labels(source="refit").inc()
+            log.info("gate %s:%s %.4f -> %s (fleet refit by %s: no fit)", *cell,
+                     before[cell].threshold, _fmt(self._configured.get(cell)), replica)
+        self._publish()
 
     def pacing_on_fleet(self) -> bool:
         """Whether the last pace read the fleet's counts (fresh: within three syncs)."""
@@ -281,7 +308,7 @@ class LiveControl:
         now = self.clock()
         if now >= self._next_refit:
             self._next_refit = now + control.refit_interval_s
-            if self.refit is not None:
+            if self.refit is not None and not self.refits_on_fleet():
                 self._refit()
         if now >= self._next_pace and self.pacer is not None:
             self._next_pace = now + control.window_s / BINS
@@ -292,18 +319,24 @@ class LiveControl:
         return {**self._configured, **{c: f.threshold for c, f in self._fitted.items()}}
 
     def _refit(self) -> None:
-        assert self.refit is not None and self.policy.control is not None
-        control, wanted = self.policy.control, self._thresholds()
+        assert self.refit is not None
+        wanted = self._thresholds()
         for fitted in self.refit.fit():
-            before = wanted.get(fitted.cell)
             self._fitted[fitted.cell] = fitted
-            if before is None or abs(before - fitted.threshold) > 1e-9:
-                metrics.GATE_CHANGES.labels(source="refit").inc()
-                log.info("gate %s:%s %s -> %.4f (refit: n=%d kept=%d bound=%.4f target=%s "
-                         "pooled=%s source=%s)", *fitted.cell, _fmt(before), fitted.threshold,
-                         fitted.n, fitted.kept, fitted.bound, control.target(fitted.cell[0]),
-                         fitted.pooled, fitted.sources)
+            self._changed(fitted, wanted.get(fitted.cell), "refit")
         self._publish()
+
+    def _changed(self, fitted: Fitted, before: float | None, why: str) -> None:
+        """Log and count a refit that moves its cell's threshold."""
+        if before is not None and abs(before - fitted.threshold) <= 1e-9:
+            return
+        control = self.policy.control
+        assert control is not None
+        metrics.GATE_CHANGES.labels(source="refit").inc()
+        log.info("gate %s:%s %s -> %.4f (%s: n=%d kept=%d bound=%.4f target=%s pooled=%s "
+                 "source=%s)", *fitted.cell, _fmt(before), fitted.threshold, why, fitted.n,
+                 fitted.kept, fitted.bound, control.target(fitted.cell[0]), fitted.pooled,
+                 fitted.sources)
 
     def _repace(self, now: float) -> None:
         assert self.pacer is not None and self.policy.control is not None

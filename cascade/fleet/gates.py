@@ -17,12 +17,14 @@ PREFIX = "cascade:fleet:gate:"
 
 class Published(msgspec.Struct, kw_only=True):
     """One published gate. ``thresholds``: ``type:band`` -> threshold (or cut); ``evidence``:
-    per cell what it was fitted on (refit gates); ``at``: Redis's clock, seconds."""
+    per cell what it was fitted on (refit gates); ``at``: Redis's clock, seconds; ``policy``:
+    the hash of the policy it was fitted under (refit gates: ``cascade.policy.fingerprint``)."""
 
     replica: str
     thresholds: dict[str, float]
     at: float
     evidence: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    policy: str = ""
 
 
 _decoder = msgspec.json.Decoder(Published)

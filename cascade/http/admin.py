@@ -22,6 +22,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
 from cascade.errors import ConfigRejected, Forbidden, Unauthorized, ValidationFailed
+from cascade.http.dryrun import dry_run
 from cascade.http.errors import status_of
 from cascade.http.fleet import fleet, reload_fleet
 from cascade.http.reload import Access
@@ -82,8 +83,16 @@ async def reload(request: Request, services: Services) -> Response[bytes]:
     (``cascade.http.reload``): 200 with a ``ReloadReport``; 422 (a file fails its checks) or
     409 (a restart is needed) with the ``FILE[:LINE]: error: ...`` lines, nothing changed.
     ``?scope=fleet``: every replica reloads (``cascade.http.fleet``), 200 with each one's
-    outcome in a ``FleetReloadReport``."""
+    outcome in a ``FleetReloadReport``. ``?dry_run=1``: nothing is reloaded; the candidate
+    (the body's files, or the files on disk) is checked as a reload checks it and replayed on
+    the decision log (``cascade.http.dryrun``): 200 with the replay report, or the same 422/409
+    refusals."""
     scope = request.query_params.get("scope", "replica")
+    if request.query_params.get("dry_run", "0") not in ("0", "false"):
+        if scope != "replica":
+            raise ValidationFailed([{"loc": ["query", "scope"], "type": "value_error",
+                                     "msg": "a dry run replays this replica's view only"}])
+        return await _dry_run(request, services)
     if scope == "fleet":
         fleet_report = await reload_fleet(services)
         return Response(content=encoder.encode(fleet_report), status_code=200, media_type=JSON)
@@ -94,13 +103,24 @@ async def reload(request: Request, services: Services) -> Response[bytes]:
     try:
         report = await reloader.reload()
     except ConfigRejected as exc:
-        serving = reloader.gateway.serving.policy_hash[:12]
-        detail = ConfigErrorDetail(
-            error_type=exc.error_type, lines=exc.lines,
-            message=f"reload refused; still serving policy {serving}:\n" + "\n".join(exc.lines))
-        return Response(content=encoder.encode(ConfigErrorBody(detail=detail)),
-                        status_code=status_of(exc), media_type=JSON)
+        return _refused("reload refused", reloader.gateway.serving.policy_hash, exc)
     return Response(content=encoder.encode(report), status_code=200, media_type=JSON)
+
+
+async def _dry_run(request: Request, services: Services) -> Response[bytes]:
+    try:
+        report = await dry_run(request, services)
+    except ConfigRejected as exc:
+        return _refused("dry run refused", services.gateway.serving.policy_hash, exc)
+    return Response(content=encoder.encode(report), status_code=200, media_type=JSON)
+
+
+def _refused(what: str, serving: str, exc: ConfigRejected) -> Response[bytes]:
+    detail = ConfigErrorDetail(
+        error_type=exc.error_type, lines=exc.lines,
+        message=f"{what}; still serving policy {serving[:12]}:\n" + "\n".join(exc.lines))
+    return Response(content=encoder.encode(ConfigErrorBody(detail=detail)),
+                    status_code=status_of(exc), media_type=JSON)
 
 
 @get("/control")

@@ -31,7 +31,7 @@ def registry_of(gateway: GatewayView) -> CollectorRegistry:
         breakers=lambda: {n: _STATE_CODE[state] for n, state in gateway.breaker_states().items()},
         build=build,
     ))
-    registry.register(DriftGauges(gateway.psi))
+    registry.register(DriftGauges(gateway.psi, gateway.fleet_psi))
     registry.register(ControlGauges(gateway.gate_thresholds, gateway.strong_share))
     registry.register(CacheGauges(gateway.cache_size))
     registry.register(ConfigInfo(gateway.hashes))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -29,6 +30,7 @@ from cascade.build import reread_policy
 from cascade.errors import ConfigRejected, RestartNeeded
 from cascade.gateway import Gateway
 from cascade.policy.fingerprint import policy_hash
+from cascade.policy.model import Policy
 from cascade.policy.serving import NextVersion
 from cascade.schema import ConfigState, LastReload, ReloadReport
 from cascade.settings import Secret, Settings, SettingsError
@@ -94,6 +96,19 @@ class Reloader:
         if self._waiting is None:
             self._waiting = asyncio.ensure_future(self._next())
         return await asyncio.shield(self._waiting)  # a caller that goes away leaves it running
+
+    async def checked(self, read: Callable[[], Policy]) -> Policy:
+        """The policy ``read`` gives (it raises ``ConfigRejected``), checked as a reload checks
+        it (``Gateway.prepare``: ``RestartNeeded`` when it needs other engines) and applied to
+        nothing; off the event loop, one at a time with reloads (``POST /admin/reload?dry_run=1``
+        reads the files a reload would)."""
+        def check() -> Policy:
+            policy = read()
+            self.gateway.prepare(policy, source=self.settings.policy or "<policy>")
+            return policy
+
+        async with self._lock:
+            return await asyncio.to_thread(check)
 
     async def _next(self) -> ReloadReport:
         async with self._lock:

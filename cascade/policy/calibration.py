@@ -92,11 +92,19 @@ def read_calibration(path: str | Path) -> CalibrationFile:
     """Read and check a calibration file; raises ``CalibrationError`` naming the file."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-        cal = msgspec.convert(data, CalibrationFile)
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise CalibrationError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
-    except (OSError, tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
+    except OSError as exc:
+        raise CalibrationError(f"{path}: not a cascade calibration file ({exc})") from exc
+    return parse_calibration(text, str(path))
+
+
+def parse_calibration(text: str, path: str) -> CalibrationFile:
+    """``read_calibration`` of a file's text, named ``path`` in its errors."""
+    try:
+        cal = msgspec.convert(tomllib.loads(text), CalibrationFile)
+    except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
         raise CalibrationError(f"{path}: not a cascade calibration file ({exc})") from exc
     for qtype in QTYPES:
         for band, value in cal.thresholds.of(qtype).items():

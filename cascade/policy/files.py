@@ -354,18 +354,23 @@ def load_policy(path: str | Path) -> Policy:
     working directory. A ``[calibration] file`` is read and applied here.
     """
     path = Path(path)
-    text = read_policy_text(path)
+    return policy_of_text(read_policy_text(path), str(path), path.parent.resolve())
+
+
+def policy_of_text(text: str, filename: str, base: Path) -> Policy:
+    """``load_policy`` of a policy's text, named ``filename`` in its errors, its relative paths
+    anchored at ``base`` (``POST /admin/reload?dry_run=1`` sends the text in its body)."""
     policy, found = check_text(text)
     if policy is None:
-        raise PolicyError([format_finding(str(path), text, f) for f in found
+        raise PolicyError([format_finding(filename, text, f) for f in found
                            if f.severity == "error"])
-    policy = _anchored(policy, path.parent.resolve())
+    policy = _anchored(policy, base)
     if policy.calibration.file is not None:
         try:
             policy = with_calibration_file(policy, policy.calibration.file)
         except CalibrationError as exc:
             finding = _err(("calibration", "file"), str(exc))
-            raise PolicyError([format_finding(str(path), text, finding)]) from exc
+            raise PolicyError([format_finding(filename, text, finding)]) from exc
     return policy
 
 

@@ -12,18 +12,29 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cascade.settings import env_value
 from cascade.settings import is_database_url as is_url
 from cascade.store.rows import LogRow, NotADecisionLog
 
-__all__ = ["LogRow", "NotADecisionLog", "is_url", "log_source", "missing", "read_rows",
-           "replica_name"]
+if TYPE_CHECKING:
+    from cascade.policy.model import Policy
+    from cascade.settings import Settings
+
+__all__ = ["LogRow", "NotADecisionLog", "is_url", "log_source", "log_target", "missing",
+           "read_rows", "replica_name"]
 
 
 def log_source(text: str) -> str | Path:
     """``--from-log``'s value: a URL kept as written, else a file path (argparse ``type``)."""
     return text if is_url(text) else Path(text)
+
+
+def log_target(settings: Settings, policy: Policy) -> str | None:
+    """Where a gateway keeps its decision log: ``--decision-log`` (``CASCADE_DECISION_LOG``),
+    else the policy's ``[decision_log] file`` (None: it keeps none)."""
+    return settings.decision_log or policy.decision_log.file
 
 
 def missing(sources: list[str | Path]) -> list[str]:

@@ -66,7 +66,8 @@ def test_every_float_setting_is_finite() -> None:
 @pytest.mark.parametrize(("table", "line"), [
     ('[tiers.up]\nkind = "upstream"\nurls = ["http://127.0.0.1:9"]\nhealth_interval_s = 0\n',
      ":4: error: `tiers.up.health_interval_s`: Expected `float` > 0.0"),
-    ('[tiers.laya]\nkind = "laya"\ncheckpoints = { english = "./tiny" }\nmax_batch_size = 0\n',
+    ('[tiers.laya]\nkind = "laya"\ncheckpoints = { english = "./tiny" }\n'
+     'max_batch_size = 0\n',
      ":4: error: `tiers.laya.max_batch_size`: Expected `int` >= 1"),
     ('[tiers.laya]\nkind = "laya"\ncheckpoints = { english = "./tiny" }\nmax_wait_s = -1\n',
      ":4: error: `tiers.laya.max_wait_s`: Expected `float` >= 0.0"),

@@ -51,7 +51,7 @@ def exported_names(labelled: str | None = None) -> set[str]:
     # ``ControlGauges``, ``CacheGauges``, ``ConfigInfo``),
     # read at scrape time.
     gauges = metrics.GatewayGauges(lambda: {"t": True}, lambda: {"t": 0}, lambda: {"v": "1"})
-    drift = metrics.DriftGauges(lambda: {("noul", "2"): 0.0})
+    drift = metrics.DriftGauges(lambda: {("noul", "2"): 0.0}, lambda: {("noul", "2"): 0.0})
     inflight = metrics.InflightGauge(lambda: 0)
     control = metrics.ControlGauges(lambda: {("noul", "2"): 0.5}, lambda: 0.0)
     cache = metrics.CacheGauges(lambda: (0, 0))

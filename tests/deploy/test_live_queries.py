@@ -32,11 +32,13 @@ JOB = "cascade-gateway"
 # Share of dashboard targets that must return series after the traffic. The ones allowed to be
 # empty need what a short demo cannot produce: degraded answers (a failing strong tier), the
 # escalation baseline (a recording rule over a day), shadow agreement (a random sample), drift
-# (300 questions a cell), the decision cache (off in the demo) and tenants' 429s (the demo has
-# no tenant limits); every other target must return series.
+# (300 questions a cell; the fleet's also the fleet scope and a snapshot), the decision cache
+# (off in the demo) and tenants' 429s (the demo has no tenant limits); every other target must
+# return series.
 MIN_WITH_SERIES = 0.8
 MAY_BE_EMPTY = ("cascade_degraded_answers_total", "cascade:escalation_ratio",
-                "cascade_shadow_choice_agreement", "cascade_confidence_psi", "cascade_cache_",
+                "cascade_shadow_choice_agreement", "cascade_confidence_psi",
+                "cascade_fleet_confidence_psi", "cascade_cache_",
                 "cascade_tenant_rate_limited_total",
                 "cascade_novelty_flags_total")  # the demo's calibration has no reference set
 

@@ -13,8 +13,10 @@ def test_nothing_is_predicted_before_any_batch() -> None:
 
 def test_fixed_linear_and_square_costs_are_told_apart() -> None:
     model = CostModel()
-    truth = lambda costs: 0.002 * len(costs) + 1e-5 * sum(costs) + 2e-8 * sum(  # noqa: E731
-        c * c for c in costs)
+
+    def truth(costs: list[int]) -> float:
+        return 0.002 * len(costs) + 1e-5 * sum(costs) + 2e-8 * sum(c * c for c in costs)
+
     for costs in ([16], [128], [512], [64] * 8, [1024, 900], [2048]):
         model.observe(costs, truth(costs))
     for costs in ([300] * 4, [4096], [10] * 32):

@@ -49,7 +49,7 @@ def test_a_strong_tier_fault_degrades_opens_the_breaker_and_recovers(
         degraded_before = metric(url, "cascade_degraded_answers_total", type="noul",
                                  reason=REASON[fault])
         inject(stub, fault)
-        took = []
+        took, reasons = [], []
         for _ in range(5):
             started = time.monotonic()
             response = ask(url)
@@ -57,11 +57,14 @@ def test_a_strong_tier_fault_degrades_opens_the_breaker_and_recovers(
             assert response.status_code == 200, response.text  # answerable: never a 5xx
             body = response.json()
             assert body["x_cascade"]["tiers"]["urgent"] == "laya"
-            assert body["x_cascade"]["degraded"]["urgent"] in (REASON[fault], "breaker_open")
+            reasons.append(body["x_cascade"]["degraded"]["urgent"])
+            assert reasons[-1] in (REASON[fault], "breaker_open")
         bound = 1.5 if fault in SLOW_FAULTS else 1.0  # never the upstream's 5 s Retry-After
         assert max(took) < bound, took
-        assert breaker(url) == 2  # opened on the tier's faults
-        assert max(took[3:]) < 0.5  # open: no call is made
+        # Opened on the tier's faults: the last answers say so and made no call; the gauge
+        # reads open, or half-open where its 1 s cooldown ran out first on a loaded machine.
+        assert reasons[3:] == ["breaker_open"] * 2 and max(took[3:]) < 0.5
+        assert breaker(url) in (1, 2)
         assert metric(url, "cascade_degraded_answers_total", type="noul",
                       reason=REASON[fault]) > degraded_before
         image = ask(url, images=[PNG])  # only the strong tier reads images

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,16 +31,17 @@ def policy_file(path: Path, control: str) -> Path:
 
 @contextlib.contextmanager
 def replicas(policy: Path, n: int, *, timeout_s: float = 300.0,
-             env: dict[str, str] | None = None) -> Iterator[list[Replica]]:
-    """``n`` demo replicas of ``policy`` on loopback (the first alone: it writes the demo's
-    checkpoints and exports the others read); always stopped."""
+             env: dict[str, str] | None = None,
+             own: Callable[[int], dict[str, str]] = lambda i: {}) -> Iterator[list[Replica]]:
+    """``n`` demo replicas of ``policy`` on loopback, one after the other (``--demo`` rewrites
+    the tiny Laya checkpoints at every start, so one starting beside another could read a file
+    half written), ``own(i)`` added to replica ``i``'s ``env``; always stopped."""
     with contextlib.ExitStack() as stack:
-        first = stack.enter_context(replica(policy, env))
-        first.wait_ready(timeout_s)
-        others = [stack.enter_context(replica(policy, env)) for _ in range(n - 1)]
-        for r in others:
-            r.wait_ready(timeout_s)
-        yield [first, *others]
+        started = []
+        for i in range(n):
+            started.append(stack.enter_context(replica(policy, {**(env or {}), **own(i)})))
+            started[-1].wait_ready(timeout_s)
+        yield started
 
 
 @dataclass

@@ -244,7 +244,8 @@ def test_head_on_a_post_route_is_405(server: tuple[str, int, int]) -> None:
     (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", b"illegal header line"),
     (b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
      b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"both Content-Length and Transfer-Encoding"),
-    (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n"
+     b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n",
      b"conflicting Content-Length"),
     (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
      b"Transfer-Encoding: chunked is supported"),

@@ -37,9 +37,9 @@ KEYS = {"acme": "acme-key", "globex": "globex-key", "initech": "initech-key"}
 
 def _keys_file(tmp_path: Path) -> Path:
     path = tmp_path / "keys.toml"
-    path.write_text("".join(
-        f'[[tenant]]\nname = "{name}"\nkeys = ["sha256:{hashlib.sha256(key.encode()).hexdigest()}"]'
-        "\n\n" for name, key in KEYS.items()))
+    digests = {name: hashlib.sha256(key.encode()).hexdigest() for name, key in KEYS.items()}
+    path.write_text("".join(f'[[tenant]]\nname = "{name}"\nkeys = ["sha256:{digest}"]\n\n'
+                            for name, digest in digests.items()))
     return path
 
 
