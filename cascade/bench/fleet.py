@@ -26,10 +26,12 @@ requests so the replicas' control loops tick:
 - **label propagation**: after one refit interval without feedback, ``PROBE`` fresh requests
   get their labels posted to one replica (the phase's hot one). ``stored_ms``: from posting a
   label until the bench reads it in PostgreSQL (``cascade.store.read_rows``: what any replica
-  can read); ``refit_s``: from the first post until every live replica's ``GET /admin/control``
-  refit ``n`` of that cell grew (None: not within two refit intervals and 5 s; a replica that
-  refits only on its own feedback never sees the others'), each replica's time in
-  ``refit_grew``.
+  can read); ``refit_s``: from the first post until every live replica's gate has them (None:
+  not within two refit intervals and 5 s), each replica's time in ``refit_grew``. A replica's
+  gate has them when its ``GET /admin/control`` refit ``n`` of that cell grew, or when it
+  applies a fleet refit (``fleet.refit.at``, Redis's clock) published after the last label was
+  stored (a fleet fit reads every label in the store; at the 2000-label window ``n`` stops
+  growing). A replica that refits only on its own feedback never sees the others'.
 - **reload**: ``POST /admin/reload?scope=fleet`` on one replica: the round trip (the answer
   comes once every replica seen in the last minute answered, or after the reply timeout) and
   who answered.
@@ -386,6 +388,12 @@ def refit_n(view: dict[str, Any]) -> int:
     return int(((view.get("refit") or {}).get(PROBE_CELL) or {}).get("n", 0))
 
 
+def fleet_fit_at(view: dict[str, Any]) -> float:
+    """When the fleet refit this replica applies was published (0: none, or not the fleet's)."""
+    refit = (view.get("fleet") or {}).get("refit")
+    return float(refit.get("at") or 0) if isinstance(refit, dict) else 0.0
+
+
 # ---------------------------------------------------------------- the end of a phase
 
 
@@ -411,13 +419,15 @@ async def probe(driver: Driver, phase: Phase, store: str) -> None:
         seen = await asyncio.to_thread(stored, store, request_id, since)
         if seen is not None:
             phase.stored_ms.append(1000 * (seen - sent))
+    labelled = time.time()  # every probe label is stored (or never will be)
     deadline = first + 2 * opts.refit_s + 5
     trickle = asyncio.create_task(driver.trickle(deadline - time.monotonic()))
     try:
         while time.monotonic() < deadline:
             views = await driver.control()
             for name, view in views.items():
-                if name not in phase.refit_grew and refit_n(view) > before.get(name, 0):
+                if name not in phase.refit_grew and (refit_n(view) > before.get(name, 0)
+                                                     or fleet_fit_at(view) > labelled):
                     phase.refit_grew[name] = time.monotonic() - first
             if views and set(views) <= set(phase.refit_grew):
                 phase.refit_s = max(phase.refit_grew.values())

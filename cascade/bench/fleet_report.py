@@ -135,8 +135,9 @@ def table(result: dict[str, Any]) -> str:
         "share: the fleet's strong share; worst: its worst window; hot: the highest replica's "
         "share; paced: share of 2 s samples a replica paced on the fleet's counts; spread: "
         "threshold difference across replicas, end/max; label ms: feedback "
-        "posted until read in PostgreSQL (p50); refit s: until every replica's refit n grew "
-        "(k/n: only k replicas' grew); reload ms: fleet reload round trip, replicas answered/seen",
+        "posted until read in PostgreSQL (p50); refit s: until every replica's gate has them "
+        "(refit n grew, or a fleet fit published after; k/n: only k replicas'); "
+        "reload ms: fleet reload round trip, replicas answered/seen",
     ]
     joins = [f"{scope}: {p['joined_s']:.1f} s" for scope, run in result["scopes"].items()
              for p in run["phases"] if p["joined_s"] is not None]
