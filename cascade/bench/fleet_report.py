@@ -130,7 +130,7 @@ def table(result: dict[str, Any]) -> str:
                 f"{_pct(p['worst_window']):>7}{_pct(hot):>6}{_pct(_fleet_paced(p)):>7}"
                 f"{_pct(p['kept']['accuracy']):>9}"
                 f"{spread:>13}{_num(labels['stored_ms']['p50'], '.0f'):>9}{refit:>9}"
-                f"{_num(reload['ms'], '.0f'):>8} {seen}/{asked:<4}")
+                f"{_num(reload['ms'], '.0f'):>8} {seen}/{asked}")
     lines += [
         "share: the fleet's strong share; worst: its worst window; hot: the highest replica's "
         "share; paced: share of 2 s samples a replica paced on the fleet's counts; spread: "
