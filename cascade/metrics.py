@@ -357,6 +357,18 @@ for _outcome in ("applied", "unchanged", "rejected", "restart_needed"):
     CONFIG_RELOADS.labels(outcome=_outcome)
 
 
+# ---------------------------------------------------------------- audit (cascade.audit)
+
+AUDIT_RECORDS = Counter(
+    "cascade_audit_records_total",
+    "Admin audit records by outcome: stored (in the decision store), failed (the store write "
+    "failed; the record is still logged), log_only (no decision log configured).",
+    ["outcome"],
+)
+for _outcome in ("stored", "failed", "log_only"):
+    AUDIT_RECORDS.labels(outcome=_outcome)
+
+
 class ControlGauges(Collector):
     """``cascade_gate_threshold{type,band}`` and ``cascade_strong_share``: one gateway's live
     gate (``cascade.control.live``), read at scrape time."""

@@ -386,6 +386,36 @@ class DryRunRequest(Base, kw_only=True):
 dry_run_decoder = msgspec.json.Decoder(DryRunRequest)
 
 
+# ---------------------------------------------------------------- audit (cascade.audit)
+
+AuditOutcome = Literal["applied", "unchanged", "replayed", "refused", "failed"]
+
+
+class AuditRecord(Base, kw_only=True):
+    """One admin action (``cascade.audit``): append-only, never a key."""
+
+    ts: float  # unix time (wall clock)
+    action: str  # reload, dry_run, freeze, unfreeze, tenant_keys_added, tenant_keys_removed, ...
+    actor: str  # the admin key's name; "signal" (SIGHUP), "watch" (file watch), "fleet"
+    client: str | None = None  # the caller's address (X-Forwarded-For from trusted proxies)
+    outcome: AuditOutcome
+    message: str = ""
+    replica: str = ""
+    before: dict[str, str] = msgspec.field(default_factory=dict)  # policy/calibration/keys hashes
+    after: dict[str, str] = msgspec.field(default_factory=dict)
+    changed: list[str] = msgspec.field(default_factory=list)  # policy tables/keys, bounded
+    detail: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class AuditPage(Base, kw_only=True):
+    """``GET /admin/audit``: the newest records at or after ``since``, oldest first.
+    ``stored`` false: no decision log is configured, records go to the log only."""
+
+    stored: bool
+    records: list[AuditRecord]
+    note: str | None = None
+
+
 class ConfigErrorDetail(ErrorDetail, kw_only=True):
     lines: list[str]  # FILE[:LINE]: error: ... (message holds them too, one per line)
 

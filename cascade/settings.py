@@ -137,8 +137,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_repeat_burst: Count = 5
     log_repeat_interval_s: Seconds = 10.0
     # Admin keys (POST /admin/reload, cascade.http.admin): never client keys, and client keys
-    # never open /admin; with none configured the admin routes answer 403. The file as for
-    # api_keys_file. A reload (SIGHUP, /admin/reload) reads both key files again.
+    # never open /admin; with none configured the admin routes answer 403. The file in the
+    # api_keys_file's formats, each key named (cascade.tenants.admins). A reload (SIGHUP,
+    # /admin/reload) reads both key files again.
     admin_keys: tuple[str, ...] = ()
     admin_keys_file: str | None = None
     # Watch the policy, calibration and key files every watch_s seconds (0: off) and reload
@@ -164,13 +165,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         fields["admin_keys"] = tuple(Secret(k) for k in self.admin_keys)
         return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
-    def admin_key_set(self) -> frozenset[Secret]:
-        """All configured admin keys (inline and from ``admin_keys_file``, one per line)."""
-        keys = [k for k in self.admin_keys if k]
-        if self.admin_keys_file:
-            keys += key_file(self.admin_keys_file, "CASCADE_ADMIN_KEYS_FILE")
-        return frozenset(Secret(k) for k in keys)
-
 
 def key_file_text(path: str, variable: str, *, what: str = "keys file",
                   create: str = "one key per line") -> str:
@@ -184,13 +178,6 @@ def key_file_text(path: str, variable: str, *, what: str = "keys file",
     except OSError as exc:
         raise SettingsError(f"{variable}={path}: {exc.strerror}; create it ({create}) or unset "
                             "the variable") from None
-
-
-def key_file(path: str, variable: str) -> list[str]:
-    """The keys in ``path``, one per line (``#`` starts a comment line); ``SettingsError``
-    naming ``variable`` when it cannot be read."""
-    lines = (line.strip() for line in key_file_text(path, variable).splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
 
 
 _LISTS = {"api_keys", "admin_keys"}

@@ -16,8 +16,8 @@ FORMATS = ("cascade.laya", "cascade.clef")
 # The model formats are one rank: neither may import the other. ``cascade.__main__`` is the
 # entry point above everything.
 LAYERS = ["cascade.cli", "cascade.learn", "cascade.eval", "cascade.bench", "cascade.http",
-          "cascade.replay", "cascade.contracts", "cascade.request", "cascade.build",
-          "cascade.gateway", "cascade.shadowing", "cascade.store", "cascade.cache",
+          "cascade.audit", "cascade.replay", "cascade.contracts", "cascade.request",
+          "cascade.build", "cascade.gateway", "cascade.shadowing", "cascade.store", "cascade.cache",
           "cascade.tiercall", "cascade.answers", "cascade.control", "cascade.tenants",
           "cascade.fleet", "cascade.policy", "cascade.novelty", "cascade.engines",
           "cascade.tracing", FORMATS]

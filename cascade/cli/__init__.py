@@ -38,6 +38,7 @@ COMMANDS = (
     "cascade.cli.route",
     "cascade.cli.eval",
     "cascade.cli.replay",
+    "cascade.cli.audit",
     "cascade.cli.calibrate",
     "cascade.cli.distill",
     "cascade.cli.keys",

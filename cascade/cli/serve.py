@@ -102,10 +102,11 @@ def run_server(settings_overrides: dict[str, Any], log_level: str | None) -> int
     are reported in a second."""
     settings = from_env(**settings_overrides)
     level = configure_logging(settings, log_level)
+    from cascade.tenants.admins import load_admins
     from cascade.tenants.files import load_tenants
 
     load_tenants(settings)  # the keys file, checked before anything loads
-    settings.admin_key_set()
+    load_admins(settings)
     for path in (settings.policy, settings.calibration):
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(errno.ENOENT, "no such file", path)

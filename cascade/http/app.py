@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
 from prometheus_client.exposition import choose_encoder
 
 from cascade import __version__, answers, metrics
+from cascade.audit.log import AuditLog
 from cascade.cache.decision import combined
 from cascade.contracts.openai import decision, error_body, is_unparsed
 from cascade.contracts.openai_schema import Decision, DecisionCreate
@@ -80,6 +81,8 @@ from cascade.schema import (
     encoder,
 )
 from cascade.settings import Settings
+from cascade.store import log_target, replica_name
+from cascade.tenants.admins import load_admins
 from cascade.tenants.files import load_tenants
 from cascade.tenants.keys import Tenants
 from cascade.tracing import active as tracing
@@ -416,13 +419,14 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
 
         gateway = build_gateway(settings)
     access = Access(tenants=tenants or load_tenants(settings, gateway.policy),
-                    admin_keys=settings.admin_key_set())
+                    admin_keys=load_admins(settings))
+    audit = AuditLog(log_target(settings, gateway.policy), settings.replica or replica_name())
     view: GatewayView = gateway  # what /health, /ready, /v1/models and the gauges read
     services = Services(
         settings=settings, gateway=gateway, view=view, control=gateway.control,
         learner=gateway.control, decisions=gateway.decisions, usage=gateway.usage,
         access=access,
-        reloader=Reloader(access, settings, gateway),  # SIGHUP and /admin/reload
+        reloader=Reloader(access, settings, gateway, audit),  # SIGHUP and /admin/reload
         admission=InflightLimit(settings.max_inflight), limits=limits_of(settings),
         body_reads=BodyReads(settings.max_body_reads, settings.max_body_reads_per_client),
         drain=drain or Drain(),  # begun on SIGTERM by cascade.http.server
@@ -443,6 +447,7 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
             await gateway.aclose()
             services.decode_pool.close()
             await services.tenant_admission.store.aclose()
+            await asyncio.to_thread(audit.flush)
 
     app = Litestar(
         route_handlers=[systemone, systemone_batch, decisions, models, health, ready,

@@ -48,9 +48,9 @@ POLICY_TEXT, CALIBRATION_TEXT = "request.policy", "request.calibration"
 async def dry_run(request: Request, services: Services) -> dict[str, Any]:
     """The replay report of the candidate, with what serves now (module docstring)."""
     query = request.query_params
-    limit = _number(query.get("limit"), "limit", DEFAULT_LIMIT, high=MAX_LIMIT)
+    limit = query_number(query.get("limit"), "limit", DEFAULT_LIMIT, high=MAX_LIMIT)
     since = query.get("since")
-    when = None if since is None else _number(since, "since", 0, high=math.inf, real=True)
+    when = None if since is None else query_number(since, "since", 0, high=math.inf, real=True)
     tenant = query.get("tenant")
     body = await read_body(request, services.settings, services.body_reads)
     sent = decode_at(dry_run_decoder, body, []) if body.strip() else DryRunRequest()
@@ -99,7 +99,7 @@ def _reader(services: Services, sent: DryRunRequest) -> Callable[[], Policy]:
     return read
 
 
-def _number(text: str | None, name: str, default: float, *, high: float,
+def query_number(text: str | None, name: str, default: float, *, high: float,
             real: bool = False) -> Any:
     """A query parameter as a whole number in [1, ``high``] (``real``: a finite number >= 0)."""
     if text is None:

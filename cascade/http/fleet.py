@@ -32,10 +32,11 @@ FLEET_OFF = ("the fleet is off: set CASCADE_FLEET_REDIS (or put [limits] or [cac
              "on every replica")
 
 
-async def outcome(reloader: Reloader, replica: str) -> ReplicaReload:
-    """``reloader``'s reload as one replica's answer to a fleet reload."""
+async def outcome(reloader: Reloader, replica: str, actor: str) -> ReplicaReload:
+    """``reloader``'s reload as one replica's answer to a fleet reload (``actor``: who asked,
+    in the audit record: ``fleet`` or ``watch``)."""
     try:
-        report = await reloader.reload()
+        report = await reloader.reload(actor)
         return ReplicaReload(replica=replica, outcome=report.outcome,
                              policy_hash=report.policy_hash,
                              calibration_hash=report.calibration_hash)
@@ -72,7 +73,7 @@ async def fleet_lifespan(app: Litestar) -> AsyncIterator[None]:
 
     async def reload() -> None:
         try:
-            await outcome(reloader, replica)  # a refusal is logged and counted by the reloader
+            await outcome(reloader, replica, "watch")  # a refusal: logged, counted, audited
         except Exception:
             log.exception("the reload of the watched files failed; the running version serves")
 
@@ -93,7 +94,7 @@ async def fleet_lifespan(app: Litestar) -> AsyncIterator[None]:
     member = None
     if url is not None:
         member = Member(url, settings, lambda: _me(services, replica, started),
-                        lambda: outcome(reloader, replica))
+                        lambda: outcome(reloader, replica, "fleet"))
         await member.start()
     services.fleet = member
     try:

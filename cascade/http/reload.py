@@ -14,6 +14,12 @@ event loop, with nothing left to compute or fail, so every request runs start to
 version and none waits for a reload or hashes anything. Without a policy file (``--demo``,
 ``--upstream``, ``--laya``/``--clef``) the policy stays the one built at boot; the calibration
 and key files are still read again.
+
+Every call is one audit record (``cascade.audit``, action ``reload``) by its ``actor`` (the
+admin key's name, ``signal``, ``watch`` or ``fleet``): the hashes of the policy, calibration,
+client keys and admin keys before and after, the policy's changed tables, the outcome. A swap
+that changes a tenant's count of keys adds one ``tenant_keys_added``/``tenant_keys_removed``
+record per tenant, by the actor of the call that started that reload.
 """
 
 from __future__ import annotations
@@ -26,20 +32,22 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from cascade import metrics
+from cascade.audit.changes import key_changes, policy_changes
+from cascade.audit.log import AuditLog
 from cascade.build import reread_policy
 from cascade.errors import ConfigRejected, RestartNeeded
 from cascade.gateway import Gateway
 from cascade.policy.fingerprint import policy_hash
 from cascade.policy.model import Policy
 from cascade.policy.serving import NextVersion
-from cascade.schema import ConfigState, LastReload, ReloadReport
-from cascade.settings import Secret, Settings, SettingsError
+from cascade.schema import AuditOutcome, ConfigState, LastReload, ReloadReport
+from cascade.settings import Settings, SettingsError
+from cascade.tenants.admins import load_admins
 from cascade.tenants.files import KeysFileError, load_tenants
 from cascade.tenants.keys import Tenants
 from cascade.tenants.model import LimitsBackend
 
 log = logging.getLogger("cascade")
-Keys = frozenset[Secret]
 NO_POLICY_FILE = ("no policy file (the policy is built from --demo, --upstream or --laya/--clef): "
                   "it stays as built at boot; the calibration and key files are read again")
 
@@ -50,7 +58,7 @@ class Access:
     swaps both in one step."""
 
     tenants: Tenants
-    admin_keys: Keys
+    admin_keys: Tenants  # named (cascade.tenants.admins)
 
 
 def limits_restart(old: LimitsBackend, new: LimitsBackend) -> list[str]:
@@ -70,15 +78,24 @@ class Read(NamedTuple):
 
     prepared: NextVersion | None
     tenants: Tenants
-    admin: Keys
+    admin: Tenants
+
+
+class Snapshot(NamedTuple):
+    """What serves, for an audit record: the policy, the client keys and the hashes."""
+
+    policy: Policy
+    tenants: Tenants
+    hashes: dict[str, str]
 
 
 class Reloader:
-    """Reloads ``access`` (the app's) and ``gateway`` from the files ``settings`` names.
-    ``last``: the last reload's outcome, for ``/health``."""
+    """Reloads ``access`` (the app's) and ``gateway`` from the files ``settings`` names,
+    recording each call in ``audit``. ``last``: the last reload's outcome, for ``/health``."""
 
-    def __init__(self, access: Access, settings: Settings, gateway: Gateway) -> None:
-        self.access, self.settings, self.gateway = access, settings, gateway
+    def __init__(self, access: Access, settings: Settings, gateway: Gateway,
+                 audit: AuditLog) -> None:
+        self.access, self.settings, self.gateway, self.audit = access, settings, gateway, audit
         self.last: LastReload | None = None
         self._lock = asyncio.Lock()
         self._waiting: asyncio.Future[ReloadReport] | None = None
@@ -88,14 +105,38 @@ class Reloader:
         return ConfigState(policy_hash=serving.policy_hash,
                            calibration_hash=serving.calibration_hash, last_reload=self.last)
 
-    async def reload(self) -> ReloadReport:
+    def snapshot(self) -> Snapshot:
+        serving, access = self.gateway.serving, self.access
+        return Snapshot(self.gateway.policy, access.tenants, {
+            "policy": serving.policy_hash, "calibration": serving.calibration_hash,
+            "keys": access.tenants.fingerprint(), "admin_keys": access.admin_keys.fingerprint()})
+
+    async def reload(self, actor: str, client: str | None = None) -> ReloadReport:
         """Read, check and swap (see the module docstring); raises ``ConfigRejected``. At most
         one reload waits while another runs: a call made meanwhile joins the waiting one, which
         reads the files after that call was made, and gets its answer. A burst of SIGHUPs or
-        requests runs one or two reloads, not one each."""
+        requests runs one or two reloads, not one each. ``actor`` (and ``client``, its
+        address) made the call: each call is one audit record."""
+        before = self.snapshot()
         if self._waiting is None:
-            self._waiting = asyncio.ensure_future(self._next())
-        return await asyncio.shield(self._waiting)  # a caller that goes away leaves it running
+            self._waiting = asyncio.ensure_future(self._next(actor, client))
+        try:  # a caller that goes away leaves it running
+            report = await asyncio.shield(self._waiting)
+        except ConfigRejected as exc:
+            self._audit(actor, client, before, "refused", "\n".join(exc.lines))
+            raise
+        except Exception as exc:
+            self._audit(actor, client, before, "failed", str(exc))
+            raise
+        self._audit(actor, client, before, report.outcome, "")
+        return report
+
+    def _audit(self, actor: str, client: str | None, before: Snapshot, outcome: AuditOutcome,
+               message: str) -> None:
+        after = self.snapshot()
+        self.audit.record("reload", actor, outcome, client=client, message=message,
+                          before=before.hashes, after=after.hashes,
+                          changed=policy_changes(before.policy, after.policy))
 
     async def checked(self, read: Callable[[], Policy]) -> Policy:
         """The policy ``read`` gives (it raises ``ConfigRejected``), checked as a reload checks
@@ -110,15 +151,20 @@ class Reloader:
         async with self._lock:
             return await asyncio.to_thread(check)
 
-    async def _next(self) -> ReloadReport:
+    async def _next(self, actor: str, client: str | None) -> ReloadReport:
         async with self._lock:
             self._waiting = None  # this one runs: a call from now on waits for the next
-            return await self._run()
+            return await self._run(actor, client)
 
-    async def _run(self) -> ReloadReport:
+    async def _run(self, actor: str, client: str | None) -> ReloadReport:
         try:
             read = await asyncio.to_thread(self._read)
+            old = self.access.tenants
             outcome = self._swap(read)
+            for name, was, now in key_changes(old, read.tenants):
+                self.audit.record("tenant_keys_added" if now > was else "tenant_keys_removed",
+                                  actor, "applied", client=client,
+                                  detail={"tenant": name, "keys_before": was, "keys_after": now})
         except ConfigRejected as exc:
             refused: Literal["restart_needed", "rejected"] = (
                 "restart_needed" if isinstance(exc, RestartNeeded) else "rejected")
@@ -142,7 +188,7 @@ class Reloader:
         policy = reread_policy(self.settings, self.gateway.policy)
         try:
             tenants = load_tenants(self.settings, policy)  # the one place a reload reads keys
-            admin = self.settings.admin_key_set()
+            admin = load_admins(self.settings)
         except KeysFileError as exc:
             raise ConfigRejected(exc.messages) from exc
         except SettingsError as exc:

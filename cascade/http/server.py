@@ -264,8 +264,8 @@ def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain,
         lifespan="on", http=protocol, **timeouts,
     )
     try:
-        DrainingServer(config, drain, settings.drain_s,
-                       reload=services_of(app).reloader.reload).run(sockets=sockets)
+        reload = functools.partial(services_of(app).reloader.reload, "signal")
+        DrainingServer(config, drain, settings.drain_s, reload=reload).run(sockets=sockets)
     except SystemExit as exc:  # uvicorn's exit when the app did not start
         if exc.code == STARTUP_FAILURE and refusals:
             raise StartupRefused(f"the gateway did not start: {refusals[0]}") from None

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6  # the SQLite file's layout this database holds (``cascade.store.sqlite``)
+SCHEMA_VERSION = 7  # the SQLite file's layout this database holds (``cascade.store.sqlite``)
 LOCK = 0x63617363_64656373  # pg_advisory_xact_lock's key: "cascdecs"
 CREATE = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -88,6 +88,11 @@ CREATE TABLE IF NOT EXISTS labels (
     decision bigint PRIMARY KEY REFERENCES decisions (id) ON DELETE CASCADE,
     request_id text, question_id text, label text NOT NULL, ts double precision,
     source text, count integer, tenant text NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS audit (  -- schema 6 -> 7 (cascade.audit)
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts double precision NOT NULL,
+    action text NOT NULL, actor text NOT NULL, outcome text NOT NULL, replica text,
+    record text NOT NULL
 );
 """
 INSERT = (f"INSERT INTO decisions (row_key, {', '.join(COLUMNS)}) VALUES "
@@ -223,6 +228,33 @@ def _reader(url: str) -> tuple[psycopg.Connection[Any], str]:
         conn.close()
         raise
     return conn, SELECT.replace("d.trace_id", "NULL AS trace_id") if old else SELECT
+
+
+def write_audit(url: str, ts: float, action: str, actor: str, outcome: str, replica: str,
+                record: str) -> None:
+    """Append one audit record (``cascade.audit``); raises on any failure."""
+    with connect(url) as conn:
+        conn.execute("INSERT INTO audit (ts, action, actor, outcome, replica, record) "
+                     "VALUES (%s, %s, %s, %s, %s, %s)",
+                     (ts, action, actor, outcome, replica, record))
+
+
+def read_audit(url: str, since: float, limit: int) -> list[str]:
+    """The newest ``limit`` audit records (JSON) at or after ``since``, oldest first; none in a
+    database not migrated to schema 7 yet."""
+    import psycopg
+
+    try:
+        conn = connect(url)
+    except psycopg.OperationalError as exc:
+        raise ConnectionError(f"{safe_url(url)}: cannot connect: "
+                              f"{' '.join(str(exc).split())}") from None
+    with conn:
+        if _check_version(conn, url) < 7:
+            return []
+        found = conn.execute("SELECT record FROM audit WHERE ts >= %s ORDER BY id DESC "
+                             "LIMIT %s", (since, limit)).fetchall()
+    return [record for (record,) in reversed(found)]
 
 
 def _check_version(conn: psycopg.Connection[Any], url: str) -> int:

@@ -49,20 +49,22 @@ The tables (agreed with ``cascade distill --from-log``; read them through ``read
            ts REAL, source TEXT,  -- when it was given (the latest), by what ("feedback")
            count INTEGER,         -- how many times it was given: the latest label wins
            tenant TEXT)           -- who gave the latest (the key's tenant name; "": none)
+    audit(id INTEGER PRIMARY KEY, ts REAL, action TEXT, actor TEXT, outcome TEXT,
+          replica TEXT, record TEXT)  -- cascade.audit: the whole record as JSON, append-only
 
 Every row is stamped by the version that decided it, carried on the request's decision
 (``cascade.policy.stamp``): the policy's and calibration's hashes, the tier names (in
 ``cheap``/``strong``) and weights (``checkpoints``), the tenant and its own policy's hash.
 
-Schema versions (``PRAGMA user_version``): 0, files written before the ``states`` table, kept the
-state text in every row; 2 added ``states``; 3 rows' tenants, token shares and ``labels``; 4
-``labels.tenant``; 5 the stamp's calibration hash, tenant policy hash and replica;
-``SCHEMA_VERSION`` (6) is the layout above (the request's trace id). ``read_rows`` reads every
-one of them (an older file's rows have no tenant, no token shares, no labels and no stamp beyond
-the policy hash; a label of schema 3 has tenant ""). The writer never mixes layouts in one
-file: it migrates a file of schema 3, 4 or 5 in place (``ALTER TABLE``s: old rows keep NULL
-there, labels of schema 3 keep tenant "") and rotates a file of any other version aside when
-it opens it (labels then go to requests of the new file only).
+Schema versions (``PRAGMA user_version``): 0, files written before the ``states`` table, kept
+the state text in every row; 2 added ``states``; 3 rows' tenants, token shares and ``labels``; 4
+``labels.tenant``; 5 the stamp's calibration hash, tenant policy hash and replica; 6 the
+request's trace id; ``SCHEMA_VERSION`` (7) is the layout above (the ``audit`` table).
+``read_rows`` reads every one of them (an older file's rows have no tenant, no token shares, no
+labels and no stamp beyond the policy hash; a label of schema 3 has tenant ""). The writer never
+mixes layouts in one file: it migrates a file of schema 3 to 6 in place (``ALTER TABLE``s: old
+rows keep NULL there, labels of schema 3 keep tenant "") and rotates a file of any other version
+aside when it opens it (labels then go to requests of the new file only).
 
 A request is known by its tenant and its id: two tenants' requests with the same id never meet.
 ``label`` (``POST /v1/feedback``) goes through the writer's queue, behind the rows queued before
@@ -114,7 +116,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
+AUDIT = """CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY, ts REAL NOT NULL, action TEXT NOT NULL, actor TEXT NOT NULL,
+    outcome TEXT NOT NULL, replica TEXT, record TEXT NOT NULL
+);"""
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY,
@@ -131,16 +137,19 @@ CREATE TABLE IF NOT EXISTS labels (
     decision INTEGER PRIMARY KEY, request_id TEXT, question_id TEXT, label TEXT NOT NULL,
     ts REAL, source TEXT, count INTEGER, tenant TEXT NOT NULL DEFAULT ''
 );
+{AUDIT}
 PRAGMA user_version = {SCHEMA_VERSION};
 """
-# Files of schema 3 to 5 become files of schema 6 in place, by version: labels of schema 3 were
-# given by no one named; rows before 5 have no stamp beyond the policy hash, before 6 no trace.
+# Files of schema 3 to 6 become files of schema 7 in place, by version: labels of schema 3 were
+# given by no one named; rows before 5 have no stamp beyond the policy hash, before 6 no trace,
+# before 7 there is no audit table.
 MIGRATE = {
     3: "ALTER TABLE labels ADD COLUMN tenant TEXT NOT NULL DEFAULT '';",
     4: "ALTER TABLE decisions ADD COLUMN calibration_hash TEXT;\n"
        "ALTER TABLE decisions ADD COLUMN tenant_policy_hash TEXT;\n"
        "ALTER TABLE decisions ADD COLUMN replica TEXT;",
     5: "ALTER TABLE decisions ADD COLUMN trace_id TEXT;",
+    6: AUDIT,
 }
 # What a file of an older version has in place of the columns it lacks (by the first version
 # that has them).
@@ -184,6 +193,36 @@ def read_rows(path: str | Path, *, since: float | None = None,
             yield decode(values)
     finally:
         conn.close()
+
+
+def write_audit(path: str | Path, ts: float, action: str, actor: str, outcome: str,
+                replica: str, record: str) -> None:
+    """Append one audit record (``cascade.audit``) on a connection of its own; raises on any
+    failure (the caller counts it)."""
+    conn = sqlite3.connect(path, timeout=5.0)
+    try:
+        with conn:
+            conn.execute("INSERT INTO audit (ts, action, actor, outcome, replica, record) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", (ts, action, actor, outcome, replica, record))
+    finally:
+        conn.close()
+
+
+def read_audit(path: str | Path, since: float, limit: int) -> list[str]:
+    """The newest ``limit`` audit records (JSON) at or after ``since``, oldest first; none in a
+    file older than schema 7."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no decision log there")
+    conn = sqlite3.connect(path)
+    try:
+        if log_version(conn, path) < 7:
+            return []
+        found = conn.execute("SELECT record FROM audit WHERE ts >= ? ORDER BY id DESC LIMIT ?",
+                             (since, limit)).fetchall()
+    finally:
+        conn.close()
+    return [record for (record,) in reversed(found)]
 
 
 def log_version(conn: sqlite3.Connection, path: str | Path) -> int:

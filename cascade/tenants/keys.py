@@ -55,6 +55,21 @@ class Tenants:
 
     __hash__ = None  # type: ignore[assignment]  # mutable holder: compared, never hashed
 
+    def key_counts(self) -> dict[str, int]:
+        """Each tenant name's number of keys ("": the unnamed ones)."""
+        counts: dict[str, int] = {}
+        for tenant in self._keys.values():
+            counts[tenant.name] = counts.get(tenant.name, 0) + 1
+        return counts
+
+    def fingerprint(self) -> str:
+        """A hash of every key's digest and tenant name: equal when the same keys open the same
+        tenants (audit records hold it, never a key)."""
+        found = hashlib.sha256()
+        for key, tenant in sorted(self._keys.items()):
+            found.update(key + tenant.name.encode() + b"\0")
+        return found.hexdigest()
+
     @property
     def enabled(self) -> bool:
         return bool(self._keys)

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from cascade.store import postgres as pg
-from cascade.store.sqlite import SCHEMA, SqliteStore, read_rows
+from cascade.store.sqlite import SCHEMA, SCHEMA_VERSION, SqliteStore, read_rows
 from tests.servers import Postgres, serve_app
 from tests.tracing.helpers import BODY, app, tracing_to
 from tests.tracing.receiver import run_receiver
@@ -33,7 +33,7 @@ def _schema_5(path: Path) -> None:
     """A fresh file as schema 5 wrote it: no trace_id column."""
     with sqlite3.connect(path) as conn:
         conn.executescript(SCHEMA.replace(", trace_id TEXT", "").replace(
-            "user_version = 6", "user_version = 5"))
+            f"user_version = {SCHEMA_VERSION}", "user_version = 5"))
         conn.execute(f"INSERT INTO decisions ({OLD_COLUMNS}) VALUES ({OLD_ROW})")
 
 
@@ -53,7 +53,7 @@ def test_rows_carry_the_trace_id_and_a_schema_5_file_is_migrated(tmp_path: Path)
     assert ids == {("old", "u"): "", ("traced", "urgent"): TRACE, ("traced", "unsure"): TRACE,
                    ("untraced", "urgent"): "", ("untraced", "unsure"): ""}
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (6,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     assert not (tmp_path / "d.db.1").exists()  # migrated, not rotated aside
 
 
@@ -78,4 +78,4 @@ def test_postgres_rows_carry_the_trace_id_after_migrating_schema_5(postgres: Pos
         store.close()
     ids = {(row.request_id, row.question_id): row.trace_id for row in pg.read_rows(url)}
     assert ids == {("old", "u"): "", ("traced", "urgent"): TRACE, ("traced", "unsure"): TRACE}
-    assert pg.migrate(url) == (6, 6)
+    assert pg.migrate(url) == (pg.SCHEMA_VERSION, pg.SCHEMA_VERSION)
