@@ -1,5 +1,5 @@
-"""``cascade bench gateway|laya|clef|load|cache-memory|soak|control|tenants``: each prints a
-table and JSON.
+"""``cascade bench gateway|laya|clef|load|cache-memory|soak|control|tenants|store|fleet``: each
+prints a table and JSON.
 
 Imports nothing heavy at module level; each handler imports its benchmark from ``cascade.bench``.
 ``python -m cascade.cli.bench clef ...`` runs the Clef benchmark alone, for a GPU host that has
@@ -149,6 +149,40 @@ def register(groups: dict[str, Any]) -> None:
                        "(demo) or a fake upstream that costs almost nothing (fake) (demo)")
     store.add_argument("--json", type=Path, help="also write the JSON here")
     store.set_defaults(func=bench_store)
+
+    fleet = groups["bench"].add_parser(
+        "fleet", help="N demo replicas on one Redis and PostgreSQL: budget, accuracy, "
+        "thresholds, labels and reloads, per-replica vs fleet scope",
+        description="Start N `cascade serve --demo` replicas on loopback, all on one Redis and "
+        "one PostgreSQL store, and drive them unevenly in three phases (a: one replica gets "
+        "70%% of the requests and most hard items; b: the mix changes; c: that replica is "
+        "killed and a new one joins), posting feedback labels to random replicas. Twice: with "
+        "[control] scope = \"replica\", then \"fleet\", on fresh replicas. Prints per phase "
+        "and scope the fleet's strong share and worst window against the budget, the kept "
+        "answers' accuracy against the target, the threshold spread across replicas, the label "
+        "propagation delay and a fleet reload's round trip; a table and JSON.",
+    )
+    fleet.add_argument("--store", metavar="URL", help="the postgresql:// database the replicas "
+                       "log to (required; bench rows and labels are written there)")
+    fleet.add_argument("--redis", metavar="URL", help="the Redis the replicas share (default: "
+                       "a redis-server of its own on loopback, when one is on PATH)")
+    fleet.add_argument("--replicas", type=count, default=3, help="replicas per scope (3)")
+    fleet.add_argument("--budget", type=share, default=0.25,
+                       help="[control] max_strong_share (0.25)")
+    fleet.add_argument("--target", dest="target_accuracy", type=share, default=0.7,
+                       help="[control] target_accuracy (0.7)")
+    fleet.add_argument("--phase-duration", type=seconds, default=60.0, metavar="SECONDS",
+                       help="seconds of traffic per phase (60)")
+    fleet.add_argument("--window", type=seconds, default=30.0, metavar="SECONDS",
+                       help="[control] window_s, and the windows judged against the budget (30)")
+    fleet.add_argument("--refit-every", type=seconds, default=5.0, metavar="SECONDS",
+                       help="[control] refit_interval_s (5)")
+    fleet.add_argument("--clients", type=count, default=4, help="concurrent clients (4)")
+    fleet.add_argument("--feedback-share", type=share, default=0.5, metavar="F",
+                       help="share of the yes/no answers labelled (0.5)")
+    fleet.add_argument("--seed", type=int, default=0, help="seed of the traffic and labels (0)")
+    fleet.add_argument("--json", type=Path, help="also write the JSON here")
+    fleet.set_defaults(func=bench_fleet)
 
     bench = groups["bench"].add_parser(
         "laya", help="cascade's Laya engine vs laya's torch Agent on a random checkpoint",
@@ -413,6 +447,32 @@ def bench_store(args: argparse.Namespace) -> int:
                        _said("bench store --load", random) if random else None)
     result = store.run_bench(postgres=args.postgres, clients=clients, seconds=args.seconds)
     return _report(store.table(result), result, args.json)
+
+
+def bench_fleet(args: argparse.Namespace) -> int:
+    import contextlib
+    import shutil
+
+    from cascade.bench import fleet, fleet_report
+    from cascade.store import is_url
+
+    if args.store is None or not is_url(args.store):
+        raise UsageError("bench fleet needs --store postgresql://USER@HOST/DB: the database "
+                         "every replica logs to (a fleet's labels are shared there)")
+    if args.replicas < 2:
+        raise UsageError(f"--replicas {args.replicas}: a fleet needs at least 2")
+    if args.redis is None and shutil.which("redis-server") is None:
+        raise UsageError("bench fleet needs --redis URL (no redis-server on PATH to start one)")
+    opts = fleet.Options(
+        replicas=args.replicas, budget=args.budget, target=args.target_accuracy,
+        phase_s=args.phase_duration, window_s=args.window, refit_s=args.refit_every,
+        clients=args.clients, feedback_share=args.feedback_share, seed=args.seed)
+    random = _said("bench fleet", ["its `cascade serve --demo` replicas"])
+    with contextlib.ExitStack() as stack:
+        redis = args.redis or stack.enter_context(fleet.local_redis())
+        records = fleet.run(redis, args.store, opts)
+    result = fleet_report.summarize(records, opts)
+    return _report(fleet_report.table(result), result, args.json, random)
 
 
 def bench_laya(args: argparse.Namespace) -> int:
