@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import random
 import secrets
 import signal
@@ -101,7 +100,7 @@ class PoolItem:
 
 
 @dataclass(frozen=True)
-class Answer:
+class ObservedAnswer:
     t: float  # seconds from the scope's start
     phase: str
     replica: str
@@ -132,7 +131,7 @@ class Phase:
 class Record:
     scope: str
     replicas: list[str]
-    answers: list[Answer] = field(default_factory=list)
+    answers: list[ObservedAnswer] = field(default_factory=list)
     phases: list[Phase] = field(default_factory=list)
     failures: dict[str, int] = field(default_factory=dict)
 
@@ -256,7 +255,7 @@ async def learn_pool(http: httpx.AsyncClient, url: str, opts: Options) -> list[P
     return out
 
 
-class Driver:
+class ScopeDriver:
     """The clients of one scope's run: which replica and item each request goes to, the
     answers, the feedback."""
 
@@ -302,8 +301,8 @@ class Driver:
         answer, cascade = r.json()["answers"]["q"], r.json()["x_cascade"]
         strong = cascade["tiers"]["q"] != "laya"
         correct = None if strong or hard else str(answer_label(answer)) == item.label
-        self.record.answers.append(Answer(self.now(), phase.name, replica.name, hard, strong,
-                                          correct))
+        self.record.answers.append(
+            ObservedAnswer(self.now(), phase.name, replica.name, hard, strong, correct))
         if not hard and self.rng.random() < self.opts.feedback_share:
             await self.label(r.headers["x-request-id"], item, phase)
 
@@ -397,7 +396,7 @@ def fleet_fit_at(view: dict[str, Any]) -> float:
 # ---------------------------------------------------------------- the end of a phase
 
 
-async def probe(driver: Driver, phase: Phase, store: str) -> None:
+async def probe(driver: ScopeDriver, phase: Phase, store: str) -> None:
     """Label propagation (see the module docstring)."""
     opts = driver.opts
     await driver.trickle(opts.refit_s + 1)  # the feedback so far is fitted
@@ -453,7 +452,7 @@ def stored(store: str, request_id: str, since: float, timeout_s: float = 10.0) -
     return None
 
 
-async def reload(driver: Driver, phase: Phase) -> None:
+async def reload(driver: ScopeDriver, phase: Phase) -> None:
     """``POST /admin/reload?scope=fleet`` on one live replica: the round trip and who
     answered."""
     to = driver.fleet.live()[0]
@@ -471,7 +470,7 @@ async def reload(driver: Driver, phase: Phase) -> None:
                     "not_answered": found.get("not_answered", [])}
 
 
-async def close_phase(driver: Driver, phase: Phase, store: str) -> None:
+async def close_phase(driver: ScopeDriver, phase: Phase, store: str) -> None:
     views = await driver.control()
     phase.thresholds = {n: v.get("thresholds") or {} for n, v in views.items()}
     phase.refits = {n: v.get("refit") or {} for n, v in views.items()}
@@ -490,7 +489,7 @@ async def run_scope(scope: str, redis: str, store: str, opts: Options) -> Record
             httpx.AsyncClient(timeout=opts.timeout_s) as http:
         record = Record(scope, [r.name for r in fleet.all])
         pool = await learn_pool(http, fleet.all[0].url, opts)
-        driver = Driver(fleet, pool, opts, record, http)
+        driver = ScopeDriver(fleet, pool, opts, record, http)
         by_confidence = sorted(pool, key=lambda p: p.confidence)
         joined: asyncio.Task[None] | None = None
         for name in PHASES:
@@ -539,8 +538,7 @@ def local_redis() -> Iterator[str]:
         port = sock.getsockname()[1]
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                              "--appendonly", "no", "--loglevel", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ})
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while True:

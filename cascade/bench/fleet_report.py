@@ -17,13 +17,13 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from cascade.bench.fleet import Answer, Options, Record
+from cascade.bench.fleet import ObservedAnswer, Options, Record
 
 TOLERANCE = 0.02
 MIN_WINDOW = 20  # questions a window needs to be judged (the pacer's own minimum)
 
 
-def worst_window(answers: Sequence[Answer], start: float, end: float,
+def worst_window(answers: Sequence[ObservedAnswer], start: float, end: float,
                  window_s: float) -> float | None:
     """The highest strong share over windows of ``window_s`` in [start, end] with at least
     ``MIN_WINDOW`` questions (else over the whole span)."""
@@ -41,7 +41,7 @@ def worst_window(answers: Sequence[Answer], start: float, end: float,
     return max(shares, default=_share([a for a in answers if start <= a.t <= end]))
 
 
-def _share(answers: Sequence[Answer]) -> float | None:
+def _share(answers: Sequence[ObservedAnswer]) -> float | None:
     return sum(a.strong for a in answers) / len(answers) if answers else None
 
 
