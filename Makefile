@@ -39,6 +39,7 @@ serve: $(VENV)/.installed-serve
 test: $(VENV)/.installed-test
 	bash tests/system-tools.sh
 	$(BIN)/ruff check cascade tests
+	$(BIN)/ruff format --check cascade tests
 	$(BIN)/mypy cascade
 	# The docs site (mkdocs.yml): a broken link or anchor fails; written to .cache/site (ignored).
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

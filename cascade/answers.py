@@ -181,12 +181,16 @@ def demo_label(tiers: list[str]) -> dict[str, Any]:
 def demo_banner(command: str, tiers: list[str]) -> None:
     """Say on stderr that ``tiers`` serve random weights (nothing when none does)."""
     if tiers:
-        print(f"cascade {command}: DEMO: tiny RANDOM weights ({', '.join(tiers)}); the "
-              "figures mean nothing", file=sys.stderr)
+        print(
+            f"cascade {command}: DEMO: tiny RANDOM weights ({', '.join(tiers)}); the "
+            "figures mean nothing",
+            file=sys.stderr,
+        )
 
 
-def response(call: EngineCall, decision: Decision, timings: dict[str, float], *,
-             profile: Profile, demo: bool) -> SystemOneResponse:
+def response(
+    call: EngineCall, decision: Decision, timings: dict[str, float], *, profile: Profile, demo: bool
+) -> SystemOneResponse:
     """``decision`` as the client gets it; ``timings`` are seconds per hop and tier."""
     shaped_answers = {}
     gate = call.controls.min_confidence
@@ -211,8 +215,13 @@ def response(call: EngineCall, decision: Decision, timings: dict[str, float], *,
     return shaped
 
 
-def headers(counts: Counter[str], *, demo: bool, timings: Mapping[str, float] | None = None,
-            costs: Mapping[str, float] | None = None) -> dict[str, str]:
+def headers(
+    counts: Counter[str],
+    *,
+    demo: bool,
+    timings: Mapping[str, float] | None = None,
+    costs: Mapping[str, float] | None = None,
+) -> dict[str, str]:
     """``x-cascade-tiers``: tier names and question counts (question ids are client text: they
     stay in the body); ``x-cascade-demo`` in demo mode; with ``timings`` (seconds by tier) and
     ``costs`` (``[cost]`` units by tier that ran), ``Server-Timing``'s tier entries and

@@ -51,16 +51,24 @@ log = logging.getLogger("cascade")
 # policies/default.toml (a link shipped in the package): the demo's policy too.
 DEFAULT_POLICY = Path(__file__).parent / "policy" / "default.toml"
 LAYA_NAMES: tuple[Checkpoint, ...] = get_args(Checkpoint)
-RANDOM_BANNER = ("DEMO MODE: tier(s) {} serve RANDOM weights (a `cascade make-tiny` "
-                 "checkpoint). Answers are meaningless; this is not a model.")
+RANDOM_BANNER = (
+    "DEMO MODE: tier(s) {} serve RANDOM weights (a `cascade make-tiny` "
+    "checkpoint). Answers are meaningless; this is not a model."
+)
 # The random-weights marker ``cascade make-tiny`` writes (cascade.laya.tiny, cascade.clef.tiny):
 # in a Laya checkpoint's rl_agent_config.json, a Clef release's config.json; a Laya ONNX export
 # (fp32 or int8) copies its checkpoint's into export.json.
 RANDOM_MARKER = ("model_name", "cascade-tiny-random")
 MARKED_FILES = ("rl_agent_config.json", "config.json", "export.json", "joint_head_config.json")
 # A tiny Clef release's head config as make-tiny wrote it before the marker.
-OLD_TINY_CLEF_HEAD = {"hidden_size": 64, "width": 32, "routing_layers": 1, "layers": 1,
-                      "heads": 2, "feedforward": 64}
+OLD_TINY_CLEF_HEAD = {
+    "hidden_size": 64,
+    "width": 32,
+    "routing_layers": 1,
+    "layers": 1,
+    "heads": 2,
+    "feedforward": 64,
+}
 DEMO_BANNER = (
     "DEMO MODE: serving TINY RANDOM checkpoints. Answers are meaningless; this is not a model. "
     "Pass --laya/--clef/--policy with real weights (convaiinnovations/laya, Cloudflare/clef-flash)."
@@ -94,13 +102,16 @@ def _policy(settings: Settings) -> Policy:
             raise NoTiers(f"--laya names must be {', '.join(LAYA_NAMES)}; got {sorted(unknown)}")
         first = next(name for name in LAYA_NAMES if name in settings.laya)
         tiers["laya"] = LayaTier(
-            checkpoints=Checkpoints.of(settings.laya), default_checkpoint=first,
+            checkpoints=Checkpoints.of(settings.laya),
+            default_checkpoint=first,
             precision=settings.laya_precision,
         )
     if settings.clef:
         tiers["clef"] = ClefTier(
-            release=settings.clef, max_length=settings.clef_max_length,
-            overlong=settings.clef_overlong, device="auto",
+            release=settings.clef,
+            max_length=settings.clef_max_length,
+            overlong=settings.clef_overlong,
+            device="auto",
         )
     if not tiers:
         raise NoTiers(
@@ -128,8 +139,10 @@ def demo_policy(root: Path, settings: Settings, *, write: bool = True) -> Policy
     policy = load_policy(source)
     laya, clef = policy.tiers.get("laya"), policy.tiers.get("clef")
     if not (isinstance(laya, LayaTier) and isinstance(clef, ClefTier)):
-        raise NoTiers(f"--demo serves {source} on tiny checkpoints: it needs a Laya tier named "
-                      "`laya` and a Clef tier named `clef` ([tiers.laya], [tiers.clef])")
+        raise NoTiers(
+            f"--demo serves {source} on tiny checkpoints: it needs a Laya tier named "
+            "`laya` and a Clef tier named `clef` ([tiers.laya], [tiers.clef])"
+        )
     laya_dirs = {name: root / f"laya-{name}" for name in laya.checkpoints.named()}
     clef_dir = root / "clef-flash"
     if write:
@@ -142,8 +155,10 @@ def demo_policy(root: Path, settings: Settings, *, write: bool = True) -> Policy
         "clef": msgspec.structs.replace(clef, release=str(clef_dir), device="cpu"),
     }
     return msgspec.structs.replace(
-        policy, description=f"demo (tiny random checkpoints): {policy.description}",
-        tiers=tiers, shadow=msgspec.structs.replace(policy.shadow, fraction=0.25),
+        policy,
+        description=f"demo (tiny random checkpoints): {policy.description}",
+        tiers=tiers,
+        shadow=msgspec.structs.replace(policy.shadow, fraction=0.25),
     )
 
 
@@ -154,8 +169,9 @@ def _write_whole(out: Path, make: Callable[[Path], object], *, last: str = "") -
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
         make(Path(tmp))
-        files = sorted((p for p in Path(tmp).rglob("*") if p.is_file()),
-                       key=lambda p: p.name == last)
+        files = sorted(
+            (p for p in Path(tmp).rglob("*") if p.is_file()), key=lambda p: p.name == last
+        )
         for path in files:
             target = out / path.relative_to(tmp)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -218,21 +234,33 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
         from cascade.engines.laya import LayaEngine
 
         checkpoints: dict[str, Path] = {
-            n: resolve_laya(ref) for n, ref in tier.checkpoints.named().items()}
+            n: resolve_laya(ref) for n, ref in tier.checkpoints.named().items()
+        }
         return LayaEngine(
-            name, checkpoints, demo=demo, intra_op_threads=tier.intra_op_threads,
-            max_batch_rows=tier.max_batch_size, max_wait_s=tier.max_wait_s,
-            max_queue_rows=tier.max_queue, default_checkpoint=tier.default_checkpoint,
+            name,
+            checkpoints,
+            demo=demo,
+            intra_op_threads=tier.intra_op_threads,
+            max_batch_rows=tier.max_batch_size,
+            max_wait_s=tier.max_wait_s,
+            max_queue_rows=tier.max_queue,
+            default_checkpoint=tier.default_checkpoint,
             precision=tier.precision,
         )
     if isinstance(tier, ClefTier):
         from cascade.engines.clef import ClefEngine
 
         return ClefEngine(
-            name, resolve_clef(tier.release, tier.download), device=tier.device, demo=demo,
-            max_length=tier.max_length, overlong=tier.overlong,
-            max_batch_requests=tier.max_batch_size, max_batch_tokens=tier.max_batch_tokens,
-            max_queue=tier.max_queue, memory_budget_bytes=tier.memory_budget_bytes,
+            name,
+            resolve_clef(tier.release, tier.download),
+            device=tier.device,
+            demo=demo,
+            max_length=tier.max_length,
+            overlong=tier.overlong,
+            max_batch_requests=tier.max_batch_size,
+            max_batch_tokens=tier.max_batch_tokens,
+            max_queue=tier.max_queue,
+            memory_budget_bytes=tier.memory_budget_bytes,
         )
     from cascade.engines.http import HttpEngine
 
@@ -240,9 +268,14 @@ def build_engine(name: str, tier: Tier, settings: Settings) -> Engine:
     if settings.upstream and name == "upstream":
         api_key = settings.upstream_api_key or api_key
     return HttpEngine(
-        name, tier.urls, model=tier.model, api_key=api_key,
-        connect_timeout_s=tier.connect_timeout_s, read_timeout_s=tier.read_timeout_s,
-        health_path=tier.health_path, health_interval_s=tier.health_interval_s,
+        name,
+        tier.urls,
+        model=tier.model,
+        api_key=api_key,
+        connect_timeout_s=tier.connect_timeout_s,
+        read_timeout_s=tier.read_timeout_s,
+        health_path=tier.health_path,
+        health_interval_s=tier.health_interval_s,
         max_connections=tier.max_queue,
     )
 
@@ -253,10 +286,17 @@ def fingerprints(policy: Policy) -> dict[str, str]:
     found = {}
     for name, tier in policy.tiers.items():
         if isinstance(tier, LayaTier):
-            hashes = {ck: _laya_hash(*_stamped(resolve_laya(ref)))
-                      for ck, ref in tier.checkpoints.named().items()}
-            found[name] = next(iter(hashes.values())) if len(hashes) == 1 else hashlib.sha256(
-                "".join(f"{ck}={h}\n" for ck, h in sorted(hashes.items())).encode()).hexdigest()
+            hashes = {
+                ck: _laya_hash(*_stamped(resolve_laya(ref)))
+                for ck, ref in tier.checkpoints.named().items()
+            }
+            found[name] = (
+                next(iter(hashes.values()))
+                if len(hashes) == 1
+                else hashlib.sha256(
+                    "".join(f"{ck}={h}\n" for ck, h in sorted(hashes.items())).encode()
+                ).hexdigest()
+            )
         elif isinstance(tier, ClefTier):
             found[name] = _clef_hash(*_stamped(resolve_clef(tier.release, tier.download)))
     return found
@@ -264,17 +304,24 @@ def fingerprints(policy: Policy) -> dict[str, str]:
 
 def laya_hashes(policy: Policy) -> dict[str, dict[str, str]]:
     """Content hashes of every Laya checkpoint, by tier and checkpoint name."""
-    return {name: {ck: _laya_hash(*_stamped(resolve_laya(ref)))
-                   for ck, ref in tier.checkpoints.named().items()}
-            for name, tier in policy.tiers.items() if isinstance(tier, LayaTier)}
+    return {
+        name: {
+            ck: _laya_hash(*_stamped(resolve_laya(ref)))
+            for ck, ref in tier.checkpoints.named().items()
+        }
+        for name, tier in policy.tiers.items()
+        if isinstance(tier, LayaTier)
+    }
 
 
 def _stamped(path: Path) -> tuple[str, tuple[tuple[str, int, int, int], ...]]:
     """``path`` and the name, size, mtime and inode of every file under it: the hashes below
     are computed once per process, and again when weights are rewritten in place."""
     files = sorted(p for p in path.rglob("*") if p.is_file())
-    return str(path), tuple((str(p.relative_to(path)), (st := p.stat()).st_size,
-                             st.st_mtime_ns, st.st_ino) for p in files)
+    return str(path), tuple(
+        (str(p.relative_to(path)), (st := p.stat()).st_size, st.st_mtime_ns, st.st_ino)
+        for p in files
+    )
 
 
 @functools.cache
@@ -332,13 +379,19 @@ def checked_files(policy: Policy, source: str) -> Policy:
     wrong = weight_mismatches(policy, found)
     if wrong:
         file = policy.calibration.file or "<calibration>"
-        raise ConfigRejected([f"{file}: error: {line}; refit it with `cascade calibrate` for "
-                              "these weights" for line in wrong])
+        raise ConfigRejected(
+            [
+                f"{file}: error: {line}; refit it with `cascade calibrate` for these weights"
+                for line in wrong
+            ]
+        )
     try:
         check_reference(policy, load_reference(policy), found)
     except (CalibrationError, CalibrationMismatch) as exc:
         raise ConfigRejected([f"{policy.calibration.file}: error: {exc}"]) from exc
     return policy
+
+
 def tier_ids(policy: Policy) -> dict[str, str]:
     """Each tier's content id for the decision cache: its weights' hash, or for an upstream
     (whose weights are not visible from here) its URLs and forwarded model."""
@@ -349,8 +402,9 @@ def tier_ids(policy: Policy) -> dict[str, str]:
     return found
 
 
-def build_gateway(settings: Settings, *, policy: Policy | None = None,
-                  decisions: DecisionStore | None = None) -> Gateway:
+def build_gateway(
+    settings: Settings, *, policy: Policy | None = None, decisions: DecisionStore | None = None
+) -> Gateway:
     """The gateway of ``settings`` (its ``policy``, when already read), logging to
     ``decisions``. Raises ``CalibrationMismatch`` (exits, naming both hashes) when the policy's
     calibration was fitted for other weights, ``FlipGateRefused`` when an int8 Laya tier has no
@@ -370,6 +424,13 @@ def build_gateway(settings: Settings, *, policy: Policy | None = None,
     cache = build_cache(policy.cache, tier_ids=tier_ids)
     if cache is not None:
         cache.version(policy)  # the weights are hashed now, not on the first request
-    return Gateway(policy, engines, profile=settings.profile, demo=settings.demo or bool(random),
-                   admission_deadline_s=settings.admission_deadline_s, decisions=decisions,
-                   cache=cache, weights=None if decisions is None else fingerprints(policy))
+    return Gateway(
+        policy,
+        engines,
+        profile=settings.profile,
+        demo=settings.demo or bool(random),
+        admission_deadline_s=settings.admission_deadline_s,
+        decisions=decisions,
+        cache=cache,
+        weights=None if decisions is None else fingerprints(policy),
+    )

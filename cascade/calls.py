@@ -113,11 +113,11 @@ def merge(answers: Sequence[EngineAnswer]) -> EngineAnswer:
         results={q: r for a in answers for q, r in a.results.items()},
         usage=EngineUsage(
             input_tokens=sum(u.input_tokens for u in usages),
-            state_tokens=next((u.state_tokens for u in usages if u.state_tokens is not None),
-                              None),
+            state_tokens=next((u.state_tokens for u in usages if u.state_tokens is not None), None),
             state_tokens_dropped=max(u.state_tokens_dropped for u in usages),
-            truncated_questions=list(dict.fromkeys(
-                q for u in usages for q in u.truncated_questions)),
+            truncated_questions=list(
+                dict.fromkeys(q for u in usages for q in u.truncated_questions)
+            ),
             options={q: o for u in usages for q, o in u.options.items()},
             dropped={q: d for u in usages for q, d in u.dropped.items()},
             row_tokens={q: t for u in usages for q, t in u.row_tokens.items()},

@@ -121,8 +121,9 @@ class UpstreamClientError(ClientError):
     """An upstream refused the request as the client's mistake (a 4xx other than those with a
     class of their own); ``upstream_status`` is what it answered."""
 
-    def __init__(self, upstream_status: int, message: str,
-                 error_type: str = "invalid_request_error") -> None:
+    def __init__(
+        self, upstream_status: int, message: str, error_type: str = "invalid_request_error"
+    ) -> None:
         super().__init__(message)
         self.upstream_status = upstream_status
         self.error_type = error_type
@@ -194,6 +195,8 @@ class ConfigRejected(ClientError):
 
 class RestartNeeded(ConfigRejected):
     """A valid reload that changes what an engine is built from: refused, a restart applies it."""
+
+
 class TenantLimited(RateLimited):
     """A tenant over one of its own limits (``cascade.tenants.limits``): 429 + Retry-After."""
 

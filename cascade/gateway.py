@@ -79,11 +79,19 @@ class Gateway(Reconfigurable):
     """Owns the engines of one policy, reconfigurable (``Reconfigurable``); ``systemone`` answers
     one validated call (``decide``, per-question refusals too). ``decisions``: the log."""
 
-    def __init__(self, policy: Policy, engines: Mapping[str, Engine], *, profile: Profile = "laya",
-                 demo: bool = False, clock: Callable[[], float] = time.monotonic,
-                 admission_deadline_s: float = ADMISSION_DEADLINE_S,
-                 decisions: DecisionStore | None = None, cache: DecisionCache | None = None,
-                 weights: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        policy: Policy,
+        engines: Mapping[str, Engine],
+        *,
+        profile: Profile = "laya",
+        demo: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        admission_deadline_s: float = ADMISSION_DEADLINE_S,
+        decisions: DecisionStore | None = None,
+        cache: DecisionCache | None = None,
+        weights: Mapping[str, str] | None = None,
+    ):
         super().__init__(policy, engines, clock=clock)  # budgets use time.monotonic, as engines
         self.profile = profile
         self.demo = demo
@@ -96,25 +104,34 @@ class Gateway(Reconfigurable):
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
-        shared = (functools.partial(shared_evidence, decisions.url)  # the fleet refit's labels
-                  if isinstance(decisions, PostgresStore) else None)
+        shared = (
+            functools.partial(shared_evidence, decisions.url)  # the fleet refit's labels
+            if isinstance(decisions, PostgresStore)
+            else None
+        )
         # [control] scope = "fleet": the gate, its refit and drift histograms synced with others
         self.fleet = FleetLink(self.control, evidence=shared, drift=self.drift)
         self.usage = UsageBook()  # each tenant's figures by UTC day (GET /v1/usage)
-        self.shadows = ShadowMirror(lambda serving, tier, call: self._call(
-            serving, tier, call, {}, record=False), self.breakers, clock, self.control)
+        self.shadows = ShadowMirror(
+            lambda serving, tier, call: self._call(serving, tier, call, {}, record=False),
+            self.breakers,
+            clock,
+            self.control,
+        )
         self.reconfigured.append(lambda serving: self.control.prepare(serving.policy))
         if cache is not None:  # its identity of the next version's weights, hashed before it serves
             self.reconfigured.append(cache.prepare)
 
     async def start(self) -> None:
         """Start every engine; if one fails, close them all (none is left half-running)."""
-        results = await asyncio.gather(*(engine.start() for engine in self.engines.values()),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(engine.start() for engine in self.engines.values()), return_exceptions=True
+        )
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
-            await asyncio.gather(*(e.aclose() for e in self.engines.values()),
-                                 return_exceptions=True)
+            await asyncio.gather(
+                *(e.aclose() for e in self.engines.values()), return_exceptions=True
+            )
             raise failed[0]
         await self.fleet.start()
         self.started = True
@@ -139,8 +156,10 @@ class Gateway(Reconfigurable):
         budget, serving = self.budget(), self.serving  # one version for every state
         try:
             async with asyncio.TaskGroup() as tg:
-                jobs = [tg.create_task(self.decide(c, budget=budget, serving=serving, **kw))
-                        for c in calls]
+                jobs = [
+                    tg.create_task(self.decide(c, budget=budget, serving=serving, **kw))
+                    for c in calls
+                ]
         except BaseExceptionGroup as failed:  # report a cascade error when there is one
             first: BaseException = failed.subgroup(CascadeError) or failed
             while isinstance(first, BaseExceptionGroup):
@@ -156,11 +175,19 @@ class Gateway(Reconfigurable):
         with tracing.span("cascade.decide"):  # ``_decide``'s keywords; one per state of a batch
             return await self._decide(call, **kw)
 
-    async def _decide(self, call: EngineCall, *, budget: Budget | None = None,
-                      partial: bool = False, tenant: str = "", policy: Policy | None = None,
-                      escalate: bool = True, cache: CacheControl = "use",
-                      serving: Serving | None = None, quota: StrongQuota | None = None
-                      ) -> Outcome:
+    async def _decide(
+        self,
+        call: EngineCall,
+        *,
+        budget: Budget | None = None,
+        partial: bool = False,
+        tenant: str = "",
+        policy: Policy | None = None,
+        escalate: bool = True,
+        cache: CacheControl = "use",
+        serving: Serving | None = None,
+        quota: StrongQuota | None = None,
+    ) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
         the response) while the others are answered; the request fails only when all are.
         ``escalate=False``: no cheap answer escalates on confidence (flagged ``budget``).
@@ -172,28 +199,45 @@ class Gateway(Reconfigurable):
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
-        lookup = None if self.cache is None else self.cache.lookup(
-            self, serving, tenant=tenant, control=cache)
+        lookup = (
+            None
+            if self.cache is None
+            else self.cache.lookup(self, serving, tenant=tenant, control=cache)
+        )
         # a tenant's own policy gates with its thresholds; the served one with the live gate
-        gate = self.control.gate(escalate=escalate) if policy is None else Gate.of(
-            policy, escalate=escalate)
-        stamp = Stamp(policy_hash=serving.policy_hash, calibration_hash=serving.calibration_hash,
-                      weights=self.weights, tenant=tenant,
-                      tenant_policy_hash=None if policy is None else self._own_hash(policy),
-                      trace_id=tracing.trace_id())
+        gate = (
+            self.control.gate(escalate=escalate)
+            if policy is None
+            else Gate.of(policy, escalate=escalate)
+        )
+        stamp = Stamp(
+            policy_hash=serving.policy_hash,
+            calibration_hash=serving.calibration_hash,
+            weights=self.weights,
+            tenant=tenant,
+            tenant_policy_hash=None if policy is None else self._own_hash(policy),
+            trace_id=tracing.trace_id(),
+        )
         tracing.annotate(lambda: attributes.started(call, stamp))
         own = policy is not None  # a tenant's own policy: its calibration's set is not loaded
         policy = policy or serving.policy
-        flow = decide(policy, call, previews=serving.previewer is not None, shadow_key=key,
-                      partial=partial, gate=gate, quota=quota, stamp=stamp,
-                      reference=None if own else serving.reference)
+        flow = decide(
+            policy,
+            call,
+            previews=serving.previewer is not None,
+            shadow_key=key,
+            partial=partial,
+            gate=gate,
+            quota=quota,
+            stamp=stamp,
+            reference=None if own else serving.reference,
+        )
         decision, merging = await self._drive(flow, serving, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
         self._count(call, decision, serving.policy)
         self.control.decided(call, decision)
         charged = spend.record(tenant, policy, decision, self.usage)
-        response = answers.response(call, decision, timings, profile=self.profile,
-                                    demo=self.demo)
+        response = answers.response(call, decision, timings, profile=self.profile, demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)
         if self.decisions is not None:
             with tracing.span("cascade.decision_log"):
@@ -204,15 +248,28 @@ class Gateway(Reconfigurable):
         label = "degraded" if decision.degraded or decision.refused else "ok"
         tracing.annotate(lambda: attributes.decided(call, decision, label))
         costs = {tier: tally.cost for tier, tally in charged.items() if tally.requests}
-        return Outcome(response=response, headers=answers.headers(
-                           Counter(tiers.values()), demo=self.demo, timings=timings, costs=costs)
-                       | (lookup.header if lookup else {}),
-                       label=label, tiers=tiers, refused=decision.refused,
-                       cached_tokens=decision.usage.cached_tokens,
-                       timings=timings, costs=costs)
+        return Outcome(
+            response=response,
+            headers=answers.headers(
+                Counter(tiers.values()), demo=self.demo, timings=timings, costs=costs
+            )
+            | (lookup.header if lookup else {}),
+            label=label,
+            tiers=tiers,
+            refused=decision.refused,
+            cached_tokens=decision.usage.cached_tokens,
+            timings=timings,
+            costs=costs,
+        )
 
-    async def _drive(self, flow: Flow[Decision], serving: Serving, timings: dict[str, float],
-                     started: float, lookup: Lookup | None = None) -> tuple[Decision, float]:
+    async def _drive(
+        self,
+        flow: Flow[Decision],
+        serving: Serving,
+        timings: dict[str, float],
+        started: float,
+        lookup: Lookup | None = None,
+    ) -> tuple[Decision, float]:
         """Answer every ask of ``flow``; its decision, and when the last answer went in."""
         sent = started
         try:
@@ -225,22 +282,33 @@ class Gateway(Reconfigurable):
             decision: Decision = done.value
             return decision, sent
 
-    async def _answer(self, ask: Ask, serving: Serving, timings: dict[str, float],
-                      started: float, lookup: Lookup | None = None) -> Reply:
+    async def _answer(
+        self,
+        ask: Ask,
+        serving: Serving,
+        timings: dict[str, float],
+        started: float,
+        lookup: Lookup | None = None,
+    ) -> Reply:
         if isinstance(ask, Preview):
             assert serving.previewer is not None  # the flow previews only when told it can
             # Tokenizing a long state takes milliseconds: keep it off the event loop.
-            return await asyncio.to_thread(serving.previewer.preview, ask.call,
-                                           checkpoint=ask.checkpoint)
+            return await asyncio.to_thread(
+                serving.previewer.preview, ask.call, checkpoint=ask.checkpoint
+            )
         if "pre_route" not in timings:  # the first tier call: routing before it is done
             timings["pre_route"] = time.perf_counter() - started
             metrics.HOP_DURATION.labels(hop="pre_route").observe(timings["pre_route"])
-        answering = (self._call(serving, ask.tier, ask.call, timings) if lookup is None
-                     else lookup.call(ask.tier, ask.call, timings))  # in a span when traced
+        answering = (
+            self._call(serving, ask.tier, ask.call, timings)
+            if lookup is None
+            else lookup.call(ask.tier, ask.call, timings)
+        )  # in a span when traced
         slot = "cheap" if ask.tier == serving.policy.route.cheap else "strong"
         try:
-            return await traced(ask.tier, slot, kind_of(serving.policy.tiers[ask.tier]),
-                                ask.call, answering)
+            return await traced(
+                ask.tier, slot, kind_of(serving.policy.tiers[ask.tier]), ask.call, answering
+            )
         except CascadeError as exc:
             return Failure(exc)
 
@@ -256,17 +324,33 @@ class Gateway(Reconfigurable):
                 metrics.ESCALATIONS.labels(reason=route.reason, type=qtype).inc()
             metrics.QUESTIONS.labels(tier=route.tier, type=qtype).inc()
             if decision.novelty.get(qid, 0.0) > 1:
-                metrics.NOVELTY_FLAGS.labels(type=qtype, band=option_band(
-                    n_options(call.questions[qid]))).inc()
+                metrics.NOVELTY_FLAGS.labels(
+                    type=qtype, band=option_band(n_options(call.questions[qid]))
+                ).inc()
             metrics.CONFIDENCE.labels(tier=route.tier, type=qtype).observe(
-                max(decision.results[qid].probabilities))
+                max(decision.results[qid].probabilities)
+            )
 
-    async def _call(self, serving: Serving, tier: str, call: EngineCall,
-                    timings: dict[str, float], *, record: bool = True) -> EngineAnswer:
+    async def _call(
+        self,
+        serving: Serving,
+        tier: str,
+        call: EngineCall,
+        timings: dict[str, float],
+        *,
+        record: bool = True,
+    ) -> EngineAnswer:
         """One call of ``serving``'s ``tier`` under its timeout and breaker (``call_tier``)."""
-        return await call_tier(tier, self.engines[tier], serving.policy.tiers[tier],
-                               self.breakers[tier], call, timings, clock=self.clock,
-                               record=record)
+        return await call_tier(
+            tier,
+            self.engines[tier],
+            serving.policy.tiers[tier],
+            self.breakers[tier],
+            call,
+            timings,
+            clock=self.clock,
+            record=record,
+        )
 
     def _own_hash(self, policy: Policy) -> str:
         """A tenant's own policy's hash, computed once per policy object."""

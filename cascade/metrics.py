@@ -207,7 +207,7 @@ FLEET_SHARE = Gauge(
 )
 FLEET_CONNECTED = Gauge(
     "cascade_fleet_connected",
-    "[control] scope = \"fleet\": 1 while the last sync with the fleet's Redis succeeded; 0 "
+    '[control] scope = "fleet": 1 while the last sync with the fleet\'s Redis succeeded; 0 '
     "while this replica paces on its own counts and keeps its last gate.",
 )
 FLEET_SYNC_ERRORS = Counter(
@@ -217,7 +217,7 @@ FLEET_SYNC_ERRORS = Counter(
 )
 FLEET_REFIT_ERRORS = Counter(
     "cascade_fleet_refit_errors_total",
-    "[control] scope = \"fleet\" with a PostgreSQL decision store: steps of the fleet's refit "
+    '[control] scope = "fleet" with a PostgreSQL decision store: steps of the fleet\'s refit '
     "that failed or timed out, by stage: lease (taking or renewing it on Redis), read (the "
     "store's labelled rows), publish (the refit gate), adopt (reading it back). The replica "
     "keeps the last gate it adopted.",
@@ -319,29 +319,37 @@ class GatewayGauges(Collector):
     down, or a cooldown ending without any traffic, shows at once), ``cascade_breaker_state``
     and ``cascade_build_info`` (None until the gateway started)."""
 
-    def __init__(self, ready: Callable[[], Mapping[str, bool]],
-                 breakers: Callable[[], Mapping[str, int]],
-                 build: Callable[[], Mapping[str, str] | None]) -> None:
+    def __init__(
+        self,
+        ready: Callable[[], Mapping[str, bool]],
+        breakers: Callable[[], Mapping[str, int]],
+        build: Callable[[], Mapping[str, str] | None],
+    ) -> None:
         self._ready, self._breakers, self._build = ready, breakers, build
 
     def collect(self) -> Iterator[Metric]:
         breaker = GaugeMetricFamily(
-            "cascade_breaker_state", "Circuit breaker per tier: 0 closed, 1 half-open, 2 open.",
-            labels=["tier"])
+            "cascade_breaker_state",
+            "Circuit breaker per tier: 0 closed, 1 half-open, 2 open.",
+            labels=["tier"],
+        )
         for tier, code in self._breakers().items():
             breaker.add_metric([tier], code)
         ready = GaugeMetricFamily(
             "cascade_tier_ready",
             "1 when a tier can serve now (loaded and warmed up; an upstream with a URL up).",
-            labels=["tier"])
+            labels=["tier"],
+        )
         for tier, up in self._ready().items():
             ready.add_metric([tier], 1.0 if up else 0.0)
         yield from (breaker, ready)
         build = self._build()
         if build is not None:
             yield InfoMetricFamily(
-                "cascade_build", "Version, tiers, checkpoints, revisions and whether this is a "
-                "demo.", value=dict(build))
+                "cascade_build",
+                "Version, tiers, checkpoints, revisions and whether this is a demo.",
+                value=dict(build),
+            )
 
 
 # ---------------------------------------------------------------- reload (cascade.http.reload)
@@ -373,8 +381,9 @@ class ControlGauges(Collector):
     """``cascade_gate_threshold{type,band}`` and ``cascade_strong_share``: one gateway's live
     gate (``cascade.control.live``), read at scrape time."""
 
-    def __init__(self, thresholds: Callable[[], Mapping[tuple[str, str], float]],
-                 share: Callable[[], float]) -> None:
+    def __init__(
+        self, thresholds: Callable[[], Mapping[tuple[str, str], float]], share: Callable[[], float]
+    ) -> None:
         self._thresholds, self._share = thresholds, share
 
     def collect(self) -> Iterator[Metric]:
@@ -382,14 +391,16 @@ class ControlGauges(Collector):
             "cascade_gate_threshold",
             "The confidence threshold the gate applies now, by type and band: the configured (or "
             "refit) one, lowered where the strong tier's budget or capacity binds.",
-            labels=["type", "band"])
+            labels=["type", "band"],
+        )
         for (qtype, band), value in self._thresholds().items():
             gate.add_metric([qtype, band], value)
         yield gate
         yield GaugeMetricFamily(
             "cascade_strong_share",
             "Share of the answered questions the strong tier answered over [control] window_s.",
-            value=self._share())
+            value=self._share(),
+        )
 
 
 class CacheGauges(Collector):
@@ -402,10 +413,14 @@ class CacheGauges(Collector):
     def collect(self) -> Iterator[Metric]:
         size, entries = self._sizes()
         yield GaugeMetricFamily(
-            "cascade_cache_bytes", "Bytes the in-memory decision cache accounts for (keys, values "
-            "and a fixed overhead per entry).", value=size)
+            "cascade_cache_bytes",
+            "Bytes the in-memory decision cache accounts for (keys, values "
+            "and a fixed overhead per entry).",
+            value=size,
+        )
         yield GaugeMetricFamily(
-            "cascade_cache_entries", "Entries in the in-memory decision cache.", value=entries)
+            "cascade_cache_entries", "Entries in the in-memory decision cache.", value=entries
+        )
 
 
 class ConfigInfo(Collector):
@@ -417,10 +432,14 @@ class ConfigInfo(Collector):
 
     def collect(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(
-            "cascade_config_info", "1 for the policy and calibration serving now (content "
-            "hashes, cascade.policy.fingerprint).", labels=["policy_hash", "calibration_hash"])
+            "cascade_config_info",
+            "1 for the policy and calibration serving now (content "
+            "hashes, cascade.policy.fingerprint).",
+            labels=["policy_hash", "calibration_hash"],
+        )
         info.add_metric(list(self._hashes()), 1.0)
         yield info
+
 
 # ---------------------------------------------------------------- fleet (cascade.fleet)
 class InflightGauge(Collector):
@@ -432,9 +451,11 @@ class InflightGauge(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
-            "cascade_inflight_requests", "Requests in flight now, holding the gateway's "
+            "cascade_inflight_requests",
+            "Requests in flight now, holding the gateway's "
             "in-flight permits (a batch holds one per state; CASCADE_MAX_INFLIGHT of them).",
-            value=self._inflight())
+            value=self._inflight(),
+        )
 
 
 FLEET_CONFIG_SKEW = Gauge(
@@ -466,8 +487,11 @@ class DriftGauges(Collector):
     one gateway's drift monitor read at scrape time (registered per app beside
     ``GatewayGauges``); a cell without enough data has no series."""
 
-    def __init__(self, psi: Callable[[], Mapping[tuple[str, str], float]],
-                 fleet: Callable[[], Mapping[tuple[str, str], float]]) -> None:
+    def __init__(
+        self,
+        psi: Callable[[], Mapping[tuple[str, str], float]],
+        fleet: Callable[[], Mapping[tuple[str, str], float]],
+    ) -> None:
         self._psi, self._fleet = psi, fleet
 
     def collect(self) -> Iterator[Metric]:
@@ -476,17 +500,19 @@ class DriftGauges(Collector):
             "Population stability index of the cheap tier's gate confidences over the [drift] "
             "window against its reference (the calibration's snapshot, or the first hour after "
             "boot), by type and band. Over 0.25: a large shift.",
-            labels=["type", "band"])
+            labels=["type", "band"],
+        )
         for (qtype, band), value in self._psi().items():
             family.add_metric([qtype, band], value)
         yield family
         fleet = GaugeMetricFamily(
             "cascade_fleet_confidence_psi",
-            "[control] scope = \"fleet\": the same PSI over the whole fleet's confidences (every "
+            '[control] scope = "fleet": the same PSI over the whole fleet\'s confidences (every '
             "replica's counts on the calibration snapshot's bins, merged in Redis), by type and "
             "band; the same on every replica. No series without a snapshot; the last value kept "
             "while Redis is down, dropped once older than the [drift] window.",
-            labels=["type", "band"])
+            labels=["type", "band"],
+        )
         for (qtype, band), value in self._fleet().items():
             fleet.add_metric([qtype, band], value)
         yield fleet

@@ -16,6 +16,7 @@ BANDS: tuple[Band, ...] = ("2", "3-5", "6-10", "11+")
 # 1/n_max can never be undercut by any question of that band.
 BAND_MAX_OPTIONS: dict[Band, int | None] = {"2": 2, "3-5": 5, "6-10": 10, "11+": None}
 
+
 def option_band(n_options: int) -> Band:
     """Laya's temperature bucket for a question with ``n_options`` options (noul: 2)."""
     if n_options <= 2:

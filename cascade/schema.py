@@ -491,8 +491,9 @@ Label = str | bool | int
 class FeedbackRequest(Base, kw_only=True):
     """``POST /v1/feedback``: what the answers of an earlier request should have been."""
 
-    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS,
-                                    pattern=FEEDBACK_ID)]  # x-request-id
+    request_id: Annotated[
+        str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS, pattern=FEEDBACK_ID)
+    ]  # x-request-id
     labels: Annotated[dict[Name, Label], Meta(min_length=1, max_length=MAX_ASKED)]
 
 
@@ -508,8 +509,9 @@ class FeedbackResponse(Base, kw_only=True):
 class FeedbackEnvelope(Base, kw_only=True):
     """``FeedbackRequest`` with its labels still undecoded (a wrong one's ``loc`` names it)."""
 
-    request_id: Annotated[str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS,
-                                    pattern=FEEDBACK_ID)]
+    request_id: Annotated[
+        str, Meta(min_length=1, max_length=FEEDBACK_ID_CHARS, pattern=FEEDBACK_ID)
+    ]
     labels: Annotated[dict[Name, msgspec.Raw], Meta(min_length=1, max_length=MAX_ASKED)]
 
 

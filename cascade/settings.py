@@ -166,26 +166,32 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
 
-def key_file_text(path: str, variable: str, *, what: str = "keys file",
-                  create: str = "one key per line") -> str:
+def key_file_text(
+    path: str, variable: str, *, what: str = "keys file", create: str = "one key per line"
+) -> str:
     """The text of the keys file at ``path``; ``SettingsError`` naming ``variable`` (and how to
     ``create`` it) when it cannot be read or is not UTF-8."""
     try:
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise SettingsError(f"{variable}={path}: {what} is not UTF-8 text (byte {exc.start}: "
-                            f"{exc.reason})") from None
+        raise SettingsError(
+            f"{variable}={path}: {what} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
     except OSError as exc:
-        raise SettingsError(f"{variable}={path}: {exc.strerror}; create it ({create}) or unset "
-                            "the variable") from None
+        raise SettingsError(
+            f"{variable}={path}: {exc.strerror}; create it ({create}) or unset the variable"
+        ) from None
 
 
 _LISTS = {"api_keys", "admin_keys"}
 _SECRETS = {"api_keys", "upstream_api_key", "admin_keys"}
 _MAPS = {"laya"}
 # Flags whose name is not the field's (``cascade serve``), so an error names what was typed.
-_FLAGS = {"admission_deadline_s": "--admission-deadline", "clef_max_length": "--max-length",
-          "clef_overlong": "--overlong"}
+_FLAGS = {
+    "admission_deadline_s": "--admission-deadline",
+    "clef_max_length": "--max-length",
+    "clef_overlong": "--overlong",
+}
 
 
 def is_database_url(target: str | Path) -> bool:
@@ -249,8 +255,9 @@ def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> S
             raw[field.name] = value
     flags = {k: v for k, v in overrides.items() if v is not None}
     raw.update(flags)
-    sources.update({k: f"{_FLAGS.get(k, '--' + k.replace('_', '-'))} {v}"
-                    for k, v in flags.items()})
+    sources.update(
+        {k: f"{_FLAGS.get(k, '--' + k.replace('_', '-'))} {v}" for k, v in flags.items()}
+    )
     try:
         return msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:

@@ -33,9 +33,17 @@ from cascade.tracing import active as tracing
 log = logging.getLogger("cascade")
 
 
-async def call_tier(tier: str, engine: Engine, config: Tier, breaker: CircuitBreaker,
-                    call: EngineCall, timings: dict[str, float], *,
-                    clock: Callable[[], float], record: bool = True) -> EngineAnswer:
+async def call_tier(
+    tier: str,
+    engine: Engine,
+    config: Tier,
+    breaker: CircuitBreaker,
+    call: EngineCall,
+    timings: dict[str, float],
+    *,
+    clock: Callable[[], float],
+    record: bool = True,
+) -> EngineAnswer:
     """``engine``'s answer to ``call``; its time is added to ``timings[tier]``."""
     now = clock()
     if record and not breaker.allow(now):
@@ -66,8 +74,9 @@ async def call_tier(tier: str, engine: Engine, config: Tier, breaker: CircuitBre
     finally:
         elapsed = time.perf_counter() - started
         timings[tier] = timings.get(tier, 0.0) + elapsed
-        metrics.TIER_DURATION.labels(tier=tier, outcome=outcome).observe(elapsed,
-                                                                         tracing.exemplar())
+        metrics.TIER_DURATION.labels(tier=tier, outcome=outcome).observe(
+            elapsed, tracing.exemplar()
+        )
         if record and outcome in ("client_error", "overloaded", "cancelled"):
             breaker.release(clock())  # no verdict on the tier's health
         elif record:

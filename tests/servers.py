@@ -38,15 +38,20 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(app: Any, *, timeout_s: float = 60.0,
-              server_class: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server,
-              **options: Any) -> Iterator[str]:
+def serve_app(
+    app: Any,
+    *,
+    timeout_s: float = 60.0,
+    server_class: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server,
+    **options: Any,
+) -> Iterator[str]:
     """Run an ASGI app under uvicorn in a thread on 127.0.0.1; yield its base URL.
     ``server_class``: the server (or a factory of one); ``options``: more ``uvicorn.Config``
     arguments (``http=`` a protocol class)."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-                            **options)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **options
+    )
     server = server_class(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -77,9 +82,14 @@ def wait_http(url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | Non
 
 
 @contextlib.contextmanager
-def run_process(cmd: Sequence[str], *, ready_url: str, env: dict[str, str] | None = None,
-                timeout_s: float = 120.0,
-                log_path: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def run_process(
+    cmd: Sequence[str],
+    *,
+    ready_url: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120.0,
+    log_path: Path | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
     """Start ``cmd``, wait until ``ready_url`` answers, and always stop it afterwards; its
     output goes to ``log_path`` when given (for the test to read), else a temporary file."""
     log = open(log_path, "w+b") if log_path else tempfile.TemporaryFile()  # noqa: SIM115
@@ -109,8 +119,9 @@ def require_tool(name: str) -> str:
     (``.ci/run`` installs them)."""
     path = shutil.which(name)
     if path is None:
-        raise RuntimeError(f"{name} is not installed; .ci/run installs it "
-                           "(see docs/development.md)")
+        raise RuntimeError(
+            f"{name} is not installed; .ci/run installs it (see docs/development.md)"
+        )
     return path
 
 
@@ -122,9 +133,13 @@ def run_prometheus(config: Path, workdir: Path, *, timeout_s: float = 60.0) -> I
     """
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [require_tool("prometheus"), f"--config.file={config}",
-           f"--storage.tsdb.path={workdir / 'tsdb'}",
-           f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    cmd = [
+        require_tool("prometheus"),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
     with run_process(cmd, ready_url=url + "/-/ready", timeout_s=timeout_s):
         yield url
 
@@ -136,21 +151,34 @@ def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     text = httpx.get(url + "/metrics").text
     return {
         (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
     }
 
 
 @contextlib.contextmanager
-def run_redis(*, timeout_s: float = 20.0,
-              port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def run_redis(
+    *, timeout_s: float = 20.0, port: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Debian's ``redis-server`` on a free loopback port (or ``port``: a restart), no
     persistence; yield its URL and process (tests pause it with SIGSTOP). Always stopped (and
     resumed first) on exit."""
     import signal
 
     port = port or free_port()
-    cmd = [require_tool("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
-           "--save", "", "--appendonly", "no", "--loglevel", "warning"]
+    cmd = [
+        require_tool("redis-server"),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--loglevel",
+        "warning",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + timeout_s
@@ -196,22 +224,54 @@ class Postgres:
         shutil.chown(root, "postgres")
         shutil.chown(self.sockets, "postgres")
         self.proc: subprocess.Popen[bytes] | None = None
-        self._as_postgres(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust",
-                          "-U", "postgres", "--no-sync", "-E", "UTF8")
+        self._as_postgres(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
 
     def _as_postgres(self, *cmd: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", *cmd], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *cmd],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def start(self, timeout_s: float = 30.0) -> None:
         self.proc = subprocess.Popen(
-            ["runuser", "-u", "postgres", "--", str(self.bin / "postgres"), "-D", str(self.data),
-             "-p", str(self.port), "-k", str(self.sockets), "-h", "127.0.0.1",
-             "-c", "fsync=off", "-c", "max_connections=200"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "runuser",
+                "-u",
+                "postgres",
+                "--",
+                str(self.bin / "postgres"),
+                "-D",
+                str(self.data),
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.sockets),
+                "-h",
+                "127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + timeout_s
         while True:
             try:

@@ -53,28 +53,38 @@ def test_the_demo_is_the_default_policy_on_tiny_checkpoints(tmp_path: Path) -> N
     write_random(tmp_path / "laya-english", agent={"max_len": 96, "head_max_len": 48})
     policy = demo_policy(tmp_path, Settings(demo=True, demo_dir=str(tmp_path)))
     default = load_policy(Path(__file__).parents[1] / "policies" / "default.toml")
-    assert DEFAULT_POLICY.read_bytes() == (DEFAULT_POLICY.parents[2] / "policies" /
-                                           "default.toml").read_bytes()
-    same = msgspec.structs.replace(policy, tiers=default.tiers, shadow=default.shadow,
-                                   description=default.description)
+    assert (
+        DEFAULT_POLICY.read_bytes()
+        == (DEFAULT_POLICY.parents[2] / "policies" / "default.toml").read_bytes()
+    )
+    same = msgspec.structs.replace(
+        policy, tiers=default.tiers, shadow=default.shadow, description=default.description
+    )
     assert same == default and policy.shadow.fraction == 0.25
     laya, clef = policy.tiers["laya"], policy.tiers["clef"]
     assert isinstance(laya, LayaTier) and isinstance(clef, ClefTier)
     named = laya.checkpoints.named()
-    assert named == {"english": str(tmp_path / "laya-english"),
-                     "multilingual": str(tmp_path / "laya-multilingual")}
-    assert msgspec.structs.replace(laya, checkpoints=default.tiers["laya"].checkpoints) == (
-        default.tiers["laya"])
+    assert named == {
+        "english": str(tmp_path / "laya-english"),
+        "multilingual": str(tmp_path / "laya-multilingual"),
+    }
+    assert (
+        msgspec.structs.replace(laya, checkpoints=default.tiers["laya"].checkpoints)
+        == (default.tiers["laya"])
+    )
     assert clef.release == str(tmp_path / "clef-flash") and clef.device == "cpu"
-    assert msgspec.structs.replace(clef, release="Cloudflare/clef-flash", device="cuda") == (
-        default.tiers["clef"])
+    assert (
+        msgspec.structs.replace(clef, release="Cloudflare/clef-flash", device="cuda")
+        == (default.tiers["clef"])
+    )
     for path in named.values():
         cfg = load_config(Path(path))
         assert (cfg.max_len, cfg.head_max_len) == (512, 192)
 
 
 def test_replicas_rewriting_one_demo_directory_never_show_a_half_written_file(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Replicas booting at once with ``--demo`` rewrite the same checkpoint files while others
     load them: every read sees a whole file (it failed 137 of 41,880 reads before, the tokenizer
     half written)."""

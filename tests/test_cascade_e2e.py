@@ -65,8 +65,19 @@ class ClefProcess:
     """``cascade engine clef`` on a fixed port, which the test can stop and start again."""
 
     def __init__(self, release: Path, port: int) -> None:
-        self.cmd = [str(BIN / "cascade"), "engine", "clef", "--checkpoint", str(release),
-                    "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+        self.cmd = [
+            str(BIN / "cascade"),
+            "engine",
+            "clef",
+            "--checkpoint",
+            str(release),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
         self.url = f"http://127.0.0.1:{port}"
         self.stack = ExitStack()
 
@@ -102,7 +113,8 @@ def metrics(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     text = httpx.get(url + "/metrics").text
     return {
         (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
     }
 
 
@@ -115,8 +127,11 @@ def ask(url: str, body: dict) -> httpx.Response:
     return httpx.post(url + "/v1/systemone", json=body, timeout=60)
 
 
-CHOICE = {"type": "choice", "instructions": "Which team?",
-          "criteria": {"billing": "payments", "tech": "bugs", "sales": "deals"}}
+CHOICE = {
+    "type": "choice",
+    "instructions": "Which team?",
+    "criteria": {"billing": "payments", "tech": "bugs", "sales": "deals"},
+}
 NOUL = {"type": "noul", "instructions": "Is it urgent?"}
 
 
@@ -136,20 +151,25 @@ def test_long_state_goes_to_clef(cascade_stack: tuple[str, ClefProcess]) -> None
     assert body["x_cascade"]["reasons"] == {"team": "state_too_long"}
     assert body["usage"]["truncated"] is False  # Clef read the whole state
     after = metrics(url)
-    assert moved(before, after, "cascade_escalations_total", reason="state_too_long",
-                 type="choice") == 1
+    assert (
+        moved(before, after, "cascade_escalations_total", reason="state_too_long", type="choice")
+        == 1
+    )
     assert moved(before, after, "cascade_questions_total", tier="clef", type="choice") == 1
 
 
 def test_image_goes_to_clef(cascade_stack: tuple[str, ClefProcess]) -> None:
     url, _ = cascade_stack
     before = metrics(url)
-    r = ask(url, {"state": "see the screenshot", "questions": {"team": CHOICE},
-                  "images": [png_b64()]})
+    r = ask(
+        url, {"state": "see the screenshot", "questions": {"team": CHOICE}, "images": [png_b64()]}
+    )
     assert r.status_code == 200, r.text
     assert r.json()["x_cascade"]["reasons"] == {"team": "images"}
-    assert moved(before, metrics(url), "cascade_escalations_total", reason="images",
-                 type="choice") == 1
+    assert (
+        moved(before, metrics(url), "cascade_escalations_total", reason="images", type="choice")
+        == 1
+    )
 
 
 def test_low_confidence_question_escalates_alone_and_merges(
@@ -167,11 +187,13 @@ def test_low_confidence_question_escalates_alone_and_merges(
     assert "action" not in body["answers"]["urgent"]  # Clef has none
     assert r.headers["x-cascade-tiers"] == "laya=1,clef=1"
     after = metrics(url)
-    assert moved(before, after, "cascade_escalations_total", reason="low_confidence",
-                 type="noul") == 1
+    assert (
+        moved(before, after, "cascade_escalations_total", reason="low_confidence", type="noul") == 1
+    )
     assert moved(before, after, "cascade_questions_total", tier="laya", type="choice") == 1
-    assert moved(before, after, "cascade_tier_duration_seconds_count", tier="clef",
-                 outcome="ok") == 1
+    assert (
+        moved(before, after, "cascade_tier_duration_seconds_count", tier="clef", outcome="ok") == 1
+    )
     assert moved(before, after, "cascade_batch_size_count", tier="laya") >= 1
     assert moved(before, after, "cascade_queue_wait_seconds_count", tier="laya") >= 1
     assert moved(before, after, "cascade_tokens_total", tier="laya") > 0
@@ -196,8 +218,17 @@ def test_strong_tier_down_degrades_then_recovers(cascade_stack: tuple[str, ClefP
         assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
         after = metrics(url)
         assert moved(before, after, "cascade_breaker_state", tier="clef") == 2
-        assert moved(before, after, "cascade_requests_total", route="/v1/systemone",
-                     outcome="degraded", status="200") == 4
+        assert (
+            moved(
+                before,
+                after,
+                "cascade_requests_total",
+                route="/v1/systemone",
+                outcome="degraded",
+                status="200",
+            )
+            == 4
+        )
     finally:
         clef.start()
     deadline = time.monotonic() + 30

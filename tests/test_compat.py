@@ -47,7 +47,9 @@ def test_jevcompat_through_the_upstream_engine(
     with serve_app(create_app(settings)) as url:
         run = subprocess.run(
             [str(BIN / "jevcompat"), "test", url, "--json", str(report), "--timeout", "60"],
-            capture_output=True, text=True, timeout=600,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
     summary = json.loads(report.read_text())["summary"]
     assert run.returncode == 0, run.stdout[-3000:]
@@ -100,8 +102,9 @@ def test_official_python_sdk(recorded: tuple[str, list[EngineCall], HeaderRecord
     url, calls, recorder = recorded
     client = TypeSafeClient(api_key="any-key", base_url=url)
     questions = {
-        "team": Choice(instructions="Which team?",
-                       criteria={"billing": "Payments " * 50, "technical": None}),
+        "team": Choice(
+            instructions="Which team?", criteria={"billing": "Payments " * 50, "technical": None}
+        ),
         "anger": Score(instructions="How angry?", criteria=["calm", "upset", "furious"]),
         "urgent": Noul(instructions="Is it urgent?"),
     }
@@ -126,13 +129,15 @@ def test_official_python_sdk(recorded: tuple[str, list[EngineCall], HeaderRecord
     assert len(calls[1].images) == 1 and calls[1].images[0].mime == "image/png"
 
 
-def test_sdk_sees_no_5xx_for_bad_input(recorded: tuple[str, list[EngineCall], HeaderRecorder]
-                                       ) -> None:
+def test_sdk_sees_no_5xx_for_bad_input(
+    recorded: tuple[str, list[EngineCall], HeaderRecorder],
+) -> None:
     from typesafe_sdk import Score, TypeSafeClient, TypeSafeUnprocessableEntityError
 
     url = recorded[0]
     client = TypeSafeClient(api_key="k", base_url=url)
     with pytest.raises(TypeSafeUnprocessableEntityError):
-        client.system_one("x", {"s": {"type": "score", "instructions": "x",
-                                      "criteria": {"0": "a", "1": "b"}}})
+        client.system_one(
+            "x", {"s": {"type": "score", "instructions": "x", "criteria": {"0": "a", "1": "b"}}}
+        )
     assert client.system_one("x", {"s": Score(instructions="x", criteria=["a", "b"])})

@@ -25,18 +25,28 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # (pattern searched in the command, why it cannot run in CI). Keep it short: a command that can
 # run here is run.
 SKIPS: list[tuple[str, str]] = [
-    (r"^make (serve|test)\b",
-     "the Quickstart itself: `make serve` serves until stopped, `make test` is this suite"),
-    (r"^cascade (serve|engine clef)\b(?!.*--help)",
-     "serves until stopped (tests/cli/test_serve_demo.py starts `serve --demo` under control)"),
-    (r"localhost:8000|127\.0\.0\.1:800\d|host:8000",
-     "sends to a gateway already running (the Quickstart's two requests: test_serve_demo.py)"),
-    (r"/models/|DATA\.jsonl|requests\.jsonl|decisions\.(db|sqlite)",
-     "the reader's own weights or data (placeholders); the real weights are 19 GB and a GPU"),
+    (
+        r"^make (serve|test)\b",
+        "the Quickstart itself: `make serve` serves until stopped, `make test` is this suite",
+    ),
+    (
+        r"^cascade (serve|engine clef)\b(?!.*--help)",
+        "serves until stopped (tests/cli/test_serve_demo.py starts `serve --demo` under control)",
+    ),
+    (
+        r"localhost:8000|127\.0\.0\.1:800\d|host:8000",
+        "sends to a gateway already running (the Quickstart's two requests: test_serve_demo.py)",
+    ),
+    (
+        r"/models/|DATA\.jsonl|requests\.jsonl|decisions\.(db|sqlite)",
+        "the reader's own weights or data (placeholders); the real weights are 19 GB and a GPU",
+    ),
     (r"^cascade bench\b", "benchmarks take minutes; their figures are in docs/benchmarks.md"),
     (r"^docker compose\b|\| kubectl apply\b", "needs a Docker daemon or a Kubernetes cluster"),
-    (r"^cascade store migrate postgresql://",
-     "needs the reader's PostgreSQL (tests/store/ run it against a server of their own)"),
+    (
+        r"^cascade store migrate postgresql://",
+        "needs the reader's PostgreSQL (tests/store/ run it against a server of their own)",
+    ),
     (r"^ollama\b", "needs Ollama and its 6 GB model download"),
     (r"^\.venv/bin/(ruff|mypy)\b", "`make test` runs them on the repository itself"),
 ]
@@ -110,9 +120,15 @@ def _environment(bin_dir: Path) -> dict[str, str]:
 
 
 def run(command: Command, cwd: Path) -> None:
-    done = subprocess.run(["bash", "-c", command.text], cwd=cwd, capture_output=True, text=True,
-                          env=_environment(Path(sys.executable).parent), timeout=TIMEOUT_S,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        ["bash", "-c", command.text],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=_environment(Path(sys.executable).parent),
+        timeout=TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
     printed = done.stdout + done.stderr
     where = f"{command.page}:{command.line}: {command.text}"
     assert done.returncode == command.status, f"{where}\nexit {done.returncode}\n{printed}"
@@ -120,8 +136,11 @@ def run(command: Command, cwd: Path) -> None:
         assert _squash(line) in _squash(printed), f"{where}\nnot printed: {line}\n{printed}"
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if any(
-    c.page == p.name and c.skip_reason() is None for c in ALL)], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "page",
+    [p for p in PAGES if any(c.page == p.name and c.skip_reason() is None for c in ALL)],
+    ids=lambda p: p.name,
+)
 def test_the_commands_of_a_page_run(page: Path, tmp_path: Path) -> None:
     shutil.copytree(REPO / "policies", tmp_path / "policies")
     for command in ALL:
@@ -136,8 +155,13 @@ def test_the_docs_show_commands_and_every_skip_is_used() -> None:
     assert len(ran) >= 8, [c.text for c in ran]
     for pattern, why in SKIPS:
         assert any(re.search(pattern, c.text) for c in ALL), (pattern, why)
-    assert {c.page for c in ALL} >= {"README.md", "configuration.md", "tenants.md",
-                                      "policies.md", "development.md"}
+    assert {c.page for c in ALL} >= {
+        "README.md",
+        "configuration.md",
+        "tenants.md",
+        "policies.md",
+        "development.md",
+    }
 
 
 def test_the_links_outside_the_site_resolve() -> None:
@@ -150,15 +174,18 @@ def test_the_links_outside_the_site_resolve() -> None:
             assert path.is_file(), (name, target)
             if anchor:
                 headings = re.findall(r"^#+ (.+)$", path.read_text(), re.M)
-                slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
-                         for h in headings}
+                slugs = {
+                    re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings
+                }
                 assert anchor in slugs, (name, target)
 
 
 def test_the_parser_reads_continuations_output_and_status(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("```console\n$ echo 'a\nb' |\n  cat   # two lines\n  # more comment\na\n"
-                    "$ false \\\n  || exit 3\n[exit 3]\n```\n```\n$ not console\n```\n")
+    page.write_text(
+        "```console\n$ echo 'a\nb' |\n  cat   # two lines\n  # more comment\na\n"
+        "$ false \\\n  || exit 3\n[exit 3]\n```\n```\n$ not console\n```\n"
+    )
     first, second = console_commands(page)
     assert first.text == "echo 'a\nb' |\n  cat   # two lines" and first.shown == ["a"]
     assert second.text == "false \\\n  || exit 3" and second.status == 3

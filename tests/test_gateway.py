@@ -41,24 +41,28 @@ NOUL = NoulQuestion(instructions="Urgent?")
 
 def policy(min_calls: int = 100) -> Policy:
     return Policy(
-        tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-               "clef": ClefTier(release="x")},
+        tiers={
+            "laya": LayaTier(checkpoints=Checkpoints(english="x")),
+            "clef": ClefTier(release="x"),
+        },
         route=Route(cheap="laya", strong="clef"),  # 60 options > 48: pre-routed strong
         breaker={"clef": BreakerConfig(min_calls=min_calls, failure_ratio=0.5)},
     )
 
 
 def call(*questions: object) -> EngineCall:
-    return EngineCall(state="s", model="jev-latest",
-                      questions={f"q{i}": q for i, q in enumerate(questions)})  # type: ignore[misc]
+    return EngineCall(
+        state="s", model="jev-latest", questions={f"q{i}": q for i, q in enumerate(questions)}
+    )  # type: ignore[misc]
 
 
 def test_engine_bugs_degrade_and_count_against_the_breaker() -> None:
     def broken(call: EngineCall) -> EngineAnswer:
         raise ValueError("a bug in the engine")
 
-    gateway = Gateway(policy(min_calls=2), {"laya": FakeEngine("laya"),
-                                            "clef": FakeEngine("clef", broken)})
+    gateway = Gateway(
+        policy(min_calls=2), {"laya": FakeEngine("laya"), "clef": FakeEngine("clef", broken)}
+    )
 
     async def run() -> None:
         await gateway.start()
@@ -118,22 +122,31 @@ def fail_with(exc: Exception):  # noqa: ANN201
     return handler
 
 
-@pytest.mark.parametrize("exc", [Overloaded("laya/english: 256 rows queued"),
-                                 EngineFailed("onnxruntime failed"), RuntimeError("a bug")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        Overloaded("laya/english: 256 rows queued"),
+        EngineFailed("onnxruntime failed"),
+        RuntimeError("a bug"),
+    ],
+)
 def test_a_failing_cheap_tier_hands_its_questions_to_the_strong_one(exc: Exception) -> None:
     """No gateway-wide outage: the strong tier answers, and cheap overload never opens the
     cheap tier's breaker."""
     strict = msgspec.structs.replace(policy(), breaker={"laya": BreakerConfig(min_calls=1)})
-    gateway = Gateway(strict, {"laya": FakeEngine("laya", fail_with(exc)),
-                               "clef": FakeEngine("clef")})
+    gateway = Gateway(
+        strict, {"laya": FakeEngine("laya", fail_with(exc)), "clef": FakeEngine("clef")}
+    )
 
     async def run() -> None:
         await gateway.start()
         for _ in range(3):
             outcome = await gateway.systemone(call(NOUL, NOUL))
             assert outcome.label == "ok" and set(outcome.tiers.values()) == {"clef"}
-            assert outcome.response.x_cascade["reasons"] == {"q0": "cheap_failed",
-                                                             "q1": "cheap_failed"}
+            assert outcome.response.x_cascade["reasons"] == {
+                "q0": "cheap_failed",
+                "q1": "cheap_failed",
+            }
         opened = gateway.breakers["laya"].state(gateway.clock()) == "open"
         assert opened == (not isinstance(exc, Overloaded))
         await gateway.aclose()
@@ -142,12 +155,17 @@ def test_a_failing_cheap_tier_hands_its_questions_to_the_strong_one(exc: Excepti
 
 
 def test_when_both_tiers_fail_the_request_is_503_and_cheap_only_gets_the_cheap_error() -> None:
-    gateway = Gateway(policy(), {"laya": FakeEngine("laya", fail_with(Overloaded("full"))),
-                                 "clef": FakeEngine("clef", fail_with(EngineUnavailable("x")))})
+    gateway = Gateway(
+        policy(),
+        {
+            "laya": FakeEngine("laya", fail_with(Overloaded("full"))),
+            "clef": FakeEngine("clef", fail_with(EngineUnavailable("x"))),
+        },
+    )
     cheap_only = msgspec.structs.replace(call(NOUL), model="laya")
     gateway.policy = msgspec.structs.replace(
-        gateway.policy, models=msgspec.structs.replace(gateway.policy.models,
-                                                       cheap_only=["laya"]))
+        gateway.policy, models=msgspec.structs.replace(gateway.policy.models, cheap_only=["laya"])
+    )
 
     async def run() -> None:
         await gateway.start()
@@ -165,8 +183,9 @@ def test_when_both_tiers_fail_the_request_is_503_and_cheap_only_gets_the_cheap_e
 
 def test_a_strong_refusal_degrades_what_the_cheap_tier_answers_and_never_counts() -> None:
     refused = fail_with(PayloadTooLarge("Clef input has 20000 tokens; limit is 16384"))
-    gateway = Gateway(policy(min_calls=1), {"laya": FakeEngine("laya"),
-                                            "clef": FakeEngine("clef", refused)})
+    gateway = Gateway(
+        policy(min_calls=1), {"laya": FakeEngine("laya"), "clef": FakeEngine("clef", refused)}
+    )
     image = Image(data=b"png", mime="image/png", width=1, height=1)
 
     async def run() -> None:
@@ -194,9 +213,14 @@ def test_probes_that_end_without_a_verdict_free_the_half_open_slot() -> None:
         return deterministic_answer(call)
 
     clock = [0.0]
-    gateway = Gateway(msgspec.structs.replace(policy(), breaker={"clef": BreakerConfig(
-        min_calls=1, failure_ratio=0.5, cooldown_s=10.0)}),
-        {"laya": FakeEngine("laya"), "clef": FakeEngine("clef", clef)}, clock=lambda: clock[0])
+    gateway = Gateway(
+        msgspec.structs.replace(
+            policy(),
+            breaker={"clef": BreakerConfig(min_calls=1, failure_ratio=0.5, cooldown_s=10.0)},
+        ),
+        {"laya": FakeEngine("laya"), "clef": FakeEngine("clef", clef)},
+        clock=lambda: clock[0],
+    )
 
     gauges = registry_of(gateway)
 
@@ -226,14 +250,20 @@ def test_dropped_tokens_come_from_the_rows_whose_answers_are_returned() -> None:
         answer = deterministic_answer(call)
         answer.results["q0"] = QuestionResult(type="noul", probabilities=[0.05, 0.95])
         answer.results["q1"] = QuestionResult(type="noul", probabilities=[0.5, 0.5])  # escalates
-        answer.usage = EngineUsage(input_tokens=10, state_tokens=300, state_tokens_dropped=226,
-                                   truncated_questions=["q0", "q1"],
-                                   dropped={"q0": 12, "q1": 226})
+        answer.usage = EngineUsage(
+            input_tokens=10,
+            state_tokens=300,
+            state_tokens_dropped=226,
+            truncated_questions=["q0", "q1"],
+            dropped={"q0": 12, "q1": 226},
+        )
         return answer
 
     noul_floor = Thresholds(confidence=TypeBands(noul=Bands(two=0.9)), truncated=False)
-    gateway = Gateway(msgspec.structs.replace(policy(), thresholds=noul_floor),
-                      {"laya": FakeEngine("laya", laya), "clef": FakeEngine("clef")})
+    gateway = Gateway(
+        msgspec.structs.replace(policy(), thresholds=noul_floor),
+        {"laya": FakeEngine("laya", laya), "clef": FakeEngine("clef")},
+    )
 
     async def run() -> None:
         await gateway.start()
@@ -251,8 +281,9 @@ def test_shadow_sampling_ignores_the_client_id_and_never_touches_the_breaker() -
     def flaky(call: EngineCall) -> EngineAnswer:
         raise EngineTimeout("clef did not answer")
 
-    sampled = msgspec.structs.replace(policy(min_calls=1),
-                                      shadow=Shadow(fraction=0.5, max_concurrent=64))
+    sampled = msgspec.structs.replace(
+        policy(min_calls=1), shadow=Shadow(fraction=0.5, max_concurrent=64)
+    )
     gateway = Gateway(sampled, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef", flaky)})
     confident = Thresholds()  # nothing escalates: every request is cheap-final
 
@@ -287,8 +318,10 @@ def test_a_failed_state_cancels_its_siblings_in_a_batch() -> None:
                 raise
         return deterministic_answer(call)
 
-    gateway = Gateway(Policy.single_tier("laya", LayaTier(checkpoints=Checkpoints(english="x"))),
-                      {"laya": FakeEngine("laya", laya)})
+    gateway = Gateway(
+        Policy.single_tier("laya", LayaTier(checkpoints=Checkpoints(english="x"))),
+        {"laya": FakeEngine("laya", laya)},
+    )
 
     async def run() -> None:
         await gateway.start()

@@ -26,20 +26,36 @@ from tests.servers import free_port, run_process, serve_app
 
 BIN = Path(sys.executable).parent
 QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team should handle this?",
-             "criteria": {"billing": "payments and refunds", "technical": "bugs", "sales": None}},
-    "anger": {"type": "score", "instructions": "How angry is the customer?",
-              "criteria": ["calm", "annoyed", "furious", {"level": "legal threats"}]},
-    "urgent": {"type": "noul", "instructions": "Is it urgent?",
-               "criteria": {"true": "needs action today"}},
-    "labels": {"type": "choice", "instructions": "Pick one", "criteria": ["x", "y", "z", "w"],
-               "option_order": [3, 1, 0, 2]},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team should handle this?",
+        "criteria": {"billing": "payments and refunds", "technical": "bugs", "sales": None},
+    },
+    "anger": {
+        "type": "score",
+        "instructions": "How angry is the customer?",
+        "criteria": ["calm", "annoyed", "furious", {"level": "legal threats"}],
+    },
+    "urgent": {
+        "type": "noul",
+        "instructions": "Is it urgent?",
+        "criteria": {"true": "needs action today"},
+    },
+    "labels": {
+        "type": "choice",
+        "instructions": "Pick one",
+        "criteria": ["x", "y", "z", "w"],
+        "option_order": [3, 1, 0, 2],
+    },
 }
 STATES: list[Any] = [
     "I was charged twice for my March invoice [MASK] and nobody answers my emails.",
     {"ticket": {"subject": "refund", "body": "double charge " * 30}, "tier": "pro"},
-    [{"role": "user", "content": "hello"}, {"role": "agent", "content": "hi, how can I help"},
-     {"role": "user", "content": "my refund is late " * 20}],
+    [
+        {"role": "user", "content": "hello"},
+        {"role": "agent", "content": "hi, how can I help"},
+        {"role": "user", "content": "my refund is late " * 20},
+    ],
 ]
 
 
@@ -59,12 +75,14 @@ def laya_serve(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         "LAYA_EXTRA_MODELS": json.dumps(
             {"english": str(copy), "multilingual": str(copy), "typed-decisions": str(copy)}
         ),
-        "LAYA_HOST": "127.0.0.1", "LAYA_PORT": str(port), "LAYA_DEVICE": "cpu",
-        "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+        "LAYA_HOST": "127.0.0.1",
+        "LAYA_PORT": str(port),
+        "LAYA_DEVICE": "cpu",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
     }
     url = f"http://127.0.0.1:{port}"
-    with run_process([str(BIN / "laya-serve")], ready_url=url + "/health", env=env,
-                     timeout_s=180):
+    with run_process([str(BIN / "laya-serve")], ready_url=url + "/health", env=env, timeout_s=180):
         yield url
 
 
@@ -80,8 +98,13 @@ def assert_same_answers(ours: dict, theirs: dict, *, tol: float = 1.5e-4) -> Non
                 assert b[key] == pytest.approx(a[key], abs=tol), (qid, key)
         for option, p in a.get("probabilities", {}).items():
             assert b["probabilities"][option] == pytest.approx(p, abs=tol), (qid, option)
-    for key in ("input_tokens", "state_tokens", "state_tokens_dropped", "truncated",
-                "truncated_questions"):
+    for key in (
+        "input_tokens",
+        "state_tokens",
+        "state_tokens_dropped",
+        "truncated",
+        "truncated_questions",
+    ):
         assert ours["usage"][key] == theirs["usage"][key], key
 
 

@@ -51,8 +51,11 @@ def cheap_handler(call: EngineCall) -> EngineAnswer:
         else:
             probs = [0.97] + [0.03 / (n - 1)] * (n - 1)
         results[qid] = QuestionResult(type=question.type, probabilities=probs)
-    return EngineAnswer(model="laya-fake", results=results,
-                        usage=EngineUsage(input_tokens=10 * len(results), state_tokens=5))
+    return EngineAnswer(
+        model="laya-fake",
+        results=results,
+        usage=EngineUsage(input_tokens=10 * len(results), state_tokens=5),
+    )
 
 
 class Switch:
@@ -68,20 +71,25 @@ def strong_handler(call: EngineCall) -> EngineAnswer:
 def policy() -> Policy:
     confidence = TypeBands(choice=Bands(three_five=0.9))
     return Policy(
-        tiers={CHEAP: LayaTier(checkpoints=Checkpoints(english="unused")),
-               STRONG: ClefTier(release="unused")},
+        tiers={
+            CHEAP: LayaTier(checkpoints=Checkpoints(english="unused")),
+            STRONG: ClefTier(release="unused"),
+        },
         route=Route(cheap=CHEAP, strong=STRONG),
         thresholds=Thresholds(confidence=confidence),
-        breaker={STRONG: BreakerConfig(window_s=60, min_calls=2, failure_ratio=0.5,
-                                       cooldown_s=3.0)},
+        breaker={
+            STRONG: BreakerConfig(window_s=60, min_calls=2, failure_ratio=0.5, cooldown_s=3.0)
+        },
         shadow=Shadow(fraction=1.0, max_concurrent=4),
     )
 
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    gateway = Gateway(policy(), {CHEAP: FakeEngine(CHEAP, cheap_handler),
-                                 STRONG: FakeEngine(STRONG, strong_handler)})
+    gateway = Gateway(
+        policy(),
+        {CHEAP: FakeEngine(CHEAP, cheap_handler), STRONG: FakeEngine(STRONG, strong_handler)},
+    )
     with serve_app(create_app(Settings(), gateway)) as url:
         port = url.rsplit(":", 1)[1]
         config = tmp_path / "prometheus.yml"
@@ -113,10 +121,14 @@ def png_b64() -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-EASY = {"team": {"type": "choice", "instructions": "Team?", "criteria": ["a", "b", "c"]},
-        "urgent": {"type": "noul", "instructions": "Urgent?"}}
-HARD = {"hard": {"type": "choice", "instructions": "Team?", "criteria": ["a", "b", "c"]},
-        "urgent": {"type": "noul", "instructions": "Urgent?"}}
+EASY = {
+    "team": {"type": "choice", "instructions": "Team?", "criteria": ["a", "b", "c"]},
+    "urgent": {"type": "noul", "instructions": "Urgent?"},
+}
+HARD = {
+    "hard": {"type": "choice", "instructions": "Team?", "criteria": ["a", "b", "c"]},
+    "urgent": {"type": "noul", "instructions": "Urgent?"},
+}
 
 
 def traffic(url: str) -> None:
@@ -200,8 +212,7 @@ def test_prometheus_sees_every_family(stack: tuple[str, str]) -> None:
     # Prometheus scraped the same numbers the gateway shows.
     ok = value(after, "cascade_requests_total", route=route, outcome="ok", status="200")
     assert wait_for(prom, f'cascade_requests_total{{route="{route}",outcome="ok"}}', ok) == ok
-    degraded = value(after, "cascade_degraded_answers_total", reason="breaker_open",
-                     type="choice")
+    degraded = value(after, "cascade_degraded_answers_total", reason="breaker_open", type="choice")
     promql = 'cascade_degraded_answers_total{reason="breaker_open",type="choice"}'
     assert query(prom, promql) == degraded
     for promql in FAMILIES:

@@ -27,8 +27,9 @@ def policy_changes(old: Policy, new: Policy) -> list[str]:
         if a == b:
             continue
         if isinstance(a, dict) and isinstance(b, dict):
-            found += [f"{table}.{key}" for key in sorted(set(a) | set(b))
-                      if a.get(key) != b.get(key)]
+            found += [
+                f"{table}.{key}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)
+            ]
         else:
             found.append(table)
     if len(found) > MAX_CHANGED:
@@ -40,6 +41,8 @@ def key_changes(old: Tenants, new: Tenants) -> list[tuple[str, int, int]]:
     """(tenant name, keys before, keys after) for each tenant whose count of key hashes
     changed, by name ("" : the unnamed keys)."""
     before, after = old.key_counts(), new.key_counts()
-    return [(name, before.get(name, 0), after.get(name, 0))
-            for name in sorted(set(before) | set(after))
-            if before.get(name, 0) != after.get(name, 0)]
+    return [
+        (name, before.get(name, 0), after.get(name, 0))
+        for name in sorted(set(before) | set(after))
+        if before.get(name, 0) != after.get(name, 0)
+    ]

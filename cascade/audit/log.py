@@ -60,16 +60,34 @@ class AuditLog:
         self.target, self.replica = target, replica
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="audit")
 
-    def record(self, action: str, actor: str, outcome: AuditOutcome, *, client: str | None = None,
-               message: str = "", before: Mapping[str, str] | None = None,
-               after: Mapping[str, str] | None = None, changed: Iterable[str] = (),
-               detail: Mapping[str, Any] | None = None) -> concurrent.futures.Future[None]:
+    def record(
+        self,
+        action: str,
+        actor: str,
+        outcome: AuditOutcome,
+        *,
+        client: str | None = None,
+        message: str = "",
+        before: Mapping[str, str] | None = None,
+        after: Mapping[str, str] | None = None,
+        changed: Iterable[str] = (),
+        detail: Mapping[str, Any] | None = None,
+    ) -> concurrent.futures.Future[None]:
         """Record one admin action (module docstring); the future resolves once it is stored
         (or failed, counted and logged)."""
-        entry = AuditRecord(ts=time.time(), action=action, actor=actor, client=client,
-                            outcome=outcome, message=message, replica=self.replica,
-                            before=dict(before or {}), after=dict(after or {}),
-                            changed=list(changed), detail=dict(detail or {}))
+        entry = AuditRecord(
+            ts=time.time(),
+            action=action,
+            actor=actor,
+            client=client,
+            outcome=outcome,
+            message=message,
+            replica=self.replica,
+            before=dict(before or {}),
+            after=dict(after or {}),
+            changed=list(changed),
+            detail=dict(detail or {}),
+        )
         log.info("audit %s", msgspec.json.encode(entry).decode())
         if self.target is None:
             metrics.AUDIT_RECORDS.labels(outcome="log_only").inc()
@@ -78,8 +96,9 @@ class AuditLog:
             return done
         return self._writer.submit(self._store, self.target, entry)
 
-    def read(self, *, since: float = 0.0, limit: int = 100
-             ) -> concurrent.futures.Future[list[AuditRecord]]:
+    def read(
+        self, *, since: float = 0.0, limit: int = 100
+    ) -> concurrent.futures.Future[list[AuditRecord]]:
         """``read`` on the writer thread (after every record made before it); needs a target."""
         assert self.target is not None
         return self._writer.submit(read, self.target, since=since, limit=limit)
@@ -94,7 +113,11 @@ class AuditLog:
             write(target, entry)
         except Exception as exc:  # any store failure: counted and logged, never raised
             metrics.AUDIT_RECORDS.labels(outcome="failed").inc()
-            log.warning("audit: the record of %s by %s was not stored (%s); it is in this log",
-                        entry.action, entry.actor, exc)
+            log.warning(
+                "audit: the record of %s by %s was not stored (%s); it is in this log",
+                entry.action,
+                entry.actor,
+                exc,
+            )
             return
         metrics.AUDIT_RECORDS.labels(outcome="stored").inc()

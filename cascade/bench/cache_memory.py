@@ -30,10 +30,17 @@ def _part(rng: random.Random) -> bytes:
     n = rng.randint(2, 12)
     weights = [rng.random() for _ in range(n)]
     total = sum(weights)
-    result = QuestionResult(type="choice", probabilities=[w / total for w in weights],
-                            act_probability=rng.random())
-    return parts.encode(parts.Part(model="english", result=result, row_tokens=rng.randint(40, 512),
-                                   state_tokens=rng.randint(20, 400)))
+    result = QuestionResult(
+        type="choice", probabilities=[w / total for w in weights], act_probability=rng.random()
+    )
+    return parts.encode(
+        parts.Part(
+            model="english",
+            result=result,
+            row_tokens=rng.randint(40, 512),
+            state_tokens=rng.randint(20, 400),
+        )
+    )
 
 
 def run(max_bytes: int, *, fill: float = 1.5, seed: int = 0) -> dict[str, Any]:
@@ -49,16 +56,23 @@ def run(max_bytes: int, *, fill: float = 1.5, seed: int = 0) -> dict[str, Any]:
         inserted += 1
     gc.collect()
     grown = _rss_bytes() - before
-    return {"max_bytes": max_bytes, "inserted": inserted, "entries": len(store),
-            "accounted_bytes": store.bytes, "rss_growth_bytes": grown,
-            "rss_per_accounted": grown / store.bytes if store.bytes else None,
-            "bytes_per_entry": store.bytes / len(store) if len(store) else None}
+    return {
+        "max_bytes": max_bytes,
+        "inserted": inserted,
+        "entries": len(store),
+        "accounted_bytes": store.bytes,
+        "rss_growth_bytes": grown,
+        "rss_per_accounted": grown / store.bytes if store.bytes else None,
+        "bytes_per_entry": store.bytes / len(store) if len(store) else None,
+    }
 
 
 def table(result: dict[str, Any]) -> str:
     mib = 2**20
-    return (f"bound {result['max_bytes'] / mib:.0f} MiB: {result['entries']} entries kept of "
-            f"{result['inserted']} inserted, {result['bytes_per_entry']:.0f} B each; accounted "
-            f"{result['accounted_bytes'] / mib:.1f} MiB, RSS grew "
-            f"{result['rss_growth_bytes'] / mib:.1f} MiB "
-            f"({result['rss_per_accounted']:.2f}x the accounted bytes)")
+    return (
+        f"bound {result['max_bytes'] / mib:.0f} MiB: {result['entries']} entries kept of "
+        f"{result['inserted']} inserted, {result['bytes_per_entry']:.0f} B each; accounted "
+        f"{result['accounted_bytes'] / mib:.1f} MiB, RSS grew "
+        f"{result['rss_growth_bytes'] / mib:.1f} MiB "
+        f"({result['rss_per_accounted']:.2f}x the accounted bytes)"
+    )

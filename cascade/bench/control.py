@@ -90,8 +90,11 @@ def _asked(question: Question) -> Asked:
         labels = (False, True)
     else:
         labels = tuple(range(n_options(question)))
-    return Asked(type=question.type, cell=f"{question.type}:{option_band(n_options(question))}",
-                 labels=labels)
+    return Asked(
+        type=question.type,
+        cell=f"{question.type}:{option_band(n_options(question))}",
+        labels=labels,
+    )
 
 
 def read_items(path: Path | None, model: str) -> list[Item]:
@@ -118,12 +121,21 @@ def read_items(path: Path | None, model: str) -> list[Item]:
     items = []
     for i, (entry, questions, length) in enumerate(raw):
         wide = any(n_options(q) > HARD_OPTIONS for q in questions.values())
-        body = {"model": entry.get("model", model), "state": entry["state"],
-                "questions": entry["questions"]}
-        items.append(Item(id=str(entry.get("id", f"line-{i + 1}")), body=body,
-                          questions={q: _asked(v) for q, v in questions.items()},
-                          gold=dict(entry.get("gold") or {}), hard=wide or length > median,
-                          forced=wide or length > LONG_CHARS))
+        body = {
+            "model": entry.get("model", model),
+            "state": entry["state"],
+            "questions": entry["questions"],
+        }
+        items.append(
+            Item(
+                id=str(entry.get("id", f"line-{i + 1}")),
+                body=body,
+                questions={q: _asked(v) for q, v in questions.items()},
+                gold=dict(entry.get("gold") or {}),
+                hard=wide or length > median,
+                forced=wide or length > LONG_CHARS,
+            )
+        )
     return items
 
 
@@ -259,7 +271,8 @@ async def _probe(client: httpx.AsyncClient, items: list[Item], opts: Options, ru
             raise SystemExit(
                 f"--synthetic-labels needs the cheap tier's answers: model {opts.cheap_model!r} "
                 f"answered {response.status_code} for item {item.id} ({response.text[:200]}); "
-                "name a cheap-only model of the policy with --cheap-model")
+                "name a cheap-only model of the policy with --cheap-model"
+            )
         for qid, answer in response.json()["answers"].items():
             run.cheap[(item.id, qid)] = Cheap(answer_label(answer), answer_confidence(answer))
 
@@ -290,8 +303,9 @@ def label_of(item: Item, qid: str, opts: Options, run: Run) -> Label | None:
     return item.gold.get(qid)
 
 
-def _record(run: Run, item: Item, phase: int, t: float, body: dict[str, Any],
-            opts: Options) -> None:
+def _record(
+    run: Run, item: Item, phase: int, t: float, body: dict[str, Any], opts: Options
+) -> None:
     extra = body.get("x_cascade") or {}
     tiers, reasons, degraded = (extra.get(k) or {} for k in ("tiers", "reasons", "degraded"))
     for qid, answer in body["answers"].items():
@@ -299,15 +313,31 @@ def _record(run: Run, item: Item, phase: int, t: float, body: dict[str, Any],
         label = label_of(item, qid, opts, run)
         kept = tier == opts.cheap_tier and qid not in degraded
         confidence = answer_confidence(answer)
-        run.answered.append(Answered(
-            t=t, phase=phase, item=item.id, qid=qid, cell=item.questions[qid].cell, tier=tier,
-            reason=reasons.get(qid), degraded=qid in degraded, confidence=confidence,
-            correct=None if label is None else answer_label(answer) == label,
-            expected=f(confidence) if kept and opts.synthetic else None))
+        run.answered.append(
+            Answered(
+                t=t,
+                phase=phase,
+                item=item.id,
+                qid=qid,
+                cell=item.questions[qid].cell,
+                tier=tier,
+                reason=reasons.get(qid),
+                degraded=qid in degraded,
+                confidence=confidence,
+                correct=None if label is None else answer_label(answer) == label,
+                expected=f(confidence) if kept and opts.synthetic else None,
+            )
+        )
 
 
-async def _client(client: httpx.AsyncClient, pools: tuple[list[Item], list[Item]], worker: int,
-                  opts: Options, run: Run, counter: Iterator[int]) -> None:
+async def _client(
+    client: httpx.AsyncClient,
+    pools: tuple[list[Item], list[Item]],
+    worker: int,
+    opts: Options,
+    run: Run,
+    counter: Iterator[int],
+) -> None:
     rng = random.Random(f"{opts.seed}:{worker}")
     hard, easy = pools
     for phase in (1, 2):
@@ -330,19 +360,23 @@ async def _client(client: httpx.AsyncClient, pools: tuple[list[Item], list[Item]
                 continue
             _record(run, item, phase, t, response.json(), opts)
             if rng.random() < opts.feedback_share:
-                await _feedback(client, item, response.headers.get("x-request-id", rid), phase,
-                                opts, run)
+                await _feedback(
+                    client, item, response.headers.get("x-request-id", rid), phase, opts, run
+                )
 
 
-async def _feedback(client: httpx.AsyncClient, item: Item, rid: str, phase: int, opts: Options,
-                    run: Run) -> None:
-    labels = {q: label for q in item.questions
-              if (label := label_of(item, q, opts, run)) is not None}
+async def _feedback(
+    client: httpx.AsyncClient, item: Item, rid: str, phase: int, opts: Options, run: Run
+) -> None:
+    labels = {
+        q: label for q in item.questions if (label := label_of(item, q, opts, run)) is not None
+    }
     if not labels:
         return
     try:
-        response = await client.post("/v1/feedback", json={"request_id": rid, "labels": labels},
-                                     headers=_headers(opts.key))
+        response = await client.post(
+            "/v1/feedback", json={"request_id": rid, "labels": labels}, headers=_headers(opts.key)
+        )
         run.feedback.append((phase, response.status_code))
     except httpx.HTTPError as exc:
         run.feedback.append((phase, type(exc).__name__))
@@ -387,8 +421,9 @@ async def _reload(client: httpx.AsyncClient, opts: Options, run: Run) -> None:
 async def drive(url: str, items: list[Item], opts: Options) -> Run:
     """The probe (synthetic labels), then both phases with the scraper and the reloads."""
     run = Run(url=url, phase_s=opts.phase_s, cheap_tier=opts.cheap_tier)
-    limits = httpx.Limits(max_connections=opts.concurrency + 2,
-                          max_keepalive_connections=opts.concurrency + 2)
+    limits = httpx.Limits(
+        max_connections=opts.concurrency + 2, max_keepalive_connections=opts.concurrency + 2
+    )
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=opts.timeout_s) as client:
         if opts.synthetic:
             await _probe(client, items, opts, run)
@@ -408,17 +443,21 @@ async def drive(url: str, items: list[Item], opts: Options) -> Run:
 # ---------------------------------------------------------------- a demo of its own
 
 
-def control_table(max_strong_share: float, target_accuracy: float, window_s: float,
-                  refit_interval_s: float) -> str:
+def control_table(
+    max_strong_share: float, target_accuracy: float, window_s: float, refit_interval_s: float
+) -> str:
     """The ``[control]`` table a demo of the bench's own serves: the budget and target the
     bench judges, held by the gateway's pacer and refit."""
-    return (f"[control]\nmax_strong_share = {max_strong_share!r}\nwindow_s = {window_s!r}\n"
-            f"target_accuracy = {target_accuracy!r}\nrefit_interval_s = {refit_interval_s!r}\n")
+    return (
+        f"[control]\nmax_strong_share = {max_strong_share!r}\nwindow_s = {window_s!r}\n"
+        f"target_accuracy = {target_accuracy!r}\nrefit_interval_s = {refit_interval_s!r}\n"
+    )
 
 
 @contextlib.contextmanager
-def demo_server(admin_key: str | None, control: str = "",
-                timeout_s: float = 600.0) -> Iterator[str]:
+def demo_server(
+    admin_key: str | None, control: str = "", timeout_s: float = 600.0
+) -> Iterator[str]:
     """``cascade serve --demo`` on a free loopback port with a decision log in a temporary
     directory (and ``CASCADE_ADMIN_KEYS`` when ``admin_key``), serving the default policy with
     the ``control`` table appended (``--demo --policy``); yields its URL, stops it."""
@@ -430,11 +469,26 @@ def demo_server(admin_key: str | None, control: str = "",
     with tempfile.TemporaryDirectory(prefix="cascade-bench-control-") as work:
         env = child_environment({"CASCADE_ADMIN_KEYS": admin_key} if admin_key else {})
         policy = Path(work) / "policy.toml"
-        policy.write_text(DEFAULT_POLICY.read_text(encoding="utf-8") + "\n" + control,
-                          encoding="utf-8")
-        cmd = [sys.executable, "-m", "cascade", "serve", "--demo", "--policy", str(policy),
-               "--host", "127.0.0.1", "--port", str(port),
-               "--decision-log", str(Path(work) / "decisions.sqlite"), "--log-level", "warning"]
+        policy.write_text(
+            DEFAULT_POLICY.read_text(encoding="utf-8") + "\n" + control, encoding="utf-8"
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "cascade",
+            "serve",
+            "--demo",
+            "--policy",
+            str(policy),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--decision-log",
+            str(Path(work) / "decisions.sqlite"),
+            "--log-level",
+            "warning",
+        ]
         print(f"starting {' '.join(cmd[1:])}", file=sys.stderr)
         proc = subprocess.Popen(cmd, env=env, cwd=work)
         url = f"http://127.0.0.1:{port}"
@@ -462,8 +516,9 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> No
     raise SystemExit(f"cascade serve --demo was not ready at {url} within {timeout_s:g} s")
 
 
-def run(url: str | None, *, requests: Path | None, opts: Options,
-        model: str = "jev-latest") -> tuple[list[Item], Run]:
+def run(
+    url: str | None, *, requests: Path | None, opts: Options, model: str = "jev-latest"
+) -> tuple[list[Item], Run]:
     """Replay against ``url``, or against a demo of its own when None."""
     items = read_items(requests, model)
     if url is not None:

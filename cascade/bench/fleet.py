@@ -140,8 +140,9 @@ def policy_text(scope: str, redis: str, opts: Options) -> str:
     """The default policy with a ``[control]`` table for ``scope``."""
     return DEFAULT_POLICY.read_text(encoding="utf-8") + (
         f"\n[control]\nmax_strong_share = {opts.budget}\nwindow_s = {opts.window_s}\n"
-        f"capacity = false\nscope = \"{scope}\"\nurl = \"{redis}\"\nsync_s = 0.5\n"
-        f"target_accuracy = {opts.target}\nrefit_interval_s = {opts.refit_s}\n")
+        f'capacity = false\nscope = "{scope}"\nurl = "{redis}"\nsync_s = 0.5\n'
+        f"target_accuracy = {opts.target}\nrefit_interval_s = {opts.refit_s}\n"
+    )
 
 
 # ---------------------------------------------------------------- replicas
@@ -158,8 +159,9 @@ class Replica:
 class Fleet:
     """The scope's replicas: started, killed, and all stopped by ``close``."""
 
-    def __init__(self, scope: str, policy: Path, redis: str, store: str, work: Path,
-                 admin_key: str) -> None:
+    def __init__(
+        self, scope: str, policy: Path, redis: str, store: str, work: Path, admin_key: str
+    ) -> None:
         self.scope, self.policy, self.redis, self.store = scope, policy, redis, store
         self.work, self.admin_key = work, admin_key
         self.all: list[Replica] = []
@@ -174,14 +176,34 @@ class Fleet:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         name = f"bench-{self.scope}-{len(self.all) + 1}-{secrets.token_hex(2)}"
-        cmd = [sys.executable, "-m", "cascade", "serve", "--demo", "--policy", str(self.policy),
-               "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-               "--decision-log", self.store]
-        env = child_environment({
-            "CASCADE_REPLICA": name, "CASCADE_DECISION_SPOOL": str(self.work / f"spool-{name}"),
-            "CASCADE_ADMIN_KEYS": self.admin_key, "CASCADE_FLEET_REDIS": self.redis})
-        found = Replica(name, f"http://127.0.0.1:{port}",
-                        subprocess.Popen(cmd, env=env, cwd=self.work))
+        cmd = [
+            sys.executable,
+            "-m",
+            "cascade",
+            "serve",
+            "--demo",
+            "--policy",
+            str(self.policy),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--decision-log",
+            self.store,
+        ]
+        env = child_environment(
+            {
+                "CASCADE_REPLICA": name,
+                "CASCADE_DECISION_SPOOL": str(self.work / f"spool-{name}"),
+                "CASCADE_ADMIN_KEYS": self.admin_key,
+                "CASCADE_FLEET_REDIS": self.redis,
+            }
+        )
+        found = Replica(
+            name, f"http://127.0.0.1:{port}", subprocess.Popen(cmd, env=env, cwd=self.work)
+        )
         self.all.append(found)
         return found
 
@@ -216,8 +238,9 @@ class Fleet:
 
 
 @contextlib.asynccontextmanager
-async def started(scope: str, redis: str, store: str, opts: Options,
-                  admin_key: str) -> AsyncIterator[Fleet]:
+async def started(
+    scope: str, redis: str, store: str, opts: Options, admin_key: str
+) -> AsyncIterator[Fleet]:
     """``opts.replicas`` ready replicas (the first alone: it writes the demo checkpoints)."""
     with tempfile.TemporaryDirectory(prefix=f"cascade-bench-fleet-{scope}-") as tmp:
         work = Path(tmp)
@@ -250,8 +273,9 @@ async def learn_pool(http: httpx.AsyncClient, url: str, opts: Options) -> list[P
         answer = r.json()["answers"]["q"]
         cheap, c = str(answer_label(answer)), answer_confidence(answer)
         right = uniform(opts.seed, state, "right") < c
-        out.append(PoolItem(state, cheap, c, cheap if right else ("no" if cheap == "yes"
-                                                                  else "yes")))
+        out.append(
+            PoolItem(state, cheap, c, cheap if right else ("no" if cheap == "yes" else "yes"))
+        )
     return out
 
 
@@ -259,8 +283,14 @@ class ScopeDriver:
     """The clients of one scope's run: which replica and item each request goes to, the
     answers, the feedback."""
 
-    def __init__(self, fleet: Fleet, pool: list[PoolItem], opts: Options, record: Record,
-                 http: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        pool: list[PoolItem],
+        opts: Options,
+        record: Record,
+        http: httpx.AsyncClient,
+    ) -> None:
         self.fleet, self.opts, self.record, self.http = fleet, opts, record, http
         self.pool = pool
         self.rng = random.Random(opts.seed)
@@ -288,8 +318,7 @@ class ScopeDriver:
         item = self.rng.choice(self.items)
         question = WIDE if hard else YES_NO
         try:
-            r = await self.http.post(replica.url + "/v1/systemone",
-                                     json=body(item.state, question))
+            r = await self.http.post(replica.url + "/v1/systemone", json=body(item.state, question))
         except httpx.HTTPError as exc:
             self._fail(type(exc).__name__)
             return
@@ -302,19 +331,23 @@ class ScopeDriver:
         strong = cascade["tiers"]["q"] != "laya"
         correct = None if strong or hard else str(answer_label(answer)) == item.label
         self.record.answers.append(
-            ObservedAnswer(self.now(), phase.name, replica.name, hard, strong, correct))
+            ObservedAnswer(self.now(), phase.name, replica.name, hard, strong, correct)
+        )
         if not hard and self.rng.random() < self.opts.feedback_share:
             await self.label(r.headers["x-request-id"], item, phase)
 
-    async def label(self, request_id: str, item: PoolItem, phase: Phase,
-                    to: Replica | None = None) -> float:
+    async def label(
+        self, request_id: str, item: PoolItem, phase: Phase, to: Replica | None = None
+    ) -> float:
         """POST the item's label for ``request_id`` to ``to`` (a random live replica); the
         monotonic time it was sent."""
         to = to or self.rng.choice(self.fleet.live())
         sent = time.monotonic()
         try:
-            r = await self.http.post(to.url + "/v1/feedback", json={
-                "request_id": request_id, "labels": {"q": item.label}})
+            r = await self.http.post(
+                to.url + "/v1/feedback",
+                json={"request_id": request_id, "labels": {"q": item.label}},
+            )
             status = str(r.status_code)
         except httpx.HTTPError as exc:
             status = type(exc).__name__
@@ -324,8 +357,9 @@ class ScopeDriver:
     def _fail(self, why: str) -> None:
         self.record.failures[why] = self.record.failures.get(why, 0) + 1
 
-    async def clients(self, phase: Phase, seconds: float,
-                      after: asyncio.Task[None] | None = None) -> None:
+    async def clients(
+        self, phase: Phase, seconds: float, after: asyncio.Task[None] | None = None
+    ) -> None:
         """The clients for ``seconds`` (from when ``after`` is done, when given)."""
         end = time.monotonic() + seconds if after is None else math.inf
 
@@ -358,8 +392,9 @@ class ScopeDriver:
         while time.monotonic() < end:
             for replica in self.fleet.live():
                 with contextlib.suppress(httpx.HTTPError):
-                    await self.http.post(replica.url + "/v1/systemone",
-                                         json=body(self.items[0].state, YES_NO))
+                    await self.http.post(
+                        replica.url + "/v1/systemone", json=body(self.items[0].state, YES_NO)
+                    )
             await asyncio.sleep(0.25)
 
     async def control(self) -> dict[str, dict[str, Any]]:
@@ -407,8 +442,7 @@ async def probe(driver: ScopeDriver, phase: Phase, store: str) -> None:
         item = driver.pool[i % len(driver.pool)]
         replica = driver.fleet.live()[i % len(driver.fleet.live())]
         with contextlib.suppress(httpx.HTTPError):
-            r = await driver.http.post(replica.url + "/v1/systemone",
-                                       json=body(item.state, YES_NO))
+            r = await driver.http.post(replica.url + "/v1/systemone", json=body(item.state, YES_NO))
             if r.status_code == 200:
                 asked.append((r.headers["x-request-id"], item))
     before = {name: refit_n(view) for name, view in (await driver.control()).items()}
@@ -425,8 +459,9 @@ async def probe(driver: ScopeDriver, phase: Phase, store: str) -> None:
         while time.monotonic() < deadline:
             views = await driver.control()
             for name, view in views.items():
-                if name not in phase.refit_grew and (refit_n(view) > before.get(name, 0)
-                                                     or fleet_fit_at(view) > labelled):
+                if name not in phase.refit_grew and (
+                    refit_n(view) > before.get(name, 0) or fleet_fit_at(view) > labelled
+                ):
                     phase.refit_grew[name] = time.monotonic() - first
             if views and set(views) <= set(phase.refit_grew):
                 phase.refit_s = max(phase.refit_grew.values())
@@ -445,8 +480,10 @@ def stored(store: str, request_id: str, since: float, timeout_s: float = 10.0) -
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if any(row.request_id == request_id and row.label is not None
-               for row in read_rows(store, since=since)):
+        if any(
+            row.request_id == request_id and row.label is not None
+            for row in read_rows(store, since=since)
+        ):
             return time.monotonic()
         time.sleep(0.01)
     return None
@@ -464,10 +501,12 @@ async def reload(driver: ScopeDriver, phase: Phase) -> None:
         return
     phase.reload_ms = 1000 * (time.monotonic() - start)
     found = r.json() if r.status_code == 200 else {}
-    phase.reload = {"status": r.status_code,
-                    "answered": sorted(x["replica"] for x in found.get("replicas", [])),
-                    "refused": found.get("refused", []),
-                    "not_answered": found.get("not_answered", [])}
+    phase.reload = {
+        "status": r.status_code,
+        "answered": sorted(x["replica"] for x in found.get("replicas", [])),
+        "refused": found.get("refused", []),
+        "not_answered": found.get("not_answered", []),
+    }
 
 
 async def close_phase(driver: ScopeDriver, phase: Phase, store: str) -> None:
@@ -485,8 +524,10 @@ async def close_phase(driver: ScopeDriver, phase: Phase, store: str) -> None:
 async def run_scope(scope: str, redis: str, store: str, opts: Options) -> Record:
     """The three phases on fresh replicas of ``scope``."""
     admin_key = secrets.token_urlsafe(16)
-    async with started(scope, redis, store, opts, admin_key) as fleet, \
-            httpx.AsyncClient(timeout=opts.timeout_s) as http:
+    async with (
+        started(scope, redis, store, opts, admin_key) as fleet,
+        httpx.AsyncClient(timeout=opts.timeout_s) as http,
+    ):
         record = Record(scope, [r.name for r in fleet.all])
         pool = await learn_pool(http, fleet.all[0].url, opts)
         driver = ScopeDriver(fleet, pool, opts, record, http)
@@ -499,7 +540,7 @@ async def run_scope(scope: str, redis: str, store: str, opts: Options) -> Record
                 driver.hot = fleet.all[0]
             elif name == "b":
                 driver.hot = fleet.all[-1]
-                driver.items = by_confidence[:max(1, len(pool) // 2)]
+                driver.items = by_confidence[: max(1, len(pool) // 2)]
             else:
                 fleet.kill(driver.hot)  # type: ignore[arg-type]
                 joining = fleet.spawn()
@@ -536,14 +577,30 @@ def local_redis() -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--loglevel", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--loglevel",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
-            with contextlib.suppress(OSError), \
-                    socket.create_connection(("127.0.0.1", port), timeout=1):
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", port), timeout=1),
+            ):
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("redis-server did not start")

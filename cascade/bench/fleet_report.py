@@ -23,8 +23,9 @@ TOLERANCE = 0.02
 MIN_WINDOW = 20  # questions a window needs to be judged (the pacer's own minimum)
 
 
-def worst_window(answers: Sequence[ObservedAnswer], start: float, end: float,
-                 window_s: float) -> float | None:
+def worst_window(
+    answers: Sequence[ObservedAnswer], start: float, end: float, window_s: float
+) -> float | None:
     """The highest strong share over windows of ``window_s`` in [start, end] with at least
     ``MIN_WINDOW`` questions (else over the whole span)."""
     if end - start <= window_s:
@@ -46,8 +47,11 @@ def _share(answers: Sequence[ObservedAnswer]) -> float | None:
 
 
 def _ms(values: Sequence[float]) -> dict[str, float | int | None]:
-    return {"n": len(values), "p50": statistics.median(values) if values else None,
-            "max": max(values, default=None)}
+    return {
+        "n": len(values),
+        "p50": statistics.median(values) if values else None,
+        "max": max(values, default=None),
+    }
 
 
 def summarize(records: Sequence[Record], opts: Options) -> dict[str, Any]:
@@ -58,32 +62,54 @@ def summarize(records: Sequence[Record], opts: Options) -> dict[str, Any]:
             answers = [a for a in record.answers if a.phase == phase.name]
             kept = [a.correct for a in answers if a.correct is not None]
             worst = worst_window(answers, phase.start, phase.end, opts.window_s)
-            phases.append({
-                "phase": phase.name, "questions": len(answers),
-                "hard": sum(a.hard for a in answers),
-                "strong_share": _share(answers),
-                "worst_window": worst,
-                "over_budget": worst is not None and worst > opts.budget + TOLERANCE,
-                "replicas": {name: _share([a for a in answers if a.replica == name])
-                             for name in record.replicas
-                             if any(a.replica == name for a in answers)},
-                "kept": {"n": len(kept), "accuracy": sum(kept) / len(kept) if kept else None},
-                "spread": {"end": phase.spreads[-1] if phase.spreads else None,
-                           "max": max(phase.spreads, default=None)},
-                "pacing": phase.pacing,
-                "thresholds": phase.thresholds, "refit": phase.refits,
-                "feedback": phase.feedback,
-                "labels": {"stored_ms": _ms(phase.stored_ms), "refit_s": phase.refit_s,
-                           "refit_grew": phase.refit_grew},
-                "reload": {"ms": phase.reload_ms, **phase.reload},
-                "joined_s": phase.joined_s,
-            })
-        scopes[record.scope] = {"replicas": record.replicas, "failures": record.failures,
-                                "phases": phases}
-    return {"bench": "fleet", "replicas": opts.replicas, "budget": opts.budget,
-            "target": opts.target, "phase_s": opts.phase_s, "window_s": opts.window_s,
-            "refit_interval_s": opts.refit_s, "clients": opts.clients,
-            "feedback_share": opts.feedback_share, "scopes": scopes}
+            phases.append(
+                {
+                    "phase": phase.name,
+                    "questions": len(answers),
+                    "hard": sum(a.hard for a in answers),
+                    "strong_share": _share(answers),
+                    "worst_window": worst,
+                    "over_budget": worst is not None and worst > opts.budget + TOLERANCE,
+                    "replicas": {
+                        name: _share([a for a in answers if a.replica == name])
+                        for name in record.replicas
+                        if any(a.replica == name for a in answers)
+                    },
+                    "kept": {"n": len(kept), "accuracy": sum(kept) / len(kept) if kept else None},
+                    "spread": {
+                        "end": phase.spreads[-1] if phase.spreads else None,
+                        "max": max(phase.spreads, default=None),
+                    },
+                    "pacing": phase.pacing,
+                    "thresholds": phase.thresholds,
+                    "refit": phase.refits,
+                    "feedback": phase.feedback,
+                    "labels": {
+                        "stored_ms": _ms(phase.stored_ms),
+                        "refit_s": phase.refit_s,
+                        "refit_grew": phase.refit_grew,
+                    },
+                    "reload": {"ms": phase.reload_ms, **phase.reload},
+                    "joined_s": phase.joined_s,
+                }
+            )
+        scopes[record.scope] = {
+            "replicas": record.replicas,
+            "failures": record.failures,
+            "phases": phases,
+        }
+    return {
+        "bench": "fleet",
+        "replicas": opts.replicas,
+        "budget": opts.budget,
+        "target": opts.target,
+        "phase_s": opts.phase_s,
+        "window_s": opts.window_s,
+        "refit_interval_s": opts.refit_s,
+        "clients": opts.clients,
+        "feedback_share": opts.feedback_share,
+        "scopes": scopes,
+    }
 
 
 def _pct(x: float | None) -> str:
@@ -121,8 +147,11 @@ def table(result: dict[str, Any]) -> str:
             labels, reload = p["labels"], p["reload"]
             grew = len(labels["refit_grew"])
             live = len(p["thresholds"]) or grew
-            refit = (_num(labels["refit_s"], ".1f") if labels["refit_s"] is not None
-                     else f"{grew}/{live}")
+            refit = (
+                _num(labels["refit_s"], ".1f")
+                if labels["refit_s"] is not None
+                else f"{grew}/{live}"
+            )
             seen = len(reload.get("answered", []))
             asked = seen + len(reload.get("not_answered", []))
             lines.append(
@@ -130,7 +159,8 @@ def table(result: dict[str, Any]) -> str:
                 f"{_pct(p['worst_window']):>7}{_pct(hot):>6}{_pct(_fleet_paced(p)):>7}"
                 f"{_pct(p['kept']['accuracy']):>9}"
                 f"{spread:>13}{_num(labels['stored_ms']['p50'], '.0f'):>9}{refit:>9}"
-                f"{_num(reload['ms'], '.0f'):>8} {seen}/{asked}")
+                f"{_num(reload['ms'], '.0f'):>8} {seen}/{asked}"
+            )
     lines += [
         "share: the fleet's strong share; worst: its worst window; hot: the highest replica's "
         "share; paced: share of 2 s samples a replica paced on the fleet's counts; spread: "
@@ -139,8 +169,12 @@ def table(result: dict[str, Any]) -> str:
         "(refit n grew, or a fleet fit published after; k/n: only k replicas'); "
         "reload ms: fleet reload round trip, replicas answered/seen",
     ]
-    joins = [f"{scope}: {p['joined_s']:.1f} s" for scope, run in result["scopes"].items()
-             for p in run["phases"] if p["joined_s"] is not None]
+    joins = [
+        f"{scope}: {p['joined_s']:.1f} s"
+        for scope, run in result["scopes"].items()
+        for p in run["phases"]
+        if p["joined_s"] is not None
+    ]
     if joins:
         lines.append("phase c: the new replica ready after " + ", ".join(joins))
     return "\n".join(lines)

@@ -35,12 +35,21 @@ BODY = {
     "model": "jev-latest",
     "state": {"ticket": "I was charged twice for my March invoice", "customer": {"tier": "pro"}},
     "questions": {
-        "team": {"type": "choice", "instructions": "Which team should handle this?",
-                 "criteria": {"billing": "Payments and refunds", "technical": "Bugs",
-                              "sales": "Upgrades"}},
+        "team": {
+            "type": "choice",
+            "instructions": "Which team should handle this?",
+            "criteria": {
+                "billing": "Payments and refunds",
+                "technical": "Bugs",
+                "sales": "Upgrades",
+            },
+        },
         "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-        "anger": {"type": "score", "instructions": "How angry?",
-                  "criteria": ["calm", "annoyed", "furious"]},
+        "anger": {
+            "type": "score",
+            "instructions": "How angry?",
+            "criteria": ["calm", "annoyed", "furious"],
+        },
     },
 }
 
@@ -73,8 +82,9 @@ def serve_fake(ports: Connection) -> None:
     DrainingServer(config, Drain(), 0.0).run(sockets=[sock])  # start-up frozen, as served
 
 
-def _serve_gateway(ports: Connection, upstream: str, collector: str = "",
-                   sampled: bool = False) -> None:
+def _serve_gateway(
+    ports: Connection, upstream: str, collector: str = "", sampled: bool = False
+) -> None:
     """The gateway as ``cascade serve`` runs it (its HTTP protocol and limits), no drain;
     with a ``collector``, traced to it (every trace ``sampled``, or none)."""
     from cascade.http.app import create_app
@@ -89,8 +99,12 @@ def _serve_gateway(ports: Connection, upstream: str, collector: str = "",
         from cascade.tracing.active import install
         from cascade.tracing.config import build
 
-        install(build(OTLPSpanExporter(endpoint=collector + "/v1/traces"),
-                      sampler=ALWAYS_ON if sampled else ALWAYS_OFF))
+        install(
+            build(
+                OTLPSpanExporter(endpoint=collector + "/v1/traces"),
+                sampler=ALWAYS_ON if sampled else ALWAYS_OFF,
+            )
+        )
     settings = Settings(upstream=upstream, host="127.0.0.1", drain_s=0)
     drain = Drain()
     app = create_app(settings, drain=drain)
@@ -105,11 +119,19 @@ def _serve_sink(ports: Connection) -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
-                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 await reader.readexactly(length)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n"
-                             b"Content-Length: 0\r\n\r\n")
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n"
+                    b"Content-Length: 0\r\n\r\n"
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
@@ -123,8 +145,9 @@ def _serve_sink(ports: Connection) -> None:
     asyncio.run(main())
 
 
-def started(ctx: Any, target: Callable[..., None], *args: Any
-             ) -> tuple[multiprocessing.process.BaseProcess, str]:
+def started(
+    ctx: Any, target: Callable[..., None], *args: Any
+) -> tuple[multiprocessing.process.BaseProcess, str]:
     """``target(ports, *args)`` in a process of its own, and the URL it serves."""
     here, there = ctx.Pipe()
     proc = ctx.Process(target=target, args=(there, *args), daemon=True)
@@ -178,8 +201,9 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _round(clients: dict[str, httpx.AsyncClient], requests: int, concurrency: int,
-                 pids: dict[str, int]) -> dict[str, dict[str, float]]:
+async def _round(
+    clients: dict[str, httpx.AsyncClient], requests: int, concurrency: int, pids: dict[str, int]
+) -> dict[str, dict[str, float]]:
     """One round: ``requests`` one at a time on each path, alternating between the paths (so a
     change in the machine's load falls on both), then a burst on each, one after the other.
     The server processes' CPU time over the one-at-a-time requests is the figure a busy machine
@@ -205,11 +229,14 @@ async def _round(clients: dict[str, httpx.AsyncClient], requests: int, concurren
     }
 
 
-async def _measure(urls: dict[str, str], requests: int, concurrency: int, repeat: int,
-                   pids: dict[str, int]) -> list[dict[str, dict[str, float]]]:
+async def _measure(
+    urls: dict[str, str], requests: int, concurrency: int, repeat: int, pids: dict[str, int]
+) -> list[dict[str, dict[str, float]]]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    clients = {name: httpx.AsyncClient(base_url=url, limits=limits, timeout=30)
-               for name, url in urls.items()}
+    clients = {
+        name: httpx.AsyncClient(base_url=url, limits=limits, timeout=30)
+        for name, url in urls.items()
+    }
     try:
         for client in clients.values():
             for _ in range(20):  # warm up connections and code paths
@@ -233,8 +260,9 @@ def _figures(paths: dict[str, dict[str, float]]) -> dict[str, float]:
 TRACED = ("tracing off", "sampled 0%", "sampled 100%")
 
 
-def run(requests: int = 500, concurrency: int = 8, repeat: int = 3,
-        tracing: bool = False) -> dict[str, Any]:
+def run(
+    requests: int = 500, concurrency: int = 8, repeat: int = 3, tracing: bool = False
+) -> dict[str, Any]:
     """``repeat`` rounds side by side; the figures are each one's median over the rounds."""
     ctx = multiprocessing.get_context("spawn")
     procs = []
@@ -245,8 +273,11 @@ def run(requests: int = 500, concurrency: int = 8, repeat: int = 3,
         if tracing:
             sink, collector = started(ctx, _serve_sink)
             procs.append(sink)
-            gateways = {TRACED[0]: ("", False), TRACED[1]: (collector, False),
-                        TRACED[2]: (collector, True)}
+            gateways = {
+                TRACED[0]: ("", False),
+                TRACED[1]: (collector, False),
+                TRACED[2]: (collector, True),
+            }
         urls, pids = {"direct": upstream}, {"direct": fake.pid}
         for name, (traced_to, sampled) in gateways.items():
             proc, urls[name] = started(ctx, _serve_gateway, upstream, traced_to, sampled)
@@ -254,17 +285,35 @@ def run(requests: int = 500, concurrency: int = 8, repeat: int = 3,
             pids[name] = proc.pid
         for url in urls.values():
             asyncio.run(_wait(url))
-        rounds = asyncio.run(_measure(urls, requests, concurrency, repeat, {
-            name: pid for name, pid in pids.items() if pid is not None}))  # started: never None
+        rounds = asyncio.run(
+            _measure(
+                urls,
+                requests,
+                concurrency,
+                repeat,
+                {name: pid for name, pid in pids.items() if pid is not None},
+            )
+        )  # started: never None
     finally:
         for proc in reversed(procs):  # the gateways first: they flush to the sink as they stop
             proc.terminate()
             proc.join(10)
-    paths = {name: {key: statistics.median(r[name][key] for r in rounds)
-                    for key in ("p50_ms", "p99_ms", "rps", "cpu_ms")} for name in urls}
+    paths = {
+        name: {
+            key: statistics.median(r[name][key] for r in rounds)
+            for key in ("p50_ms", "p99_ms", "rps", "cpu_ms")
+        }
+        for name in urls
+    }
     if tracing:
-        return {"requests": requests, "concurrency": concurrency, "repeat": repeat,
-                "tracing": True, **paths, "rounds": rounds}
+        return {
+            "requests": requests,
+            "concurrency": concurrency,
+            "repeat": repeat,
+            "tracing": True,
+            **paths,
+            "rounds": rounds,
+        }
     figures = [_figures(r) for r in rounds]
     return {
         "requests": requests,
@@ -294,21 +343,30 @@ def table(result: dict[str, Any]) -> str:
 def _price(result: dict[str, Any]) -> str:
     """Each traced gateway's CPU per request against the untraced one's, per round."""
     off = TRACED[0]
-    each = {name: [r[name]["cpu_ms"] - r[off]["cpu_ms"] for r in result["rounds"]]
-            for name in TRACED[1:]}
-    return "; ".join(
-        f"{name}: {result[name]['cpu_ms'] - result[off]['cpu_ms']:+.3f} CPU ms/request "
-        f"({(result[name]['cpu_ms'] / result[off]['cpu_ms'] - 1) * 100:+.1f} %; rounds "
-        + ", ".join(f"{d:+.3f}" for d in deltas) + ")"
-        for name, deltas in each.items()) + f" (medians of {result['repeat']} rounds)"
+    each = {
+        name: [r[name]["cpu_ms"] - r[off]["cpu_ms"] for r in result["rounds"]]
+        for name in TRACED[1:]
+    }
+    return (
+        "; ".join(
+            f"{name}: {result[name]['cpu_ms'] - result[off]['cpu_ms']:+.3f} CPU ms/request "
+            f"({(result[name]['cpu_ms'] / result[off]['cpu_ms'] - 1) * 100:+.1f} %; rounds "
+            + ", ".join(f"{d:+.3f}" for d in deltas)
+            + ")"
+            for name, deltas in each.items()
+        )
+        + f" (medians of {result['repeat']} rounds)"
+    )
 
 
 def _rows(result: dict[str, Any], names: tuple[str, ...]) -> list[str]:
     rows = []
     for name in names:
         r = result[name]
-        rows.append(f"{name:<18}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{r['rps']:>10.0f}"
-                    f"{r['cpu_ms']:>15.2f}")
+        rows.append(
+            f"{name:<18}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}{r['rps']:>10.0f}"
+            f"{r['cpu_ms']:>15.2f}"
+        )
     return rows
 
 

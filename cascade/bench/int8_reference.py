@@ -27,29 +27,39 @@ def per_tensor(fp32: Path, out: Path) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    quantize_dynamic(fp32, out, weight_type=QuantType.QInt8, per_channel=False,
-                     use_external_data_format=True)
+    quantize_dynamic(
+        fp32, out, weight_type=QuantType.QInt8, per_channel=False, use_external_data_format=True
+    )
     return out
 
 
-def _probabilities(model: Path, rows: Sequence[Row], cfg: LayaConfig, pad_id: int,
-                   threads: int, batch: int) -> list[np.ndarray]:
+def _probabilities(
+    model: Path, rows: Sequence[Row], cfg: LayaConfig, pad_id: int, threads: int, batch: int
+) -> list[np.ndarray]:
     session = OnnxSession(model, intra_op_threads=threads)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].ids))
     out: list[np.ndarray] = [np.empty(0)] * len(rows)
     for start in range(0, len(order), batch):
-        group = order[start:start + batch]
+        group = order[start : start + batch]
         logits, _ = session.run(collate([rows[i] for i in group], pad_id))
         for j, i in enumerate(group):
             k = len(rows[i].markers)
-            out[i] = decode.probabilities(logits[j, :k], cfg.temperature_for(rows[i].qtype, k),
-                                          None)
+            out[i] = decode.probabilities(
+                logits[j, :k], cfg.temperature_for(rows[i].qtype, k), None
+            )
     return out
 
 
-def same_rows_flips(fp32: Path, models: Mapping[str, Path], rows: Sequence[Row],
-                    cfg: LayaConfig, pad_id: int, *, threads: int, batch: int = 8
-                    ) -> dict[str, dict[str, float]]:
+def same_rows_flips(
+    fp32: Path,
+    models: Mapping[str, Path],
+    rows: Sequence[Row],
+    cfg: LayaConfig,
+    pad_id: int,
+    *,
+    threads: int,
+    batch: int = 8,
+) -> dict[str, dict[str, float]]:
     """Per int8 model: questions, flips against ``fp32``, mean and max |Δp| (all model files)."""
     base = _probabilities(fp32, rows, cfg, pad_id, threads, batch)
     found = {}

@@ -153,8 +153,12 @@ class Runner:
         self.lock = threading.Lock()
         self.engines = {
             runtime_name(p): LayaEngine(
-                "laya", {"english": ckpt}, onnx_cache=cache, intra_op_threads=threads,
-                max_wait_s=0.002, precision=p,  # type: ignore[arg-type]
+                "laya",
+                {"english": ckpt},
+                onnx_cache=cache,
+                intra_op_threads=threads,
+                max_wait_s=0.002,
+                precision=p,  # type: ignore[arg-type]
             )
             for p in precisions
         }
@@ -192,8 +196,9 @@ async def _single(r: Runner, state: str, repeat: int) -> dict[str, Any]:
     return out
 
 
-async def _concurrent(r: Runner, requests: list[dict], clients: int
-                      ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+async def _concurrent(
+    r: Runner, requests: list[dict], clients: int
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """Figures per runtime, and each cascade runtime's answers in request order."""
     out: dict[str, Any] = {}
     answers: dict[str, list[Any]] = {}
@@ -203,8 +208,9 @@ async def _concurrent(r: Runner, requests: list[dict], clients: int
         latencies: list[float] = []
         got: list[Any] = [None] * len(requests)
 
-        async def client(name: str = name, todo: list = todo, latencies: list = latencies,
-                         got: list = got) -> None:
+        async def client(
+            name: str = name, todo: list = todo, latencies: list = latencies, got: list = got
+        ) -> None:
             while todo:
                 i = todo.pop()
                 started = time.perf_counter()
@@ -232,8 +238,9 @@ def flips(base: list[Any], other: list[Any]) -> dict[str, float]:
     return {"questions": total, "flips": changed, "max_dp": worst}
 
 
-def _same_rows(ckpt: Path, cache: Path, rows: list[Any], info: Any, threads: int
-               ) -> dict[str, dict[str, float]]:
+def _same_rows(
+    ckpt: Path, cache: Path, rows: list[Any], info: Any, threads: int
+) -> dict[str, dict[str, float]]:
     """Flips of the served int8 export and of the per-tensor reference on ``rows``."""
     from cascade.bench.int8_reference import per_tensor, same_rows_flips
     from cascade.laya.export import MODEL_FILE, cached_export
@@ -242,9 +249,14 @@ def _same_rows(ckpt: Path, cache: Path, rows: list[Any], info: Any, threads: int
     fp32, served = cached_export(ckpt, cache), cached_int8(ckpt, cache)
     assert fp32 is not None and served is not None  # both made by Runner
     reference = per_tensor(fp32 / MODEL_FILE, cache / "per-tensor" / MODEL_FILE)
-    return same_rows_flips(fp32 / MODEL_FILE, {"cascade-int8": served / MODEL_FILE,
-                                               "per-tensor": reference},
-                           rows, info.cfg, info.tok.pad_id, threads=threads)
+    return same_rows_flips(
+        fp32 / MODEL_FILE,
+        {"cascade-int8": served / MODEL_FILE, "per-tensor": reference},
+        rows,
+        info.cfg,
+        info.tok.pad_id,
+        threads=threads,
+    )
 
 
 async def _bench(args: argparse.Namespace, ckpt: Path, cache: Path) -> dict[str, Any]:
@@ -267,8 +279,11 @@ async def _bench(args: argparse.Namespace, ckpt: Path, cache: Path) -> dict[str,
         results[f"single_{tokens}"] = await _single(r, state_of(ckpt_info.tok, tokens), args.repeat)
     results["concurrent"], answers = await _concurrent(r, requests, args.clients)
     if "cascade" in answers:
-        results["flips"] = {name: flips(answers["cascade"], got)
-                            for name, got in answers.items() if name != "cascade"}
+        results["flips"] = {
+            name: flips(answers["cascade"], got)
+            for name, got in answers.items()
+            if name != "cascade"
+        }
     planned = []
     for req in requests:
         call = EngineCall(
@@ -321,11 +336,15 @@ def report(results: dict[str, Any]) -> None:
             ratios = ", ".join(f"{n} {results[run][n]['rows_per_s'] / base:.2f}x" for n in others)
             print(f"{run}: {ratios} the fp32 engine's rows/s")
     for name, f in results.get("flips", {}).items():
-        print(f"{name}: {f['flips']} of {f['questions']} concurrent-run answers differ from "
-              f"fp32, max |Δp| {f['max_dp']:.4f} (random weights: small margins, see docs/int8.md)")
+        print(
+            f"{name}: {f['flips']} of {f['questions']} concurrent-run answers differ from "
+            f"fp32, max |Δp| {f['max_dp']:.4f} (random weights: small margins, see docs/int8.md)"
+        )
     for name, f in results.get("same_rows", {}).items():
-        print(f"same rows, fixed batches of 8: {name} changes {f['flips']} of {f['questions']} "
-              f"answers, mean |Δp| {f['mean_dp']:.4f}, max {f['max_dp']:.4f}")
+        print(
+            f"same rows, fixed batches of 8: {name} changes {f['flips']} of {f['questions']} "
+            f"answers, mean |Δp| {f['mean_dp']:.4f}, max {f['max_dp']:.4f}"
+        )
 
 
 def main(args: argparse.Namespace) -> int:

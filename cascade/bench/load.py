@@ -39,11 +39,17 @@ ROUTES = {False: "/v1/systemone", True: "/v1/systemone/batch"}
 DEFAULT_BODY = {
     "state": "I was charged twice for my March invoice and nobody answers my emails.",
     "questions": {
-        "team": {"type": "choice", "instructions": "Which team should handle this?",
-                 "criteria": {"billing": "Payments", "technical": "Bugs", "sales": "Upgrades"}},
+        "team": {
+            "type": "choice",
+            "instructions": "Which team should handle this?",
+            "criteria": {"billing": "Payments", "technical": "Bugs", "sales": "Upgrades"},
+        },
         "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-        "anger": {"type": "score", "instructions": "How angry?",
-                  "criteria": ["calm", "annoyed", "furious"]},
+        "anger": {
+            "type": "score",
+            "instructions": "How angry?",
+            "criteria": ["calm", "annoyed", "furious"],
+        },
     },
 }
 RSS_INTERVAL_S = 0.5
@@ -166,8 +172,11 @@ class Load:
         self._rng = random.Random(self.seed)
 
     def take(self) -> dict[str, Any]:
-        if self.repeat_share is not None and self._sent and (
-                self._rng.random() < self.repeat_share):
+        if (
+            self.repeat_share is not None
+            and self._sent
+            and (self._rng.random() < self.repeat_share)
+        ):
             return self._rng.choice(self._sent)
         body = self.bodies[self._next % len(self.bodies)]
         self._next += 1
@@ -178,10 +187,12 @@ class Load:
 
     async def run(self) -> float:
         """Drive the server; returns the wall time until the last answer came back."""
-        limits = httpx.Limits(max_connections=self.concurrency,
-                              max_keepalive_connections=self.concurrency)
-        async with httpx.AsyncClient(base_url=self.url, limits=limits,
-                                     timeout=self.timeout_s) as client:
+        limits = httpx.Limits(
+            max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+        )
+        async with httpx.AsyncClient(
+            base_url=self.url, limits=limits, timeout=self.timeout_s
+        ) as client:
             started = time.monotonic()
             end = started + self.duration_s
             await asyncio.gather(*(self._client(client, end) for _ in range(self.concurrency)))
@@ -207,8 +218,15 @@ class Load:
                 continue
             seconds = time.monotonic() - started
             status = response.status_code
-            self.results.append(Result(route, status, seconds, status == 200 and _degraded(
-                response), response.headers.get("x-cascade-cache")))
+            self.results.append(
+                Result(
+                    route,
+                    status,
+                    seconds,
+                    status == 200 and _degraded(response),
+                    response.headers.get("x-cascade-cache"),
+                )
+            )
             if self.honour_retry_after and "retry-after" in response.headers:
                 with contextlib.suppress(ValueError):
                     wait = float(response.headers["retry-after"])
@@ -218,6 +236,7 @@ class Load:
 
 def fresh(body: dict[str, Any], n: int) -> dict[str, Any]:
     """``body`` with reference number ``n`` added to its state(s): a request nothing repeats."""
+
     def mark(state: Any) -> Any:
         if isinstance(state, dict):
             return {**state, "ref": n}
@@ -248,8 +267,9 @@ def _class(status: int | str) -> str:
     return f"{status // 100}xx" if isinstance(status, int) else status
 
 
-def summarize(load: Load, wall_s: float, rss: list[tuple[float, float]],
-              pid: int | None) -> dict[str, Any]:
+def summarize(
+    load: Load, wall_s: float, rss: list[tuple[float, float]], pid: int | None
+) -> dict[str, Any]:
     results = load.results
     ok = [r for r in results if r.status == 200]
     routes: dict[str, Any] = {}
@@ -303,30 +323,53 @@ def table(result: dict[str, Any]) -> str:
         f"{'route':<22}{'requests':>9}{'ok':>7}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}",
     ]
     for route, r in result["routes"].items():
+
         def ms(v: float | None) -> str:
             return f"{v:>10.1f}" if v is not None else f"{'-':>10}"
 
-        lines.append(f"{route:<22}{r['requests']:>9}{r['ok']:>7}{ms(r['p50_ms'])}"
-                     f"{ms(r['p99_ms'])}{ms(r['max_ms'])}")
+        lines.append(
+            f"{route:<22}{r['requests']:>9}{r['ok']:>7}{ms(r['p50_ms'])}"
+            f"{ms(r['p99_ms'])}{ms(r['max_ms'])}"
+        )
     rss = result["rss_mib"]
     if rss["samples"]:
-        lines.append(f"server RSS (pid {result['server_pid']}): start {rss['start']:.0f} MiB, "
-                     f"max {rss['max']:.0f} MiB, end {rss['end']:.0f} MiB")
+        lines.append(
+            f"server RSS (pid {result['server_pid']}): start {rss['start']:.0f} MiB, "
+            f"max {rss['max']:.0f} MiB, end {rss['end']:.0f} MiB"
+        )
     else:
         lines.append("server RSS: not sampled (no --pid and no local listener found)")
     return "\n".join(lines)
 
 
-def run(url: str, *, concurrency: int, duration_s: float, requests: Path | None = None,
-        model: str = "jev-latest", max_state_chars: int = 0, pid: int | None = None,
-        timeout_s: float = 30.0, honour_retry_after: bool = True,
-        repeat_share: float | None = None, seed: int = 0) -> dict[str, Any]:
+def run(
+    url: str,
+    *,
+    concurrency: int,
+    duration_s: float,
+    requests: Path | None = None,
+    model: str = "jev-latest",
+    max_state_chars: int = 0,
+    pid: int | None = None,
+    timeout_s: float = 30.0,
+    honour_retry_after: bool = True,
+    repeat_share: float | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Drive ``url`` and return the summary (see the module docstring)."""
     bodies = read_requests(requests, model=model, max_state_chars=max_state_chars)
     port = urlsplit(url).port or (443 if url.startswith("https") else 80)
     pid = pid if pid is not None else listening_pid(port)
-    load = Load(url.rstrip("/"), bodies, concurrency, duration_s, timeout_s, honour_retry_after,
-                repeat_share, seed)
+    load = Load(
+        url.rstrip("/"),
+        bodies,
+        concurrency,
+        duration_s,
+        timeout_s,
+        honour_retry_after,
+        repeat_share,
+        seed,
+    )
     with RssSampler(pid) as sampler:
         wall = asyncio.run(load.run())
     result = summarize(load, wall, sampler.samples, pid)
@@ -349,8 +392,9 @@ def cache_metrics(url: str) -> dict[str, float]:
     return found
 
 
-def run_matrix(urls: list[str], repeat_shares: list[float | None], **options: Any
-               ) -> dict[str, Any]:
+def run_matrix(
+    urls: list[str], repeat_shares: list[float | None], **options: Any
+) -> dict[str, Any]:
     """``run`` for every R of ``repeat_shares`` on every server of ``urls``, back to back (R
     outer, so each server sees the same machine load at the same R)."""
     runs = [run(url, repeat_share=share, **options) for share in repeat_shares for url in urls]
@@ -359,8 +403,10 @@ def run_matrix(urls: list[str], repeat_shares: list[float | None], **options: An
 
 def matrix_table(matrix: dict[str, Any]) -> str:
     """One line per server and R: goodput and p50, and their ratios to the first server's."""
-    lines = [f"{'R':>5}  {'server':<28}{'ok':>6}{'goodput/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
-             f"{'goodput x':>11}{'p50 x':>8}  cache (hit/partial/miss)  load"]
+    lines = [
+        f"{'R':>5}  {'server':<28}{'ok':>6}{'goodput/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'goodput x':>11}{'p50 x':>8}  cache (hit/partial/miss)  load"
+    ]
     first: dict[float | None, dict[str, Any]] = {}
     for r in matrix["runs"]:
         share = r["repeat_share"]
@@ -372,14 +418,18 @@ def matrix_table(matrix: dict[str, Any]) -> str:
         cache = r["cache"]
         counts = "/".join(str(cache.get(k, 0)) for k in ("hit", "partial", "miss"))
         shown = "-" if share is None else f"{share:.2f}"
-        lines.append(f"{shown:>5}  {r['url']:<28}{r['ok']:>6}{r['goodput_per_s']:>11.2f}"
-                     f"{p50 or float('nan'):>9.1f}{p99 or float('nan'):>9.1f}{ratio:>11.2f}"
-                     f"{p50_ratio:>8.2f}  {counts:<24}  {r['load_average']:.1f}")
+        lines.append(
+            f"{shown:>5}  {r['url']:<28}{r['ok']:>6}{r['goodput_per_s']:>11.2f}"
+            f"{p50 or float('nan'):>9.1f}{p99 or float('nan'):>9.1f}{ratio:>11.2f}"
+            f"{p50_ratio:>8.2f}  {counts:<24}  {r['load_average']:.1f}"
+        )
     for r in matrix["runs"]:
         if r["cache_metrics"]:
             rss = r["rss_mib"]
-            lines.append(f"{r['url']} after R={r['repeat_share']}: cache "
-                         f"{r['cache_metrics'].get('bytes', 0) / 2**20:.2f} MiB accounted in "
-                         f"{r['cache_metrics'].get('entries', 0):.0f} entries; RSS "
-                         f"{rss['start']} -> {rss['end']} MiB")
+            lines.append(
+                f"{r['url']} after R={r['repeat_share']}: cache "
+                f"{r['cache_metrics'].get('bytes', 0) / 2**20:.2f} MiB accounted in "
+                f"{r['cache_metrics'].get('entries', 0):.0f} entries; RSS "
+                f"{rss['start']} -> {rss['end']} MiB"
+            )
     return "\n".join(lines)

@@ -19,8 +19,13 @@ def served_demo(url: str, *, key: str | None = None, admin_key: str | None = Non
                 found = client.get(path, headers=headers).json()
             except (httpx.HTTPError, ValueError):
                 continue
-            if isinstance(found, dict) and (found.get("demo") is True or any(
+            if isinstance(found, dict) and (
+                found.get("demo") is True
+                or any(
                     str(card.get("description", "")).startswith(DEMO_CARD)
-                    for card in found.get("models") or [] if isinstance(card, dict))):
+                    for card in found.get("models") or []
+                    if isinstance(card, dict)
+                )
+            ):
                 return True
     return False

@@ -51,8 +51,10 @@ class Soak:
 
     def head(self, length: int, extra: str = "") -> bytes:
         auth = f"authorization: Bearer {self.key}\r\n" if self.key else ""
-        return (f"POST {ROUTE} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json"
-                f"\r\ncontent-length: {length}\r\n{auth}{extra}\r\n").encode()
+        return (
+            f"POST {ROUTE} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json"
+            f"\r\ncontent-length: {length}\r\n{auth}{extra}\r\n"
+        ).encode()
 
     def left(self) -> float:
         return self.started + self.duration_s - time.monotonic()
@@ -140,8 +142,13 @@ async def _h2c(soak: Soak) -> str:
     smuggled = b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n"
     reader, writer = await asyncio.open_connection(soak.host, soak.port)
     try:
-        writer.write(soak.head(len(smuggled), "connection: Upgrade, HTTP2-Settings\r\n"
-                               "upgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"))
+        writer.write(
+            soak.head(
+                len(smuggled),
+                "connection: Upgrade, HTTP2-Settings\r\n"
+                "upgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n",
+            )
+        )
         await writer.drain()
         await asyncio.sleep(0.05)
         writer.write(smuggled)
@@ -159,8 +166,12 @@ async def _h2c(soak: Soak) -> str:
 async def _unread_batch(soak: Soak) -> str:
     """A batch whose answer is large, sent and then never read for 20 s."""
     labels = {f"label-{i}-" + "x" * 200: None for i in range(20)}
-    body = json.dumps({"states": [f"state {i}" for i in range(64)], "questions": {
-        "q": {"type": "choice", "instructions": "Which?", "criteria": labels}}}).encode()
+    body = json.dumps(
+        {
+            "states": [f"state {i}" for i in range(64)],
+            "questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": labels}},
+        }
+    ).encode()
     reader, writer = await asyncio.open_connection(soak.host, soak.port)
     try:
         head = soak.head(len(body)).replace(ROUTE.encode(), b"/v1/systemone/batch", 1)
@@ -183,11 +194,16 @@ async def _malformed(soak: Soak) -> str:
 
 
 async def _drive(soak: Soak, honest_clients: int) -> None:
-    bomb = json.dumps({"state": "see image", "images": [base64.b64encode(scan_bomb()).decode()],
-                       "questions": {"q": {"type": "noul", "instructions": "Is it blue?"}}}
-                      ).encode()
-    big = json.dumps({"state": "hi", "questions": {
-        "q": {"type": "noul", "instructions": "x" * 15_000_000}}}).encode()
+    bomb = json.dumps(
+        {
+            "state": "see image",
+            "images": [base64.b64encode(scan_bomb()).decode()],
+            "questions": {"q": {"type": "noul", "instructions": "Is it blue?"}},
+        }
+    ).encode()
+    big = json.dumps(
+        {"state": "hi", "questions": {"q": {"type": "noul", "instructions": "x" * 15_000_000}}}
+    ).encode()
     soak.started = time.monotonic()
     limits = httpx.Limits(max_connections=honest_clients)
     async with httpx.AsyncClient(base_url=soak.url, limits=limits, timeout=30.0) as client:
@@ -211,17 +227,32 @@ def windows(soak: Soak, rss: list[tuple[float, float]], window_s: float) -> list
         rows = [r for r in soak.honest if lo <= r[0] < hi]
         ok = sorted(s for _, status, s in rows if status == 200)
         mem = [v for t, v in rss if lo <= t < hi]
-        out.append({
-            "from_s": lo, "to_s": min(hi, soak.duration_s), "honest": len(rows), "ok": len(ok),
-            "p50_ms": round(1000 * statistics.median(ok), 1) if ok else None,
-            "p99_ms": round(1000 * ok[min(len(ok) - 1, int(0.99 * len(ok)))], 1) if ok else None,
-            "rss_floor_mib": min(mem) if mem else None, "rss_peak_mib": max(mem) if mem else None,
-        })
+        out.append(
+            {
+                "from_s": lo,
+                "to_s": min(hi, soak.duration_s),
+                "honest": len(rows),
+                "ok": len(ok),
+                "p50_ms": round(1000 * statistics.median(ok), 1) if ok else None,
+                "p99_ms": round(1000 * ok[min(len(ok) - 1, int(0.99 * len(ok)))], 1)
+                if ok
+                else None,
+                "rss_floor_mib": min(mem) if mem else None,
+                "rss_peak_mib": max(mem) if mem else None,
+            }
+        )
     return out
 
 
-def run(url: str, *, duration_s: float, window_s: float, honest_clients: int,
-        key: str | None = None, pid: int | None = None) -> dict[str, Any]:
+def run(
+    url: str,
+    *,
+    duration_s: float,
+    window_s: float,
+    honest_clients: int,
+    key: str | None = None,
+    pid: int | None = None,
+) -> dict[str, Any]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     pid = pid if pid is not None else listening_pid(port)
@@ -229,8 +260,11 @@ def run(url: str, *, duration_s: float, window_s: float, honest_clients: int,
     with RssSampler(pid) as sampler:
         asyncio.run(_drive(soak, honest_clients))
     return {
-        "url": url, "duration_s": duration_s, "window_s": window_s,
-        "honest_clients": honest_clients, "server_pid": pid,
+        "url": url,
+        "duration_s": duration_s,
+        "window_s": window_s,
+        "honest_clients": honest_clients,
+        "server_pid": pid,
         "honest_statuses": dict(Counter(str(s) for _, s, _ in soak.honest)),
         "hostile": {k: dict(v) for k, v in sorted(soak.hostile.items())},
         "windows": windows(soak, sampler.samples, window_s),
@@ -238,20 +272,26 @@ def run(url: str, *, duration_s: float, window_s: float, honest_clients: int,
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"{result['url']}: {result['honest_clients']} honest clients beside hostile ones "
-             f"for {result['duration_s']:g} s",
-             "honest statuses: " + ", ".join(f"{k} {v}" for k, v in
-                                             sorted(result["honest_statuses"].items()))]
+    lines = [
+        f"{result['url']}: {result['honest_clients']} honest clients beside hostile ones "
+        f"for {result['duration_s']:g} s",
+        "honest statuses: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(result["honest_statuses"].items())),
+    ]
     for kind, outcomes in result["hostile"].items():
         lines.append(f"  {kind:<18}" + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
-    lines.append(f"{'window':<12}{'honest':>8}{'ok':>7}{'p50 ms':>9}{'p99 ms':>9}"
-                 f"{'RSS floor':>11}{'RSS peak':>10}")
+    lines.append(
+        f"{'window':<12}{'honest':>8}{'ok':>7}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'RSS floor':>11}{'RSS peak':>10}"
+    )
 
     def cell(value: float | None, width: int) -> str:
         return f"{value:>{width}.0f}" if value is not None else f"{'-':>{width}}"
 
     for w in result["windows"]:
-        lines.append(f"{w['from_s']:>4.0f}-{w['to_s']:<4.0f} s{w['honest']:>8}{w['ok']:>7}"
-                     f"{cell(w['p50_ms'], 9)}{cell(w['p99_ms'], 9)}"
-                     f"{cell(w['rss_floor_mib'], 11)}{cell(w['rss_peak_mib'], 10)}")
+        lines.append(
+            f"{w['from_s']:>4.0f}-{w['to_s']:<4.0f} s{w['honest']:>8}{w['ok']:>7}"
+            f"{cell(w['p50_ms'], 9)}{cell(w['p99_ms'], 9)}"
+            f"{cell(w['rss_floor_mib'], 11)}{cell(w['rss_peak_mib'], 10)}"
+        )
     return "\n".join(lines)

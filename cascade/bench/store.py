@@ -24,11 +24,14 @@ from cascade.policy.stamp import Stamp
 from cascade.schema import ChoiceQuestion, NoulQuestion, Question
 from cascade.store.base import DecisionStore
 
-POLICY = Policy(tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-                       "clef": ClefTier(release="x")},
-                route=Route(cheap="laya", strong="clef"))
-QUESTIONS: dict[str, Question] = {"urgent": NoulQuestion(instructions="Is it urgent?"),
-             "team": ChoiceQuestion(instructions="Which team?", criteria=["billing", "tech"])}
+POLICY = Policy(
+    tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")), "clef": ClefTier(release="x")},
+    route=Route(cheap="laya", strong="clef"),
+)
+QUESTIONS: dict[str, Question] = {
+    "urgent": NoulQuestion(instructions="Is it urgent?"),
+    "team": ChoiceQuestion(instructions="Which team?", criteria=["billing", "tech"]),
+}
 
 
 def _decided(call: EngineCall) -> Decision:
@@ -52,8 +55,12 @@ async def _drive(store: DecisionStore, clients: int, seconds: float, tag: str) -
         for n in range(10_000_000):
             if time.perf_counter() >= end:
                 return
-            call = EngineCall(state=f"ticket {tag} {c} {n}", model="jev-latest",
-                              request_id=f"bench-{tag}-{c}-{n}", questions=dict(QUESTIONS))
+            call = EngineCall(
+                state=f"ticket {tag} {c} {n}",
+                model="jev-latest",
+                request_id=f"bench-{tag}-{c}-{n}",
+                questions=dict(QUESTIONS),
+            )
             decision = _decided(call)
             started = time.perf_counter()
             await store.record(call, decision, 0.001)
@@ -62,9 +69,13 @@ async def _drive(store: DecisionStore, clients: int, seconds: float, tag: str) -
     started = time.perf_counter()
     await asyncio.gather(*(client(c) for c in range(clients)))
     took = time.perf_counter() - started
-    return {"clients": clients, "requests": len(waits),
-            "rows_per_s": round(len(waits) * len(QUESTIONS) / took, 1),
-            "p50_ms": round(_p(waits, 0.5) * 1000, 3), "p99_ms": round(_p(waits, 0.99) * 1000, 3)}
+    return {
+        "clients": clients,
+        "requests": len(waits),
+        "rows_per_s": round(len(waits) * len(QUESTIONS) / took, 1),
+        "p50_ms": round(_p(waits, 0.5) * 1000, 3),
+        "p99_ms": round(_p(waits, 0.99) * 1000, 3),
+    }
 
 
 def run_bench(*, postgres: str | None, clients: list[int], seconds: float) -> dict[str, Any]:
@@ -82,17 +93,22 @@ def run_bench(*, postgres: str | None, clients: list[int], seconds: float) -> di
         for name, make in backends.items():
             store = make()
             try:
-                results[name] = [asyncio.run(_drive(store, n, seconds, f"{stamp}-{name}-{n}"))
-                                 for n in clients]
+                results[name] = [
+                    asyncio.run(_drive(store, n, seconds, f"{stamp}-{name}-{n}")) for n in clients
+                ]
             finally:
                 store.close()
     return {"seconds": seconds, "backends": results}
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"{'backend':<11} {'clients':>7} {'requests':>9} {'rows/s':>9} {'p50 ms':>8} "
-             f"{'p99 ms':>8}"]
+    lines = [
+        f"{'backend':<11} {'clients':>7} {'requests':>9} {'rows/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
+    ]
     for name, rows in result["backends"].items():
-        lines += [f"{name:<11} {r['clients']:>7} {r['requests']:>9} {r['rows_per_s']:>9} "
-                  f"{r['p50_ms']:>8} {r['p99_ms']:>8}" for r in rows]
+        lines += [
+            f"{name:<11} {r['clients']:>7} {r['requests']:>9} {r['rows_per_s']:>9} "
+            f"{r['p50_ms']:>8} {r['p99_ms']:>8}"
+            for r in rows
+        ]
     return "\n".join(lines)

@@ -42,20 +42,33 @@ READY_S = 600.0  # the first demo start builds and exports its tiny checkpoints
 
 
 @contextlib.contextmanager
-def gateway(name: str, tiers: list[str], decision_log: str | None,
-            work: Path) -> Iterator[tuple[str, int]]:
+def gateway(
+    name: str, tiers: list[str], decision_log: str | None, work: Path
+) -> Iterator[tuple[str, int]]:
     """``cascade serve`` with ``tiers`` (its arguments) on a free loopback port logging to
     ``decision_log`` (None: no store), its spool under ``work``; yields its URL and pid, stops
     it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "cascade", "serve", *tiers, "--host", "127.0.0.1",
-           "--port", str(port), "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cascade",
+        "serve",
+        *tiers,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     if decision_log is not None:
         cmd += ["--decision-log", decision_log]
-    env = child_environment({"CASCADE_REPLICA": f"bench-{name}",
-                             "CASCADE_DECISION_SPOOL": str(work / f"spool-{name}")})
+    env = child_environment(
+        {"CASCADE_REPLICA": f"bench-{name}", "CASCADE_DECISION_SPOOL": str(work / f"spool-{name}")}
+    )
     print(f"starting the {name} gateway: {' '.join(cmd[1:])}", file=sys.stderr)
     proc = subprocess.Popen(cmd, env=env, cwd=work)
     url = f"http://127.0.0.1:{port}"
@@ -98,33 +111,48 @@ def fake_upstream() -> Iterator[str]:
         proc.join(10)
 
 
-def run_bench(*, postgres: str, clients: list[int], seconds: float, rounds: int,
-              tiers: str = "demo") -> dict[str, Any]:
+def run_bench(
+    *, postgres: str, clients: list[int], seconds: float, rounds: int, tiers: str = "demo"
+) -> dict[str, Any]:
     """Every store at every client count, ``rounds`` times each, interleaved."""
-    with tempfile.TemporaryDirectory(prefix="cascade-bench-store-load-") as tmp, \
-            contextlib.ExitStack() as stack:
+    with (
+        tempfile.TemporaryDirectory(prefix="cascade-bench-store-load-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         work = Path(tmp)
-        args = (["--demo"] if tiers == "demo"
-                else ["--upstream", stack.enter_context(fake_upstream())])
+        args = (
+            ["--demo"] if tiers == "demo" else ["--upstream", stack.enter_context(fake_upstream())]
+        )
         stores = {"off": None, "sqlite": str(work / "decisions.sqlite"), "postgresql": postgres}
-        servers = {name: stack.enter_context(gateway(name, args, target, work))
-                   for name, target in stores.items()}
+        servers = {
+            name: stack.enter_context(gateway(name, args, target, work))
+            for name, target in stores.items()
+        }
         runs: dict[str, dict[int, list[dict[str, Any]]]] = {
-            name: {n: [] for n in clients} for name in stores}
+            name: {n: [] for n in clients} for name in stores
+        }
         for n in clients:
             for _ in range(rounds):
                 for name, (url, pid) in servers.items():
                     cpu = cpu_s(pid)
                     done = load.run(url, concurrency=n, duration_s=seconds, pid=pid)
-                    done["cpu_ms_per_ok"] = (1000 * (cpu_s(pid) - cpu) / done["ok"]
-                                             if done["ok"] else None)
+                    done["cpu_ms_per_ok"] = (
+                        1000 * (cpu_s(pid) - cpu) / done["ok"] if done["ok"] else None
+                    )
                     runs[name][n].append(done)
-    return {"tiers": tiers, "seconds": seconds, "rounds": rounds, "clients": clients,
-            "cpus": os.cpu_count(), "rows": _rows(runs, clients)}
+    return {
+        "tiers": tiers,
+        "seconds": seconds,
+        "rounds": rounds,
+        "clients": clients,
+        "cpus": os.cpu_count(),
+        "rows": _rows(runs, clients),
+    }
 
 
-def _rows(runs: dict[str, dict[int, list[dict[str, Any]]]],
-          clients: list[int]) -> list[dict[str, Any]]:
+def _rows(
+    runs: dict[str, dict[int, list[dict[str, Any]]]], clients: list[int]
+) -> list[dict[str, Any]]:
     rows = []
     for n in clients:
         base = cpu_base = None
@@ -135,18 +163,25 @@ def _rows(runs: dict[str, dict[int, list[dict[str, Any]]]],
             cpu = _median(r["cpu_ms_per_ok"] for r in done)
             base = goodput if base is None else base
             cpu_base = cpu if cpu_base is None else cpu_base
-            rows.append({
-                "clients": n, "store": name, "ok": sum(r["ok"] for r in done),
-                "not_ok": sum(r["requests"] - r["ok"] for r in done),
-                "goodput_per_s": round(goodput, 2),
-                "goodput_rounds": [round(r["goodput_per_s"], 2) for r in done],
-                "vs_off": round(goodput / base, 3) if base else None,
-                "cpu_ms_per_ok": cpu,
-                "cpu_rounds": [None if r["cpu_ms_per_ok"] is None else round(r["cpu_ms_per_ok"], 3)
-                               for r in done],
-                "cpu_vs_off": round(cpu / cpu_base, 3) if cpu and cpu_base else None,
-                "p50_ms": _median(r.get("p50_ms") for r in route),
-                "p99_ms": _median(r.get("p99_ms") for r in route)})
+            rows.append(
+                {
+                    "clients": n,
+                    "store": name,
+                    "ok": sum(r["ok"] for r in done),
+                    "not_ok": sum(r["requests"] - r["ok"] for r in done),
+                    "goodput_per_s": round(goodput, 2),
+                    "goodput_rounds": [round(r["goodput_per_s"], 2) for r in done],
+                    "vs_off": round(goodput / base, 3) if base else None,
+                    "cpu_ms_per_ok": cpu,
+                    "cpu_rounds": [
+                        None if r["cpu_ms_per_ok"] is None else round(r["cpu_ms_per_ok"], 3)
+                        for r in done
+                    ],
+                    "cpu_vs_off": round(cpu / cpu_base, 3) if cpu and cpu_base else None,
+                    "p50_ms": _median(r.get("p50_ms") for r in route),
+                    "p99_ms": _median(r.get("p99_ms") for r in route),
+                }
+            )
     return rows
 
 
@@ -156,14 +191,18 @@ def _median(values: Any) -> float | None:
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"tiers: {result['tiers']}; {result['rounds']} rounds of {result['seconds']:g} s per "
-             "store and client count "
-             f"(medians; {result['cpus']} CPUs shared by the gateways, the database and the "
-             "clients)",
-             f"{'clients':>7} {'store':<11} {'ok':>7} {'not 200':>8} {'goodput/s':>10} "
-             f"{'vs off':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/ok':>10} {'vs off':>7}"]
+    lines = [
+        f"tiers: {result['tiers']}; {result['rounds']} rounds of {result['seconds']:g} s per "
+        "store and client count "
+        f"(medians; {result['cpus']} CPUs shared by the gateways, the database and the "
+        "clients)",
+        f"{'clients':>7} {'store':<11} {'ok':>7} {'not 200':>8} {'goodput/s':>10} "
+        f"{'vs off':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/ok':>10} {'vs off':>7}",
+    ]
     for r in result["rows"]:
-        lines.append(f"{r['clients']:>7} {r['store']:<11} {r['ok']:>7} {r['not_ok']:>8} "
-                     f"{r['goodput_per_s']:>10.2f} {r['vs_off']:>7.3f} {r['p50_ms']:>8} "
-                     f"{r['p99_ms']:>8} {r['cpu_ms_per_ok']:>10} {r['cpu_vs_off']:>7}")
+        lines.append(
+            f"{r['clients']:>7} {r['store']:<11} {r['ok']:>7} {r['not_ok']:>8} "
+            f"{r['goodput_per_s']:>10.2f} {r['vs_off']:>7.3f} {r['p50_ms']:>8} "
+            f"{r['p99_ms']:>8} {r['cpu_ms_per_ok']:>10} {r['cpu_vs_off']:>7}"
+        )
     return "\n".join(lines)

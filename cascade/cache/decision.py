@@ -73,16 +73,18 @@ class Driver(Protocol):
     @property
     def profile(self) -> str: ...
 
-    async def _call(self, serving: Serving, tier: str, call: EngineCall,
-                    timings: dict[str, float]) -> EngineAnswer: ...
+    async def _call(
+        self, serving: Serving, tier: str, call: EngineCall, timings: dict[str, float]
+    ) -> EngineAnswer: ...
 
 
 class DecisionCache:
     """The cache of one gateway. ``tier_ids``: each tier's content id under a policy (its
     weights' hash, an upstream's URLs and model); computed once per policy version."""
 
-    def __init__(self, config: Cache, store: CacheStore, *,
-                 tier_ids: TierIds = lambda policy: {}) -> None:
+    def __init__(
+        self, config: Cache, store: CacheStore, *, tier_ids: TierIds = lambda policy: {}
+    ) -> None:
         self.config = config
         self.store = store
         self.flights = Flights()
@@ -106,21 +108,31 @@ class DecisionCache:
         return lambda: self._keep(serving.policy, version)
 
     def _identity(self, policy: Policy) -> Version:
-        return Version(policy=policy_hash(policy), calibration=calibration_hash(policy),
-                       tiers=dict(self._tier_ids(policy)))
+        return Version(
+            policy=policy_hash(policy),
+            calibration=calibration_hash(policy),
+            tiers=dict(self._tier_ids(policy)),
+        )
 
     def _keep(self, policy: Policy, version: Version) -> None:
         self._versions = [(policy, version), *self._versions[: _VERSIONS - 1]]
 
-    def lookup(self, driver: Driver, serving: Serving, *, tenant: str,
-               control: CacheControl) -> Lookup:
+    def lookup(
+        self, driver: Driver, serving: Serving, *, tenant: str, control: CacheControl
+    ) -> Lookup:
         """The lookup of one request, under the version it is served on (the request's
         version: its flow reads the same)."""
         if control != "use":
             metrics.CACHE_BYPASS.inc()
         namespace = "" if self.config.shared else tenant
-        return Lookup(self, self.version(serving.policy), driver, serving, namespace=namespace,
-                      control=control)
+        return Lookup(
+            self,
+            self.version(serving.policy),
+            driver,
+            serving,
+            namespace=namespace,
+            control=control,
+        )
 
     def size(self) -> tuple[int, int]:
         """The in-memory store's bytes and entries (0, 0 for another store)."""
@@ -134,8 +146,16 @@ class DecisionCache:
 class Lookup:
     """One request's tier calls through the cache; ``outcome`` is its ``x-cascade-cache``."""
 
-    def __init__(self, cache: DecisionCache, version: Version, driver: Driver, serving: Serving, *,
-                 namespace: str, control: CacheControl) -> None:
+    def __init__(
+        self,
+        cache: DecisionCache,
+        version: Version,
+        driver: Driver,
+        serving: Serving,
+        *,
+        namespace: str,
+        control: CacheControl,
+    ) -> None:
         self.cache, self.version, self.driver, self.serving = cache, version, driver, serving
         self.engines, self.profile = driver.engines, driver.profile
         self.namespace, self.control = namespace, control
@@ -170,10 +190,14 @@ class Lookup:
         if not call.questions:
             return await compute(call)
         each = answers_each_question(self.engines[tier])
-        prefix = cache_keys.call_prefix(self.version, namespace=self.namespace, tier=tier,
-                                        profile=self.profile, call=call)
-        keys = (cache_keys.question_keys(prefix, call) if each
-                else {_JOINT: cache_keys.joint_key(prefix, call)})
+        prefix = cache_keys.call_prefix(
+            self.version, namespace=self.namespace, tier=tier, profile=self.profile, call=call
+        )
+        keys = (
+            cache_keys.question_keys(prefix, call)
+            if each
+            else {_JOINT: cache_keys.joint_key(prefix, call)}
+        )
         if self.control != "use":
             answer = await compute(call)
             if self.control == "no-cache":
@@ -183,8 +207,9 @@ class Lookup:
         found = dict(zip(keys.values(), await store.get_many(list(keys.values())), strict=True))
         values = {key: value for key, value in found.items() if value is not None}
         missing = {ids: key for ids, key in keys.items() if key not in values}
-        self._count(tier, 1 if each else len(call.questions), len(keys) - len(missing),
-                    len(missing))
+        self._count(
+            tier, 1 if each else len(call.questions), len(keys) - len(missing), len(missing)
+        )
         stored = set(values)  # found in the cache: its tokens are the answer's cached_tokens
         if not missing:
             return await self._assembled(call, each, keys, values, compute, stored)
@@ -215,9 +240,15 @@ class Lookup:
                 raise got  # the identical call in flight failed: so would this one
         return await self._assembled(call, each, keys, values, compute, stored)
 
-    async def _assembled(self, call: EngineCall, each: bool, keys: Mapping[str, str],
-                         values: Mapping[str, bytes], compute: Compute,
-                         stored: set[str]) -> EngineAnswer:
+    async def _assembled(
+        self,
+        call: EngineCall,
+        each: bool,
+        keys: Mapping[str, str],
+        values: Mapping[str, bytes],
+        compute: Compute,
+        stored: set[str],
+    ) -> EngineAnswer:
         """The answer from cached values, its ``cached_tokens`` those of the ``stored`` ones;
         what is still missing (its leader went away) or cannot be joined is computed now,
         whole."""
@@ -226,8 +257,12 @@ class Lookup:
                 found = {qid: parts.decode_part(values[key]) for qid, key in keys.items()}
                 complete = {qid: part for qid, part in found.items() if part is not None}
                 if len(complete) == len(found) and (joined := parts.join(call, complete)):
-                    return _cached(joined, sum(part.row_tokens for qid, part in complete.items()
-                                               if keys[qid] in stored))
+                    return _cached(
+                        joined,
+                        sum(
+                            part.row_tokens for qid, part in complete.items() if keys[qid] in stored
+                        ),
+                    )
             elif (whole := parts.decode_answer(values[keys[_JOINT]])) is not None:
                 return _cached(whole, whole.usage.input_tokens if keys[_JOINT] in stored else 0)
         return await compute(call)
@@ -275,8 +310,9 @@ def build_cache(config: Cache, *, tier_ids: TierIds = lambda policy: {}) -> Deci
         from cascade.cache.redis_store import RedisCacheStore
 
         assert config.url is not None  # cascade.policy.files checks it
-        store = RedisCacheStore(config.url, ttl_s=config.ttl_s, timeout_s=config.timeout_s,
-                           retry_s=config.retry_s)
+        store = RedisCacheStore(
+            config.url, ttl_s=config.ttl_s, timeout_s=config.timeout_s, retry_s=config.retry_s
+        )
     else:
         store = MemoryStore(max_bytes=config.max_bytes, ttl_s=config.ttl_s)
     return DecisionCache(config, store, tier_ids=tier_ids)

@@ -38,8 +38,9 @@ class Flights:
                 waiting[key] = running
         return led, waiting
 
-    def land(self, values: Mapping[str, bytes], led: Iterable[str],
-             error: BaseException | None = None) -> None:
+    def land(
+        self, values: Mapping[str, bytes], led: Iterable[str], error: BaseException | None = None
+    ) -> None:
         """Hand each led key's value (or ``error``, or ``Abandoned`` when a key got no value)
         to its waiters, and end the flights."""
         for key in led:

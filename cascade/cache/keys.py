@@ -30,12 +30,23 @@ class Version(msgspec.Struct, frozen=True, kw_only=True):
 _encoder = msgspec.json.Encoder()
 
 
-def call_prefix(version: Version, *, namespace: str, tier: str, profile: str,
-                call: EngineCall) -> hashlib._Hash:
+def call_prefix(
+    version: Version, *, namespace: str, tier: str, profile: str, call: EngineCall
+) -> hashlib._Hash:
     """A running hash of every key part of ``call`` but its questions."""
     images = [(hashlib.sha256(image.data).hexdigest(), image.mime) for image in call.images]
-    head = [1, namespace, tier, version.tiers.get(tier, ""), version.policy,
-            version.calibration, profile, call.model, images, call.controls]
+    head = [
+        1,
+        namespace,
+        tier,
+        version.tiers.get(tier, ""),
+        version.policy,
+        version.calibration,
+        profile,
+        call.model,
+        images,
+        call.controls,
+    ]
     digest = hashlib.sha256(_encoder.encode(head))
     digest.update(b"\0")
     digest.update(_encoder.encode(call.state))

@@ -37,10 +37,17 @@ def split(answer: EngineAnswer) -> dict[str, Part] | None:
     usage = answer.usage
     if set(usage.row_tokens) != set(answer.results):
         return None
-    return {qid: Part(model=answer.model, result=result, row_tokens=usage.row_tokens[qid],
-                      state_tokens=usage.state_tokens, dropped=usage.dropped.get(qid, 0),
-                      options=usage.options.get(qid))
-            for qid, result in answer.results.items()}
+    return {
+        qid: Part(
+            model=answer.model,
+            result=result,
+            row_tokens=usage.row_tokens[qid],
+            state_tokens=usage.state_tokens,
+            dropped=usage.dropped.get(qid, 0),
+            options=usage.options.get(qid),
+        )
+        for qid, result in answer.results.items()
+    }
 
 
 def join(call: EngineCall, parts: Mapping[str, Part]) -> EngineAnswer | None:
@@ -57,11 +64,19 @@ def join(call: EngineCall, parts: Mapping[str, Part]) -> EngineAnswer | None:
 def _answer(qid: str, part: Part) -> EngineAnswer:
     """One part as the answer to its question alone."""
     dropped = {qid: part.dropped} if part.dropped > 0 else {}
-    return EngineAnswer(model=part.model, results={qid: part.result}, usage=EngineUsage(
-        input_tokens=part.row_tokens, state_tokens=part.state_tokens,
-        state_tokens_dropped=part.dropped, truncated_questions=list(dropped), dropped=dropped,
-        row_tokens={qid: part.row_tokens},
-        options={qid: part.options} if part.options is not None else {}))
+    return EngineAnswer(
+        model=part.model,
+        results={qid: part.result},
+        usage=EngineUsage(
+            input_tokens=part.row_tokens,
+            state_tokens=part.state_tokens,
+            state_tokens_dropped=part.dropped,
+            truncated_questions=list(dropped),
+            dropped=dropped,
+            row_tokens={qid: part.row_tokens},
+            options={qid: part.options} if part.options is not None else {},
+        ),
+    )
 
 
 def encode(value: Part | EngineAnswer) -> bytes:

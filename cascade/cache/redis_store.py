@@ -22,12 +22,20 @@ PREFIX = "cascade:cache:"
 
 
 class RedisCacheStore:
-    def __init__(self, url: str, *, ttl_s: float, timeout_s: float, retry_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        ttl_s: float,
+        timeout_s: float,
+        retry_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         from redis.asyncio import Redis
 
-        self._redis: Any = Redis.from_url(url, socket_timeout=timeout_s,
-                                          socket_connect_timeout=timeout_s)
+        self._redis: Any = Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
         self._errors: tuple[type[BaseException], ...] = _errors()
         self.ttl_ms = max(1, round(ttl_s * 1000))
         self.timeout_s = timeout_s
@@ -64,8 +72,9 @@ class RedisCacheStore:
     def _failed(self, op: str, exc: BaseException) -> None:
         metrics.CACHE_ERRORS.labels(op=op).inc()
         self._resting_until = self.clock() + self.retry_s
-        log.warning("cache: redis %s failed (%s); misses for %.1f s", op,
-                    type(exc).__name__, self.retry_s)
+        log.warning(
+            "cache: redis %s failed (%s); misses for %.1f s", op, type(exc).__name__, self.retry_s
+        )
 
 
 def _errors() -> tuple[type[BaseException], ...]:

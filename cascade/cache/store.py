@@ -39,8 +39,9 @@ class MemoryStore:
     the whole bound is not stored. ``bytes`` and ``len()`` are what its gateway's registry
     exports (``cascade_cache_bytes``, ``cascade_cache_entries``)."""
 
-    def __init__(self, *, max_bytes: int, ttl_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, max_bytes: int, ttl_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.max_bytes = max_bytes
         self.ttl_s = ttl_s
         self.clock = clock

@@ -49,8 +49,11 @@ class EvidenceRoutingLayer(nn.Module):
     def forward(self, queries: Tensor, memory: Tensor, memory_padding: Tensor) -> Tensor:
         keys = self.memory_norm(memory)
         routed, _ = self.attention(
-            self.query_norm(queries), keys, keys,
-            key_padding_mask=memory_padding, need_weights=False,
+            self.query_norm(queries),
+            keys,
+            keys,
+            key_padding_mask=memory_padding,
+            need_weights=False,
         )
         queries = queries + routed
         return queries + self.feedforward(self.feedforward_norm(queries))
@@ -64,8 +67,14 @@ class JointSchemaHead(nn.Module):
     """
 
     def __init__(
-        self, hidden_size: int, width: int, routing_layers: int, layers: int, heads: int,
-        feedforward: int, dropout: float = 0.0,
+        self,
+        hidden_size: int,
+        width: int,
+        routing_layers: int,
+        layers: int,
+        heads: int,
+        feedforward: int,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.hidden_norm = nn.LayerNorm(hidden_size)
@@ -82,8 +91,13 @@ class JointSchemaHead(nn.Module):
         self.option_summary_norm = nn.LayerNorm(width)
         self.layers = nn.ModuleList(
             nn.TransformerDecoderLayer(
-                width, heads, feedforward, dropout=0.0, activation="gelu",
-                batch_first=True, norm_first=True,
+                width,
+                heads,
+                feedforward,
+                dropout=0.0,
+                activation="gelu",
+                batch_first=True,
+                norm_first=True,
             )
             for _ in range(layers)
         )
@@ -119,13 +133,16 @@ class JointSchemaHead(nn.Module):
 
         pooled = lay.segment_mean(h.reshape(batch * length, -1))
         questions, contexts = pooled[: lay.n_questions], pooled[lay.n_questions :]
-        lexical = lay.option_mean(output_embedding[input_ids.reshape(-1)[lay.option_positions]]
-                                  .to(dtype))
+        lexical = lay.option_mean(
+            output_embedding[input_ids.reshape(-1)[lay.option_positions]].to(dtype)
+        )
         glob = h[torch.arange(batch, device=h.device), lengths - 1]
 
-        queries = (self.option_context_projection(contexts)
-                   + self.option_lexical_projection(lexical)
-                   + self.option_question_projection(questions)[lay.option_question])
+        queries = (
+            self.option_context_projection(contexts)
+            + self.option_lexical_projection(lexical)
+            + self.option_question_projection(questions)[lay.option_question]
+        )
         routed = lay.pad_options(queries)
         for layer in self.evidence_layers:
             routed = layer(routed, memory, padding)
@@ -137,13 +154,20 @@ class JointSchemaHead(nn.Module):
         summary = torch.zeros_like(base).index_add_(
             0, lay.option_question, weights[:, None] * options
         )
-        fields = (base + self.option_summary_norm(summary)
-                  + self.global_projection(glob)[lay.question_record]
-                  + self.type_embedding(lay.question_types))
+        fields = (
+            base
+            + self.option_summary_norm(summary)
+            + self.global_projection(glob)[lay.question_record]
+            + self.type_embedding(lay.question_types)
+        )
         fields = lay.pad_questions(fields)
         for layer in self.layers:
-            fields = layer(fields, memory, tgt_key_padding_mask=lay.question_padding,
-                           memory_key_padding_mask=padding)
+            fields = layer(
+                fields,
+                memory,
+                tgt_key_padding_mask=lay.question_padding,
+                memory_key_padding_mask=padding,
+            )
         fields = self.field_norm(fields[lay.question_record, lay.question_slot])
 
         anchor = F.normalize(questions + glob[lay.question_record], dim=-1)

@@ -35,9 +35,22 @@ from cascade.schema import LIMITS
 IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
 IMAGE_PAD = "<|image_pad|>"
 # preprocessor_config.json keys the PIL processor understands; others (class names) are dropped.
-PROCESSOR_KEYS = ("size", "min_pixels", "max_pixels", "patch_size", "temporal_patch_size",
-                  "merge_size", "image_mean", "image_std", "do_rescale", "rescale_factor",
-                  "do_normalize", "do_convert_rgb", "do_resize", "resample")
+PROCESSOR_KEYS = (
+    "size",
+    "min_pixels",
+    "max_pixels",
+    "patch_size",
+    "temporal_patch_size",
+    "merge_size",
+    "image_mean",
+    "image_std",
+    "do_rescale",
+    "rescale_factor",
+    "do_normalize",
+    "do_convert_rgb",
+    "do_resize",
+    "resample",
+)
 DECODE_SLOTS = 2  # full-size image decodes at once, per engine
 
 
@@ -68,8 +81,10 @@ class ImageEncoder:
         self.merge = int(self.processor.merge_size)
         self._decoding = threading.BoundedSemaphore(DECODE_SLOTS)
         # Everything around the pads: per image start+end, then one newline.
-        self._frame = {n: len(tokenize(IMAGE_PLACEHOLDER.replace(IMAGE_PAD, "") * n + "\n"))
-                       for n in range(1, LIMITS.max_images + 1)}
+        self._frame = {
+            n: len(tokenize(IMAGE_PLACEHOLDER.replace(IMAGE_PAD, "") * n + "\n"))
+            for n in range(1, LIMITS.max_images + 1)
+        }
 
     def tokens_per_image(self, image: Image, index: int = 0) -> int:
         with _refused(index):
@@ -82,8 +97,9 @@ class ImageEncoder:
             return 0
         frame = self._frame.get(len(images))
         if frame is None:
-            frame = len(self.tokenize(IMAGE_PLACEHOLDER.replace(IMAGE_PAD, "") * len(images)
-                                      + "\n"))
+            frame = len(
+                self.tokenize(IMAGE_PLACEHOLDER.replace(IMAGE_PAD, "") * len(images) + "\n")
+            )
         return frame + sum(self.tokens_per_image(image, i) for i, image in enumerate(images))
 
     def encode(self, images: Sequence[Image]) -> MediaInputs | None:
@@ -95,14 +111,21 @@ class ImageEncoder:
         with _refused(None):
             features = self.processor(pixels, return_tensors="pt")
         grid = features["image_grid_thw"]
-        text = "".join(
-            IMAGE_PLACEHOLDER.replace(IMAGE_PAD, IMAGE_PAD * (int(thw.prod()) // self.merge**2))
-            for thw in grid
-        ) + "\n"
+        text = (
+            "".join(
+                IMAGE_PLACEHOLDER.replace(IMAGE_PAD, IMAGE_PAD * (int(thw.prod()) // self.merge**2))
+                for thw in grid
+            )
+            + "\n"
+        )
         ids = self.tokenize(text)
         types = [1 if i == self.image_token_id else 0 for i in ids]
-        return MediaInputs(input_ids=ids, mm_token_type_ids=types,
-                           pixel_values=features["pixel_values"], image_grid_thw=grid)
+        return MediaInputs(
+            input_ids=ids,
+            mm_token_type_ids=types,
+            pixel_values=features["pixel_values"],
+            image_grid_thw=grid,
+        )
 
     def _load(self, image: Image, index: int) -> Any:
         """``image`` decoded as RGB at the size the processor will resize it to, when smaller."""
@@ -112,8 +135,11 @@ class ImageEncoder:
         with self._decoding, _refused(index):
             pil = _open(image, index)
             height, width = smart_resize(
-                pil.height, pil.width, factor=self.processor.patch_size * self.merge,
-                min_pixels=size["shortest_edge"], max_pixels=size["longest_edge"],
+                pil.height,
+                pil.width,
+                factor=self.processor.patch_size * self.merge,
+                min_pixels=size["shortest_edge"],
+                max_pixels=size["longest_edge"],
             )
             if height * width < pil.height * pil.width:
                 # What the processor does to it (PIL, same filter), done before it holds a
@@ -129,8 +155,9 @@ def _refused(index: int | None) -> Iterator[None]:
         yield
     except ValueError as exc:
         loc: list[str | int] = ["images"] if index is None else ["images", index]
-        raise ValidationFailed.at(loc, f"the Clef image processor refused the image: {exc}",
-                                  "image_refused") from exc
+        raise ValidationFailed.at(
+            loc, f"the Clef image processor refused the image: {exc}", "image_refused"
+        ) from exc
 
 
 def _open(image: Image, index: int) -> Any:

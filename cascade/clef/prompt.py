@@ -113,16 +113,22 @@ class PromptEncoder:
     ``tokenize_batch`` is.
     """
 
-    def __init__(self, tokenize_batch: TokenizeBatch, *, max_length: int = 16384,
-                 overlong: Overlong = "reject") -> None:
+    def __init__(
+        self,
+        tokenize_batch: TokenizeBatch,
+        *,
+        max_length: int = 16384,
+        overlong: Overlong = "reject",
+    ) -> None:
         self.tokenize_batch = tokenize_batch
         self.max_length = max_length
         self.overlong = overlong
         fixed = [PREFIX, SUFFIX, SCHEMA_HEAD, "\nALLOWED OPTIONS:\n", "\n", "END FIELD\n"]
         self._fixed = dict(zip(fixed, tokenize_batch(fixed), strict=True))
 
-    def encode(self, state: Any, questions: Mapping[str, Question],
-               media_ids: Sequence[int] = ()) -> Encoded:
+    def encode(
+        self, state: Any, questions: Mapping[str, Question], media_ids: Sequence[int] = ()
+    ) -> Encoded:
         """Encode one request; raises ``TokensExceeded`` per the over-long policy."""
         text = render(state)
         if self.overlong == "reject":
@@ -154,8 +160,13 @@ class PromptEncoder:
     def count(self, state: Any, questions: Mapping[str, Question], media_tokens: int = 0) -> int:
         """The full prompt length before any truncation (never raises for length)."""
         state_ids, schema, _ = self._tokenize(render(state), questions)
-        return (len(self._fixed[PREFIX]) + media_tokens + len(state_ids) + len(schema)
-                + len(self._fixed[SUFFIX]))
+        return (
+            len(self._fixed[PREFIX])
+            + media_tokens
+            + len(state_ids)
+            + len(schema)
+            + len(self._fixed[SUFFIX])
+        )
 
     def _refuse_far_over(self, text: str) -> None:
         """Refuse a state whose first ``PREFIX_CHARS_PER_TOKEN × max_length`` characters already
@@ -172,8 +183,9 @@ class PromptEncoder:
                 f"{len(head)} tokens; limit is {self.max_length} (overlong=reject)"
             )
 
-    def _tokenize(self, text: str, questions: Mapping[str, Question]
-                  ) -> tuple[list[int], list[int], list[_Spans]]:
+    def _tokenize(
+        self, text: str, questions: Mapping[str, Question]
+    ) -> tuple[list[int], list[int], list[_Spans]]:
         pieces: list[str] = [text]
         layouts = []
         for i, (qid, question) in enumerate(questions.items()):
@@ -214,8 +226,16 @@ class PromptEncoder:
                 option_spans.append((start, len(ids)))
                 ids += self._fixed["\n"]
             ids += self._fixed["END FIELD\n"]
-            spans.append(_Spans(qid, QUESTION_TYPES[qtype], question_span, option_spans,
-                                [oid for oid, _ in options], caller))
+            spans.append(
+                _Spans(
+                    qid,
+                    QUESTION_TYPES[qtype],
+                    question_span,
+                    option_spans,
+                    [oid for oid, _ in options],
+                    caller,
+                )
+            )
         return ids, spans
 
 

@@ -18,8 +18,12 @@ from typing import Any
 
 from cascade.errors import EngineUnavailable
 
-REQUIRED = ("config.json", "joint_head.safetensors", "joint_head_config.json",
-            "tokenizer_config.json")
+REQUIRED = (
+    "config.json",
+    "joint_head.safetensors",
+    "joint_head_config.json",
+    "tokenizer_config.json",
+)
 HEAD_KEYS = ("hidden_size", "width", "routing_layers", "layers", "heads", "feedforward")
 
 
@@ -39,8 +43,9 @@ class Release:
     dtype: Any  # the backbone's torch dtype
 
 
-def resolve_release(release: str | Path, *, allow_download: bool = False,
-           cache_dir: Path | None = None) -> Path:
+def resolve_release(
+    release: str | Path, *, allow_download: bool = False, cache_dir: Path | None = None
+) -> Path:
     """A local directory as is, or the hub cache snapshot of a repo id (offline by default).
 
     ``cache_dir`` overrides the hub cache (default: huggingface_hub's, ``HF_HUB_CACHE``).
@@ -74,8 +79,9 @@ def _from_hub(repo_id: str, allow_download: bool, cache_dir: Path | None) -> Pat
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, local_files_only=not allow_download,
-                                      cache_dir=cache_dir))
+        return Path(
+            snapshot_download(repo_id, local_files_only=not allow_download, cache_dir=cache_dir)
+        )
     except (LocalEntryNotFoundError, HFValidationError, OSError) as exc:
         where = "on the hub" if allow_download else "in the local hub cache (offline)"
         raise ReleaseError(f"Clef release {repo_id!r} is not a directory nor {where}") from exc
@@ -104,8 +110,9 @@ def load(path: Path, device: str = "auto") -> Release:
     backbone.config.use_cache = False
     head = load_head(path, backbone.config.text_config.hidden_size).to(dev)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return Release(path=path, backbone=backbone, head=head, tokenizer=tokenizer, device=dev,
-                   dtype=dtype)
+    return Release(
+        path=path, backbone=backbone, head=head, tokenizer=tokenizer, device=dev, dtype=dtype
+    )
 
 
 def head_config(path: Path) -> dict[str, int]:
@@ -132,8 +139,9 @@ def load_head(path: Path, hidden_size: int) -> Any:
     tensors = load_file(str(path / "joint_head.safetensors"))
     problems = head_mismatches(head.state_dict(), tensors)
     if problems:
-        raise ReleaseError("joint_head.safetensors does not match joint_head_config.json: "
-                           + "; ".join(problems))
+        raise ReleaseError(
+            "joint_head.safetensors does not match joint_head_config.json: " + "; ".join(problems)
+        )
     head.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
     return head.float().eval()
 

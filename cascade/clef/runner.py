@@ -42,23 +42,31 @@ class Job:
 class ClefRunner:
     """Owns a loaded ``Release``. Not thread-safe: call ``run_batch`` from one thread."""
 
-    def __init__(self, release: Release, *, max_batch_tokens: int = 32768,
-                 memory_budget_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        release: Release,
+        *,
+        max_batch_tokens: int = 32768,
+        memory_budget_bytes: int | None = None,
+    ) -> None:
         self.release = release
         self.max_batch_tokens = max_batch_tokens
         self.memory_budget_bytes = memory_budget_bytes
         text = release.backbone.config.text_config
         linear = 2 * text.linear_num_key_heads * text.linear_key_head_dim + (
-            text.linear_num_value_heads * text.linear_value_head_dim)
+            text.linear_num_value_heads * text.linear_value_head_dim
+        )
         width = release.head.memory_projection.out_features
         dtype_bytes = release.dtype.itemsize
         # Live activations per token during one layer of the prefill (hidden stream, norms,
         # MLP gate/up, GDN projections), the fp32 working copies of the chunked delta rule
         # (torch fallback), and the fp32 head's normed states and memory rows.
         values = text.linear_num_value_heads * text.linear_value_head_dim
-        self._per_token = (dtype_bytes * (8 * text.hidden_size + 3 * text.intermediate_size
-                                          + 3 * linear)
-                           + 4 * 8 * values + 4 * (3 * text.hidden_size + 4 * width))
+        self._per_token = (
+            dtype_bytes * (8 * text.hidden_size + 3 * text.intermediate_size + 3 * linear)
+            + 4 * 8 * values
+            + 4 * (3 * text.hidden_size + 4 * width)
+        )
         self._mask_bytes = dtype_bytes  # the full-attention layers' [B, 1, L, L] padding mask
 
     def estimate_bytes(self, rows: int, length: int) -> int:
@@ -85,8 +93,10 @@ class ClefRunner:
         """Indices per device batch: same kind, sorted by length, within both budgets."""
         batches: list[list[int]] = []
         for media in (False, True):
-            order = sorted((i for i, j in enumerate(jobs) if (j.media is not None) == media),
-                           key=lambda i: jobs[i].length)
+            order = sorted(
+                (i for i, j in enumerate(jobs) if (j.media is not None) == media),
+                key=lambda i: jobs[i].length,
+            )
             current: list[int] = []
             for i in order:
                 rows, length = len(current) + 1, jobs[i].length  # sorted: i is the longest
@@ -101,7 +111,8 @@ class ClefRunner:
     def _fits(self, rows: int, length: int) -> bool:
         budget = self.memory_budget_bytes
         return rows * length <= self.max_batch_tokens and (
-            budget is None or self.estimate_bytes(rows, length) <= budget)
+            budget is None or self.estimate_bytes(rows, length) <= budget
+        )
 
     def _run_guarded(self, jobs: list[Job]) -> list[Probabilities | Exception]:
         import torch
@@ -113,8 +124,11 @@ class ClefRunner:
                 torch.cuda.empty_cache()
             if len(jobs) > 1:  # retry one by one: only the job that cannot fit fails
                 return [outcome for job in jobs for outcome in self._run_guarded([job])]
-            return [MemoryBudgetExceeded(
-                f"a {jobs[0].length}-token Clef request ran out of device memory")]
+            return [
+                MemoryBudgetExceeded(
+                    f"a {jobs[0].length}-token Clef request ran out of device memory"
+                )
+            ]
         except (RuntimeError, ValueError) as exc:
             return [EngineFailed(f"Clef forward failed: {exc}")] * len(jobs)
 
@@ -133,12 +147,17 @@ class ClefRunner:
         ids, mask = ids.to(rel.device), mask.to(rel.device)
         with torch.inference_mode():
             hidden = self._hidden(ids, mask, jobs)
-            logits = rel.head(hidden, ids, mask.sum(-1),
-                              [job.encoded.questions for job in jobs],
-                              rel.backbone.get_output_embeddings().weight)
+            logits = rel.head(
+                hidden,
+                ids,
+                mask.sum(-1),
+                [job.encoded.questions for job in jobs],
+                rel.backbone.get_output_embeddings().weight,
+            )
             flat = torch.cat([q for record in logits for q in record]).float().cpu()
-        parts = iter(torch.split(flat, [len(q.option_ids) for j in jobs
-                                        for q in j.encoded.questions]))
+        parts = iter(
+            torch.split(flat, [len(q.option_ids) for j in jobs for q in j.encoded.questions])
+        )
         out = []
         for job in jobs:
             answers = []
@@ -155,8 +174,9 @@ class ClefRunner:
         model = self.release.backbone.model
         media = [job.media for job in jobs if job.media is not None]
         if not media:
-            return model.language_model(input_ids=ids, attention_mask=mask,
-                                        use_cache=False).last_hidden_state
+            return model.language_model(
+                input_ids=ids, attention_mask=mask, use_cache=False
+            ).last_hidden_state
         types = torch.zeros_like(ids)
         for row, job in enumerate(jobs):
             if job.media is not None:
@@ -165,7 +185,10 @@ class ClefRunner:
                 types[row, start:end] = torch.tensor(job.media.mm_token_type_ids)
         device = self.release.device
         return model(
-            input_ids=ids, attention_mask=mask, use_cache=False, mm_token_type_ids=types,
+            input_ids=ids,
+            attention_mask=mask,
+            use_cache=False,
+            mm_token_type_ids=types,
             pixel_values=torch.cat([m.pixel_values for m in media]).to(device),
             image_grid_thw=torch.cat([m.image_grid_thw for m in media]).to(device),
         ).last_hidden_state

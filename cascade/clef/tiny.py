@@ -69,8 +69,14 @@ VISION = {
     "temporal_patch_size": 2,
     "num_position_embeddings": 64,
 }
-HEAD = {"hidden_size": 64, "width": 32, "routing_layers": 1, "layers": 1, "heads": 2,
-        "feedforward": 64}
+HEAD = {
+    "hidden_size": 64,
+    "width": 32,
+    "routing_layers": 1,
+    "layers": 1,
+    "heads": 2,
+    "feedforward": 64,
+}
 # Small images: at most 8x8 patches of 16 px, i.e. at most 16 merged image tokens.
 IMAGE_PROCESSOR = {
     "image_processor_type": "Qwen2VLImageProcessor",
@@ -106,10 +112,12 @@ def write_tokenizer(out: Path) -> dict[str, int]:
 
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE - 64,
@@ -122,8 +130,14 @@ def write_tokenizer(out: Path) -> dict[str, int]:
     vocab = tok.get_vocab(with_added_tokens=True)
     ids = {token: vocab[token] for token in SPECIAL_TOKENS}
     added = {
-        str(ids[t]): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                      "single_word": False, "special": True}
+        str(ids[t]): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
         for t in SPECIAL_TOKENS
     }
     config = {
@@ -148,8 +162,12 @@ def write_tokenizer(out: Path) -> dict[str, int]:
 def _write_processor(out: Path) -> None:
     image = {**IMAGE_PROCESSOR, "processor_class": "Qwen3VLProcessor"}
     _dump(out / "preprocessor_config.json", image)
-    video = {**IMAGE_PROCESSOR, "video_processor_type": "Qwen3VLVideoProcessor", "fps": 2,
-             "processor_class": "Qwen3VLProcessor"}
+    video = {
+        **IMAGE_PROCESSOR,
+        "video_processor_type": "Qwen3VLVideoProcessor",
+        "fps": 2,
+        "processor_class": "Qwen3VLProcessor",
+    }
     video.pop("image_processor_type")
     _dump(out / "video_preprocessor_config.json", video)
     _dump(out / "processor_config.json", {"processor_class": "Qwen3VLProcessor"})

@@ -63,7 +63,8 @@ def version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="cascade", description="A Laya-first cascading router for typed decisions.",
+        prog="cascade",
+        description="A Laya-first cascading router for typed decisions.",
         epilog="`cascade COMMAND --help` describes each command and names the CASCADE_* "
         "environment variable of each flag that has one (docs/configuration.md).",
     )

@@ -13,11 +13,12 @@ SHELLS = ("bash", "zsh", "tcsh")
 
 def register(groups: dict[str, Any]) -> None:
     completion = groups["<top>"].add_parser(
-        "completion", help="print a shell completion script (bash, zsh, tcsh)",
+        "completion",
+        help="print a shell completion script (bash, zsh, tcsh)",
         description="Print a completion script for SHELL. Load it for this shell with "
-        "`eval \"$(cascade completion bash)\"`, or install it, e.g. "
+        '`eval "$(cascade completion bash)"`, or install it, e.g. '
         "`cascade completion bash > ~/.local/share/bash-completion/completions/cascade`; "
-        "zsh: `cascade completion zsh > \"${fpath[1]}/_cascade\"`.",
+        'zsh: `cascade completion zsh > "${fpath[1]}/_cascade"`.',
     )
     completion.add_argument("shell", choices=SHELLS, help="the shell to complete for")
     completion.set_defaults(func=print_completion)

@@ -11,13 +11,15 @@ from cascade.settings import env_value
 
 def register(groups: dict[str, Any]) -> None:
     clef = groups["engine"].add_parser(
-        "clef", help="run the Clef engine alone behind /v1/systemone",
+        "clef",
+        help="run the Clef engine alone behind /v1/systemone",
         description="Clef-flash in process behind /v1/systemone, /health, /ready and /metrics, "
         "for a gateway that reaches it with --upstream or an upstream tier.",
     )
     common_flags(clef, 8100)
-    clef.add_argument("--checkpoint", required=True, metavar="DIR",
-                      help="Clef release directory or hub id")
+    clef.add_argument(
+        "--checkpoint", required=True, metavar="DIR", help="Clef release directory or hub id"
+    )
     clef_flags(clef)
     clef.set_defaults(func=run_engine_clef)
 
@@ -27,8 +29,11 @@ def run_engine_clef(args: argparse.Namespace) -> int:
     port = args.port or (None if env_value("port") is not None else 8100)
     return run_server(
         {
-            "host": args.host, "port": port, "profile": args.profile,
-            "clef": args.checkpoint, "clef_overlong": args.clef_overlong,
+            "host": args.host,
+            "port": port,
+            "profile": args.profile,
+            "clef": args.checkpoint,
+            "clef_overlong": args.clef_overlong,
             "clef_max_length": args.clef_max_length,
             "admission_deadline_s": args.admission_deadline_s,
             "log_format": args.log_format,

@@ -30,9 +30,22 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from cascade.policy.files import PolicyError
     from cascade.settings import SettingsError
 
-    return (UsageError, ConfigError, SettingsError, PolicyError, CheckpointError,
-            CalibrationError, ReleaseError, DataError, StartupRefused, FileNotFoundError,
-            IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)
+    return (
+        UsageError,
+        ConfigError,
+        SettingsError,
+        PolicyError,
+        CheckpointError,
+        CalibrationError,
+        ReleaseError,
+        DataError,
+        StartupRefused,
+        FileNotFoundError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+        FileExistsError,
+    )
 
 
 def describe(command: str, exc: BaseException) -> str:

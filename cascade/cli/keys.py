@@ -15,32 +15,54 @@ from typing import Any
 def register(groups: dict[str, Any]) -> None:
     keys = groups["keys"]
     add = keys.add_parser(
-        "add", help="add a new key to tenant NAME (created if needed); print it once",
+        "add",
+        help="add a new key to tenant NAME (created if needed); print it once",
         description="Create a random key for tenant NAME (the tenant is added when new), write "
         "only its sha256 hash to FILE (created with mode 0600; the rest of the file is kept as "
-        "it is) and print the key on stdout, once: it is not stored anywhere.")
+        "it is) and print the key on stdout, once: it is not stored anywhere.",
+    )
     add.add_argument("name", metavar="NAME", help="tenant name (letters, digits, _ . -)")
-    add.add_argument("--file", required=True, type=Path, metavar="FILE",
-                     help="the keys file (CASCADE_API_KEYS_FILE)")
+    add.add_argument(
+        "--file",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="the keys file (CASCADE_API_KEYS_FILE)",
+    )
     add.set_defaults(func=add_command)
     remove = keys.add_parser(
-        "remove", help="remove one key of tenant NAME (--key HASH_PREFIX), or the whole tenant",
+        "remove",
+        help="remove one key of tenant NAME (--key HASH_PREFIX), or the whole tenant",
         description="Remove from FILE the key of tenant NAME whose sha256 hash starts with "
         "HASH_PREFIX (hex digits as `cascade keys list` shows them; they must match one key), "
         "or, without --key, tenant NAME's whole table. The rest of the file is kept as it is; "
-        "a running gateway applies the change on its next reload.")
+        "a running gateway applies the change on its next reload.",
+    )
     remove.add_argument("name", metavar="NAME", help="tenant name")
-    remove.add_argument("--key", metavar="HASH_PREFIX",
-                        help="the start of the key's hash (at least 8 hex digits)")
-    remove.add_argument("--file", required=True, type=Path, metavar="FILE",
-                        help="the keys file (CASCADE_API_KEYS_FILE)")
+    remove.add_argument(
+        "--key", metavar="HASH_PREFIX", help="the start of the key's hash (at least 8 hex digits)"
+    )
+    remove.add_argument(
+        "--file",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="the keys file (CASCADE_API_KEYS_FILE)",
+    )
     remove.set_defaults(func=remove_command)
     show = keys.add_parser(
-        "list", help="tenants, key counts and hash prefixes, limits, expiry (never keys)",
+        "list",
+        help="tenants, key counts and hash prefixes, limits, expiry (never keys)",
         description="List FILE's tenants: names, how many keys (and the first hex digits of "
-        "each hash), limits, policy and expiry. Keys themselves are never stored or shown.")
-    show.add_argument("--file", required=True, type=Path, metavar="FILE",
-                      help="the keys file (CASCADE_API_KEYS_FILE)")
+        "each hash), limits, policy and expiry. Keys themselves are never stored or shown.",
+    )
+    show.add_argument(
+        "--file",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="the keys file (CASCADE_API_KEYS_FILE)",
+    )
     show.set_defaults(func=list_command)
 
 
@@ -67,8 +89,10 @@ def remove_command(args: argparse.Namespace) -> int:
         raise KeysFileError([f"{path}: error: no such keys file"])
     prefix: str | None = args.key
     if prefix is not None and not re.fullmatch(r"(sha256:)?[0-9a-fA-F]{8,64}", prefix):
-        raise UsageError(f"--key {prefix}: expected at least 8 hex digits of the key's hash, "
-                         "as `cascade keys list` shows them")
+        raise UsageError(
+            f"--key {prefix}: expected at least 8 hex digits of the key's hash, "
+            "as `cascade keys list` shows them"
+        )
     removed: list[str] = []
 
     def change(text: str) -> str:
@@ -97,18 +121,22 @@ def list_command(args: argparse.Namespace) -> int:
     rows = [("tenant", "keys", "limits", "policy", "expires")]
     for entry in parsed.entries:
         limits = msgspec.structs.asdict(entry.limits())
-        rows.append((
-            entry.name,
-            f"{len(entry.keys)} " + " ".join(k[7:15] + "…" for k in entry.keys),
-            " ".join(f"{k}={v}" for k, v in limits.items() if v is not None) or "-",
-            entry.policy or "-",
-            entry.expires.isoformat() if entry.expires else "-",
-        ))
+        rows.append(
+            (
+                entry.name,
+                f"{len(entry.keys)} " + " ".join(k[7:15] + "…" for k in entry.keys),
+                " ".join(f"{k}={v}" for k, v in limits.items() if v is not None) or "-",
+                entry.policy or "-",
+                entry.expires.isoformat() if entry.expires else "-",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     backend = parsed.backend
     if backend.backend != "local":
-        print(f"limits: {backend.backend} (on_error={backend.on_error}, "
-              f"timeout_s={backend.timeout_s})")
+        print(
+            f"limits: {backend.backend} (on_error={backend.on_error}, "
+            f"timeout_s={backend.timeout_s})"
+        )
     return 0

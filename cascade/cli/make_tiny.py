@@ -10,7 +10,8 @@ from typing import Any
 
 def register(groups: dict[str, Any]) -> None:
     tiny = groups["make-tiny"].add_parser(
-        "laya", help="write a tiny RANDOM Laya checkpoint (tests and demos; not a model)",
+        "laya",
+        help="write a tiny RANDOM Laya checkpoint (tests and demos; not a model)",
         description="Write a tiny Laya checkpoint with RANDOM weights in the real release "
         "format into DIR: for tests and demos; its answers mean nothing. It reads rows as the "
         "English checkpoint does (512 tokens, 192 for the question).",
@@ -26,9 +27,11 @@ def register(groups: dict[str, Any]) -> None:
     tiny.set_defaults(func=make_tiny_laya)
 
     tiny = groups["make-tiny"].add_parser(
-        "clef", help="write a tiny random Clef release (real format) into DIR",
+        "clef",
+        help="write a tiny random Clef release (real format) into DIR",
         description="Write a tiny Clef-flash release with RANDOM weights in the real format "
-        "into DIR and print its path: for tests and demos; its answers mean nothing.")
+        "into DIR and print its path: for tests and demos; its answers mean nothing.",
+    )
     tiny.add_argument("dir", type=Path, help="directory to write (created if needed)")
     tiny.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     tiny.set_defaults(func=make_tiny_clef)

@@ -8,8 +8,9 @@ import math
 from collections.abc import Callable
 
 
-def _bounded(kind: type[int] | type[float], name: str,
-             ok: Callable[[float], bool]) -> Callable[[str], float]:
+def _bounded(
+    kind: type[int] | type[float], name: str, ok: Callable[[float], bool]
+) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
             value = kind(text)

@@ -13,15 +13,21 @@ from cascade.policy.toml_keys import key_lines, locate
 
 def register(groups: dict[str, Any]) -> None:
     top = groups["<top>"]
-    policy = top.add_parser("policy", help="policy files: check them",
-                            description="Work with policy files (policies/*.toml).")
+    policy = top.add_parser(
+        "policy",
+        help="policy files: check them",
+        description="Work with policy files (policies/*.toml).",
+    )
     sub = policy.add_subparsers(dest="target", metavar="TARGET", required=True)
-    check = sub.add_parser("check", help="report unknown keys, undefined tiers and impossible "
-                           "thresholds as FILE:LINE: messages; exit 1 on errors",
-                           description="Check policy files without loading any model: every "
-                           "finding is printed as FILE:LINE: error|warning: message (the lines "
-                           "`cascade serve --policy` prints when it refuses a file); exit 1 "
-                           "when any is an error.")
+    check = sub.add_parser(
+        "check",
+        help="report unknown keys, undefined tiers and impossible "
+        "thresholds as FILE:LINE: messages; exit 1 on errors",
+        description="Check policy files without loading any model: every "
+        "finding is printed as FILE:LINE: error|warning: message (the lines "
+        "`cascade serve --policy` prints when it refuses a file); exit 1 "
+        "when any is an error.",
+    )
     check.add_argument("files", nargs="+", type=Path, metavar="FILE", help="policy TOML files")
     check.set_defaults(func=check_command)
 

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 def register(groups: dict[str, Any]) -> None:
     p = groups["<top>"].add_parser(
-        "replay", help="re-decide logged requests under a candidate policy, against what was "
-        "served",
+        "replay",
+        help="re-decide logged requests under a candidate policy, against what was served",
         description="Re-decide the requests of a decision log with the candidate policy, by the "
         "gateway's own flow, the logged tier answers standing in for the tiers (no tier is "
         "called unless --call-tiers), and compare with what was served: strong share, tier and "
@@ -32,27 +32,51 @@ def register(groups: dict[str, Any]) -> None:
         "tier, a tenant's own policy) are counted by reason, never guessed. Exit 0 with the "
         "report; 1 for a bad policy or log.",
     )
-    p.add_argument("--policy", type=Path, required=True, metavar="NEW.toml",
-                   help="the candidate policy")
-    p.add_argument("--from-log", type=log_source, action="append", required=True,
-                   metavar="FILE|URL", help="a decision log (repeat for rotated files, oldest "
-                   "first), or a fleet's postgresql:// URL")
-    p.add_argument("--calibration", type=Path, metavar="FILE",
-                   help="apply a calibration from `cascade calibrate` to the candidate (checked "
-                   "against its weights)")
+    p.add_argument(
+        "--policy", type=Path, required=True, metavar="NEW.toml", help="the candidate policy"
+    )
+    p.add_argument(
+        "--from-log",
+        type=log_source,
+        action="append",
+        required=True,
+        metavar="FILE|URL",
+        help="a decision log (repeat for rotated files, oldest "
+        "first), or a fleet's postgresql:// URL",
+    )
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="FILE",
+        help="apply a calibration from `cascade calibrate` to the candidate (checked "
+        "against its weights)",
+    )
     filter_flags(p)
-    p.add_argument("--limit", type=count, metavar="N",
-                   help="the first N requests only (oldest first, after --since)")
-    p.add_argument("--cost", action="append", default=[], metavar="TIER=PRICE",
-                   help="price per 1000 input tokens of a tier (name, or cheap/strong); "
-                   "default: the policy's [cost], else laya 1, clef/upstream 20")
-    p.add_argument("--call-tiers", action="store_true",
-                   help="ask the candidate's tiers for the answers the log lacks (their "
-                   "engines are started here; needs the state stored: [decision_log] state = "
-                   "\"text\") instead of counting those questions as not judged")
+    p.add_argument(
+        "--limit",
+        type=count,
+        metavar="N",
+        help="the first N requests only (oldest first, after --since)",
+    )
+    p.add_argument(
+        "--cost",
+        action="append",
+        default=[],
+        metavar="TIER=PRICE",
+        help="price per 1000 input tokens of a tier (name, or cheap/strong); "
+        "default: the policy's [cost], else laya 1, clef/upstream 20",
+    )
+    p.add_argument(
+        "--call-tiers",
+        action="store_true",
+        help="ask the candidate's tiers for the answers the log lacks (their "
+        "engines are started here; needs the state stored: [decision_log] state = "
+        '"text") instead of counting those questions as not judged',
+    )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    p.add_argument("--report", type=Path, metavar="OUT.html",
-                   help="also write the report as a small HTML page")
+    p.add_argument(
+        "--report", type=Path, metavar="OUT.html", help="also write the report as a small HTML page"
+    )
     p.set_defaults(func=replay_command)
 
 
@@ -82,8 +106,15 @@ def replay_command(args: argparse.Namespace) -> int:
         check_checkpoints(policy, weights)
 
     def run(call_tier: CallTier | None) -> dict[str, Any]:
-        return replay(policy, args.from_log, weights=weights, prices=costs(policy, prices),
-                      limit=args.limit, call_tier=call_tier, **filters(args))
+        return replay(
+            policy,
+            args.from_log,
+            weights=weights,
+            prices=costs(policy, prices),
+            limit=args.limit,
+            call_tier=call_tier,
+            **filters(args),
+        )
 
     try:
         report = asyncio.run(with_tiers(policy, run)) if args.call_tiers else run(None)
@@ -96,8 +127,7 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
-async def with_tiers(policy: Policy,
-                     work: Callable[[CallTier], dict[str, Any]]) -> dict[str, Any]:
+async def with_tiers(policy: Policy, work: Callable[[CallTier], dict[str, Any]]) -> dict[str, Any]:
     """``work`` in a worker thread, given a ``CallTier`` that asks the policy's tiers (started
     here, as the gateway builds them; each call under its tier's ``timeout_s``)."""
     from cascade.build import build_engine

@@ -32,33 +32,50 @@ from cascade.policy.flow import Ask, Decision, Reply, TierCall, decide, run
 from cascade.policy.model import Checkpoint, Checkpoints, LayaTier, Policy
 from cascade.request.decode import text_call
 
-SUBDIRS: dict[Checkpoint, str] = {"multilingual": "multilingual",
-                                  "typed-decisions": "typed-decisions"}
+SUBDIRS: dict[Checkpoint, str] = {
+    "multilingual": "multilingual",
+    "typed-decisions": "typed-decisions",
+}
 
 
 def register(groups: dict[str, Any]) -> None:
     top = groups["<top>"]
-    route = top.add_parser("route", help="dry-run pre-routing of a JSONL request file: how it "
-                           "would split between tiers, and why (no inference)",
-                           description="Pre-route every request of FILE.jsonl with the policy, "
-                           "on exact token counts from the cheap tier's tokenizers, and print "
-                           "how requests and questions split between the tiers and why. Runs no "
-                           "model and downloads nothing; confidence escalations need inference "
-                           "and are not counted.")
-    route.add_argument("requests", type=Path, metavar="FILE.jsonl",
-                       help='one request per line: {"state", "questions", "images"?, "source"?}')
-    route.add_argument("--policy", type=Path, required=True, metavar="P",
-                       help="the policy file to route with")
-    route.add_argument("--laya", type=Path, metavar="DIR",
-                       help="a Laya checkpoint bundle (DIR = english, DIR/multilingual, "
-                       "DIR/typed-decisions) instead of the policy's checkpoints")
-    route.add_argument("--calibration", type=Path, metavar="FILE",
-                       help="apply a calibration file, checked against the cheap tier's "
-                       "weights (its thresholds act after inference: the dry run's split "
-                       "does not change)")
+    route = top.add_parser(
+        "route",
+        help="dry-run pre-routing of a JSONL request file: how it "
+        "would split between tiers, and why (no inference)",
+        description="Pre-route every request of FILE.jsonl with the policy, "
+        "on exact token counts from the cheap tier's tokenizers, and print "
+        "how requests and questions split between the tiers and why. Runs no "
+        "model and downloads nothing; confidence escalations need inference "
+        "and are not counted.",
+    )
+    route.add_argument(
+        "requests",
+        type=Path,
+        metavar="FILE.jsonl",
+        help='one request per line: {"state", "questions", "images"?, "source"?}',
+    )
+    route.add_argument(
+        "--policy", type=Path, required=True, metavar="P", help="the policy file to route with"
+    )
+    route.add_argument(
+        "--laya",
+        type=Path,
+        metavar="DIR",
+        help="a Laya checkpoint bundle (DIR = english, DIR/multilingual, "
+        "DIR/typed-decisions) instead of the policy's checkpoints",
+    )
+    route.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="FILE",
+        help="apply a calibration file, checked against the cheap tier's "
+        "weights (its thresholds act after inference: the dry run's split "
+        "does not change)",
+    )
     route.add_argument("--json", action="store_true", help="print JSON instead of tables")
     route.set_defaults(func=route_command)
-
 
 
 class Split(msgspec.Struct):
@@ -102,8 +119,7 @@ def route_command(args: argparse.Namespace) -> int:
         source = _source_of(line)
         try:
             call = _call(line, lineno)
-            decision = run(decide(policy, call, previews=previewer is not None),
-                           _dry(previewer))
+            decision = run(decide(policy, call, previews=previewer is not None), _dry(previewer))
         except ClientError as exc:
             split.refused[getattr(exc, "error_type", "invalid_request_error")] += 1
             _source(split, source)["refused"] += 1
@@ -115,8 +131,11 @@ def route_command(args: argparse.Namespace) -> int:
 
     random = [policy.route.cheap or ""] if any(map(random_weights, checkpoints.values())) else []
     demo_banner("route", random)
-    print(msgspec.json.encode({**msgspec.to_builtins(split), **demo_label(random)}).decode()
-          if args.json else render(split, policy))
+    print(
+        msgspec.json.encode({**msgspec.to_builtins(split), **demo_label(random)}).decode()
+        if args.json
+        else render(split, policy)
+    )
     return 0
 
 
@@ -161,8 +180,7 @@ def _call(line: bytes, lineno: int) -> EngineCall:
     return msgspec.structs.replace(call, images=images)
 
 
-def laya_checkpoints(policy: Policy, laya: Path | None
-                     ) -> tuple[Policy, dict[str, Path]]:
+def laya_checkpoints(policy: Policy, laya: Path | None) -> tuple[Policy, dict[str, Path]]:
     """The cheap tier's checkpoints as local paths, and the policy narrowed to those found.
 
     ``--laya DIR`` replaces the policy's references with a bundle's layout. Otherwise each
@@ -199,19 +217,20 @@ def _source(split: Split, source: str) -> dict[str, int]:
 
 def _dry(previewer: Previewing | None) -> Callable[[Ask], Reply]:
     """The dry run's replies: ``previewer``'s previews, and every tier certain."""
+
     def reply(ask: Ask) -> Reply:
         if isinstance(ask, TierCall):
             return certain(ask.call, ask.tier)
         assert previewer is not None, "the flow previews only when told it can"
         return previewer.preview(ask.call, checkpoint=ask.checkpoint)
+
     return reply
 
 
 def _count(split: Split, policy: Policy, source: str, decision: Decision) -> None:
     pre, routes = decision.pre, decision.routes
     tiers = {r.tier for r in routes.values()}
-    kind = "split" if len(tiers) > 1 else (
-        "cheap" if tiers == {policy.route.cheap} else "strong")
+    kind = "split" if len(tiers) > 1 else ("cheap" if tiers == {policy.route.cheap} else "strong")
     split.requests += 1
     split.requests_by_route[kind] += 1
     split.questions += len(routes)
@@ -228,8 +247,11 @@ def _count(split: Split, policy: Policy, source: str, decision: Decision) -> Non
 
 def render(split: Split, policy: Policy) -> str:
     """The dry run as plain-text tables (counts and percentages)."""
-    out = [f"{split.requests} requests, {split.questions} questions (pre-routing only: "
-           "confidence escalations need inference and are not counted)", ""]
+    out = [
+        f"{split.requests} requests, {split.questions} questions (pre-routing only: "
+        "confidence escalations need inference and are not counted)",
+        "",
+    ]
 
     def table(title: str, counts: Counter[str], total: int) -> None:
         out.append(f"{title:<28}{'count':>8}{'%':>8}")
@@ -243,11 +265,15 @@ def render(split: Split, policy: Policy) -> str:
     table("requests by cheap checkpoint", split.checkpoints, split.requests)
     if split.refused:
         table("refused requests", split.refused, split.requests + sum(split.refused.values()))
-    out.append(f"{'by source':<20}{'requests':>9}{'questions':>10}{'cheap':>8}{'strong':>8}"
-               f"{'strong %':>10}{'refused':>9}")
+    out.append(
+        f"{'by source':<20}{'requests':>9}{'questions':>10}{'cheap':>8}{'strong':>8}"
+        f"{'strong %':>10}{'refused':>9}"
+    )
     for name, s in sorted(split.sources.items()):
-        out.append(f"  {name:<18}{s['requests']:>9}{s['questions']:>10}{s['cheap']:>8}"
-                   f"{s['strong']:>8}{_pct(s['strong'], s['questions']):>10}{s['refused']:>9}")
+        out.append(
+            f"  {name:<18}{s['requests']:>9}{s['questions']:>10}{s['cheap']:>8}"
+            f"{s['strong']:>8}{_pct(s['strong'], s['questions']):>10}{s['refused']:>9}"
+        )
     return "\n".join(out)
 
 

@@ -133,8 +133,7 @@ def _render(content: str | Sequence[Any], images: _Images, loc: Loc) -> str:
     return "".join(out)
 
 
-def _item(raw: msgspec.Raw, i: int, images: _Images, calls: set[tuple[str, str]]
-          ) -> dict[str, Any]:
+def _item(raw: msgspec.Raw, i: int, images: _Images, calls: set[tuple[str, str]]) -> dict[str, Any]:
     """One ``input`` item as a conversation entry (see the module docstring)."""
     loc: Loc = ["input", i]
     kind = decode_at(peek_decoder, raw, loc).type
@@ -155,8 +154,10 @@ def _item(raw: msgspec.Raw, i: int, images: _Images, calls: set[tuple[str, str]]
             entry["namespace"] = item.namespace
         return entry
     if (kind.removesuffix("_output"), item.call_id) not in calls:
-        raise ValidationFailed.at([*loc, "call_id"], f"no earlier {kind.removesuffix('_output')} "
-                                  f"item has call_id {item.call_id!r}")
+        raise ValidationFailed.at(
+            [*loc, "call_id"],
+            f"no earlier {kind.removesuffix('_output')} item has call_id {item.call_id!r}",
+        )
     entry["output"] = _render(item.output, images, [*loc, "output"])
     return entry
 
@@ -167,28 +168,38 @@ def _choice_keys(question: Choice, i: int) -> tuple[str, ...]:
     for j, option in enumerate(question.choices):
         typed = (type(option.value), option.value)
         if typed in seen:
-            raise ValidationFailed.at(["questions", i, "choices", j, "value"],
-                                      f"choice values must be unique; {option.value!r} repeats")
+            raise ValidationFailed.at(
+                ["questions", i, "choices", j, "value"],
+                f"choice values must be unique; {option.value!r} repeats",
+            )
         seen.add(typed)
-    booleans = {"true" if o.value else "false" for o in question.choices
-                if isinstance(o.value, bool)}
+    booleans = {
+        "true" if o.value else "false" for o in question.choices if isinstance(o.value, bool)
+    }
     return tuple(
-        ("true" if o.value else "false") if isinstance(o.value, bool)
-        else msgspec.json.encode(o.value).decode() if o.value in booleans else o.value
+        ("true" if o.value else "false")
+        if isinstance(o.value, bool)
+        else msgspec.json.encode(o.value).decode()
+        if o.value in booleans
+        else o.value
         for o in question.choices
     )
 
 
-def _question(raw: msgspec.Raw, i: int, images: _Images, used: set[str]
-              ) -> tuple[Asked, dict[str, Any]]:
+def _question(
+    raw: msgspec.Raw, i: int, images: _Images, used: set[str]
+) -> tuple[Asked, dict[str, Any]]:
     """One question as ``Asked`` and its System One form."""
     loc: Loc = ["questions", i]
     peek = decode_at(peek_decoder, raw, loc)
     if peek.type not in QUESTION_TYPES:
         named = f" ({peek.name!r})" if isinstance(peek.name, str) else ""
         raise ValidationFailed.at(
-            [*loc, "type"], f"question {i}{named} has type {peek.type!r}; /v1/decisions answers "
-            "predicate, choice and score questions", "unsupported_question_type")
+            [*loc, "type"],
+            f"question {i}{named} has type {peek.type!r}; /v1/decisions answers "
+            "predicate, choice and score questions",
+            "unsupported_question_type",
+        )
     question = decode_at(question_decoder, raw, loc)
     name = question.name
     qid = name if name and name not in used else f"question_{i}"
@@ -196,7 +207,8 @@ def _question(raw: msgspec.Raw, i: int, images: _Images, used: set[str]
         qid += "_"
     used.add(qid)
     body: dict[str, Any] = {
-        "instructions": _render(question.instructions, images, [*loc, "instructions"])}
+        "instructions": _render(question.instructions, images, [*loc, "instructions"])
+    }
     if isinstance(question, Predicate):
         return Asked(qid=qid, name=name, type="predicate"), {**body, "type": "noul"}
     if isinstance(question, Choice):
@@ -204,14 +216,21 @@ def _question(raw: msgspec.Raw, i: int, images: _Images, used: set[str]
             raise ValidationFailed.at([*loc, "choices"], "a choice needs at least 2 choices")
         keys = _choice_keys(question, i)
         criteria = {k: o.description for k, o in zip(keys, question.choices, strict=True)}
-        asked = Asked(qid=qid, name=name, type="choice", keys=keys,
-                      values=tuple(o.value for o in question.choices))
+        asked = Asked(
+            qid=qid,
+            name=name,
+            type="choice",
+            keys=keys,
+            values=tuple(o.value for o in question.choices),
+        )
         return asked, {**body, "type": "choice", "criteria": criteria}
     assert isinstance(question, Score)
-    levels = [f"{lv.label}: {lv.description}" if lv.description else lv.label
-              for lv in question.levels]
-    asked = Asked(qid=qid, name=name, type="score",
-                  labels=tuple(lv.label for lv in question.levels))
+    levels = [
+        f"{lv.label}: {lv.description}" if lv.description else lv.label for lv in question.levels
+    ]
+    asked = Asked(
+        qid=qid, name=name, type="score", labels=tuple(lv.label for lv in question.levels)
+    )
     return asked, {**body, "type": "score", "criteria": levels}
 
 
@@ -233,8 +252,9 @@ def decision_call(body: bytes, request_id: str, limits: Limits = LIMITS) -> Deco
         raise ValidationFailed.at([], "Field required", "missing")
     request = decode_at(request_decoder, body, [])
     if not 1 <= len(request.questions) <= MAX_QUESTIONS:
-        raise ValidationFailed.at(["questions"], f"send 1 to {MAX_QUESTIONS} questions, got "
-                                  f"{len(request.questions)}")
+        raise ValidationFailed.at(
+            ["questions"], f"send 1 to {MAX_QUESTIONS} questions, got {len(request.questions)}"
+        )
     images = _Images()
     if isinstance(request.input, str):
         state: str | list[Any] = request.input
@@ -247,7 +267,8 @@ def decision_call(body: bytes, request_id: str, limits: Limits = LIMITS) -> Deco
     converted = [_question(raw, i, images, used) for i, raw in enumerate(request.questions)]
     asked = [a for a, _ in converted]
     env = RequestEnvelope(
-        model=request.model, state=state,
+        model=request.model,
+        state=state,
         questions={a.qid: msgspec.Raw(msgspec.json.encode(q)) for a, q in converted},
         assets=images.assets or None,
     )
@@ -258,13 +279,13 @@ def decision_call(body: bytes, request_id: str, limits: Limits = LIMITS) -> Deco
         check_request_text(chars + question_chars, limits)
     except ValidationFailed as exc:
         raise relocate(exc, asked, images.fields) from None
-    call = EngineCall(state=state, questions=questions, model=request.model,
-                      request_id=request_id)
+    call = EngineCall(state=state, questions=questions, model=request.model, request_id=request_id)
     return Decoded(asked=asked, envelope=env, call=call, image_fields=images.fields)
 
 
-def relocate(exc: ValidationFailed, asked: Sequence[Asked],
-             images: dict[str, Loc] | None = None) -> ValidationFailed:
+def relocate(
+    exc: ValidationFailed, asked: Sequence[Asked], images: dict[str, Loc] | None = None
+) -> ValidationFailed:
     """``exc`` with each System One ``loc`` turned into the OpenAI field it came from."""
     index = {a.qid: i for i, a in enumerate(asked)}
     items = []
@@ -314,28 +335,38 @@ def _answer(asked: Asked, answer: Any) -> DecisionAnswer:
             ChoiceProbability(value=value, probability=answer.probabilities[key])
             for key, value in zip(asked.keys, asked.values, strict=True)
         ]
-        return OpenAIChoice(name=asked.name, choice=asked.values[asked.keys.index(answer.choice)],
-                            confidence=answer.confidence, probabilities=probabilities)
+        return OpenAIChoice(
+            name=asked.name,
+            choice=asked.values[asked.keys.index(answer.choice)],
+            confidence=answer.confidence,
+            probabilities=probabilities,
+        )
     assert isinstance(answer, ScoreAnswer)
     levels = [
         ScoreProbability(value=i, label=label, probability=answer.probabilities[str(i)])
         for i, label in enumerate(asked.labels)
     ]
-    return OpenAIScore(name=asked.name, score=answer.score, confidence=answer.confidence,
-                       probabilities=levels)
+    return OpenAIScore(
+        name=asked.name, score=answer.score, confidence=answer.confidence, probabilities=levels
+    )
 
 
 def decision(asked: Sequence[Asked], outcome: Outcome) -> Decision:
     """The OpenAI answer from the gateway's outcome (``Gateway.decide(partial=True)``), in
     question order: a ``refusal`` for each question the outcome refused."""
     response = outcome.response
-    answered = [Refusal(name=a.name) if a.qid in outcome.refused
-                else _answer(a, response.answers[a.qid]) for a in asked]
+    answered = [
+        Refusal(name=a.name) if a.qid in outcome.refused else _answer(a, response.answers[a.qid])
+        for a in asked
+    ]
     tokens = response.usage.input_tokens
     usage = DecisionUsage(
-        input_tokens=tokens, output_tokens=0, total_tokens=tokens,
-        input_tokens_details=InputTokensDetails(cached_tokens=outcome.cached_tokens,
-                                                cache_write_tokens=0),
+        input_tokens=tokens,
+        output_tokens=0,
+        total_tokens=tokens,
+        input_tokens_details=InputTokensDetails(
+            cached_tokens=outcome.cached_tokens, cache_write_tokens=0
+        ),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
     )
     x_cascade: dict[str, Any] | None = None
@@ -351,23 +382,33 @@ def decision(asked: Sequence[Asked], outcome: Outcome) -> Decision:
 def error_body(exc: CascadeError) -> OpenAIError:
     """``exc`` in OpenAI's error shape; a validation error names its first field."""
     if isinstance(exc, ValidationFailed) and is_unparsed(exc):
-        detail = OpenAIErrorDetail(message=exc.message, type="invalid_request_error",
-                                   param=None, code=str(exc.items[0]["type"]))
+        detail = OpenAIErrorDetail(
+            message=exc.message,
+            type="invalid_request_error",
+            param=None,
+            code=str(exc.items[0]["type"]),
+        )
     elif isinstance(exc, ValidationFailed) and exc.items:
         item = exc.items[0]
-        detail = OpenAIErrorDetail(message=str(item["msg"]), type="invalid_request_error",
-                                   param=param(item["loc"][1:]), code=str(item["type"]))
+        detail = OpenAIErrorDetail(
+            message=str(item["msg"]),
+            type="invalid_request_error",
+            param=param(item["loc"][1:]),
+            code=str(item["type"]),
+        )
     elif isinstance(exc, UnknownModel):
-        detail = OpenAIErrorDetail(message=exc.message, type="invalid_request_error",
-                                   param="model", code="model_not_found")
+        detail = OpenAIErrorDetail(
+            message=exc.message, type="invalid_request_error", param="model", code="model_not_found"
+        )
     else:
-        detail = OpenAIErrorDetail(message=exc.message, type=exc.error_type, param=None,
-                                   code=exc.error_type)
+        detail = OpenAIErrorDetail(
+            message=exc.message, type=exc.error_type, param=None, code=exc.error_type
+        )
     return OpenAIError(error=detail)
 
 
 def is_unparsed(exc: CascadeError) -> bool:
     """Whether ``exc`` says the body is not JSON at all (OpenAI answers those with 400)."""
     return isinstance(exc, ValidationFailed) and any(
-        i["type"] == "json_invalid" or i["loc"] == ["body"] for i in exc.items)
-
+        i["type"] == "json_invalid" or i["loc"] == ["body"] for i in exc.items
+    )

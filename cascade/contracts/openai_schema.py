@@ -106,8 +106,9 @@ class CustomToolCallOutput(_ToolItem, tag="custom_tool_call_output", kw_only=Tru
 
 
 ToolItem = FunctionCall | FunctionCallOutput | CustomToolCall | CustomToolCallOutput
-TOOL_TYPES = frozenset(("function_call", "function_call_output", "custom_tool_call",
-                        "custom_tool_call_output"))
+TOOL_TYPES = frozenset(
+    ("function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
+)
 
 # ---------------------------------------------------------------- request: questions
 

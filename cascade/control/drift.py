@@ -126,8 +126,9 @@ class DriftMonitor:
     ``observe`` takes the policy in force: when its ``[drift]`` table or its calibration
     snapshot changes (a reload), the references and windows start over."""
 
-    def __init__(self, policy: Policy, *, clock: Callable[[], float] = time.monotonic,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, policy: Policy, *, clock: Callable[[], float] = time.monotonic, seed: int = 0
+    ) -> None:
         self.clock = clock
         self._rng = random.Random(seed)
         self._reset(policy)
@@ -145,22 +146,34 @@ class DriftMonitor:
     def _tally(self, policy: Policy) -> ConfidenceTally | None:
         """The fleet's tally: the fleet scope, and snapshot cells the reference takes."""
         control = policy.control
-        usable = {key: hist for key, hist in self.snapshot.items()
-                  if sum(hist.counts) >= self.config.min_count}
-        if (control is None or control.scope != "fleet" or self.config.reference != "calibration"
-                or not usable):
+        usable = {
+            key: hist
+            for key, hist in self.snapshot.items()
+            if sum(hist.counts) >= self.config.min_count
+        }
+        if (
+            control is None
+            or control.scope != "fleet"
+            or self.config.reference != "calibration"
+            or not usable
+        ):
             return None
-        reference = hashlib.sha256(msgspec.json.encode(
-            [self.config.bins, usable], order="sorted")).hexdigest()[:16]
-        return ConfidenceTally(self.config.window_s, reference,
-                               {key: len(hist.counts) for key, hist in usable.items()})
+        reference = hashlib.sha256(
+            msgspec.json.encode([self.config.bins, usable], order="sorted")
+        ).hexdigest()[:16]
+        return ConfidenceTally(
+            self.config.window_s, reference, {key: len(hist.counts) for key, hist in usable.items()}
+        )
 
     def _cell(self, cell: Cell) -> _Cell:
         found = self.cells.get(cell)
         if found is None:
             fitted = self.snapshot.get(cell_key(cell))
-            usable = (self.config.reference == "calibration" and fitted is not None
-                      and sum(fitted.counts) >= self.config.min_count)
+            usable = (
+                self.config.reference == "calibration"
+                and fitted is not None
+                and sum(fitted.counts) >= self.config.min_count
+            )
             found = self.cells[cell] = _Cell(fitted if usable else None)
         return found
 
@@ -180,8 +193,10 @@ class DriftMonitor:
         now, state = self.clock(), self._cell(cell)
         if state.reference is None:
             self._sample(state, confidence)
-            if (now - self.started >= self.config.reference_s
-                    and state.seen >= self.config.min_count):
+            if (
+                now - self.started >= self.config.reference_s
+                and state.seen >= self.config.min_count
+            ):
                 state.reference = histogram(state.sample, self.config.bins)
                 state.sample = []
             return
@@ -210,8 +225,11 @@ class DriftMonitor:
         out: dict[Cell, float] = {}
         for cell, state in sorted(self.cells.items()):
             window = state.window(current)
-            if (state.reference is not None and window is not None
-                    and int(window.sum()) >= self.config.min_count):
+            if (
+                state.reference is not None
+                and window is not None
+                and int(window.sum()) >= self.config.min_count
+            ):
                 out[cell] = psi(state.reference.counts, window)
         return out
 

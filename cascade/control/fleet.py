@@ -51,9 +51,15 @@ class FleetLink:
     ``evidence``: the judged answers of the shared decision store (PostgreSQL; None: not
     shared)."""
 
-    def __init__(self, control: LiveControl, *, replica: str | None = None,
-                 evidence: Evidence | None = None, drift: DriftMonitor | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        control: LiveControl,
+        *,
+        replica: str | None = None,
+        evidence: Evidence | None = None,
+        drift: DriftMonitor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.control, self.drift, self.clock = control, drift, clock
         self.replica = replica or replica_name()
         self.refit = FleetRefit(control, evidence, self.replica, clock=clock)
@@ -114,8 +120,9 @@ class FleetLink:
         try:
             async with asyncio.timeout(CALLS * config.timeout_s):
                 if tally is not None:
-                    found = await counters.sync(redis, tally, self.clock(),
-                                                config.window_s * HORIZON, MIN_RECENT)
+                    found = await counters.sync(
+                        redis, tally, self.clock(), config.window_s * HORIZON, MIN_RECENT
+                    )
                     self.control.shared(found)
                 await self._trade_gates(redis, config)
                 await self._share_drift(redis)
@@ -129,9 +136,16 @@ class FleetLink:
         mine = self.control.published()
         ttl_s = max(config.window_s, 10 * config.sync_s)
         if mine is not None:
-            await gates.publish(redis, "budget", gates.Published(
-                replica=self.replica, at=await server_time(redis),
-                thresholds={f"{t}:{b}": v for (t, b), v in mine.items()}), ttl_s)
+            await gates.publish(
+                redis,
+                "budget",
+                gates.Published(
+                    replica=self.replica,
+                    at=await server_time(redis),
+                    thresholds={f"{t}:{b}": v for (t, b), v in mine.items()},
+                ),
+                ttl_s,
+            )
         else:
             found = await gates.read(redis, "budget")
             if found is not None:
@@ -156,8 +170,11 @@ class FleetLink:
         self.failures += 1
         if self.connected is not False:
             self.down_since = time.time()
-            log.warning("fleet: redis sync failed (%s); pacing on this replica's counts, the "
-                        "last gate kept", type(exc).__name__ or "timeout")
+            log.warning(
+                "fleet: redis sync failed (%s); pacing on this replica's counts, the "
+                "last gate kept",
+                type(exc).__name__ or "timeout",
+            )
         self.connected = False
 
     def _succeeded(self) -> None:
@@ -171,22 +188,30 @@ class FleetLink:
         if self._config() is None:
             return None
         age = self.clock() - self.last_ok
-        return {"replica": self.replica, "connected": bool(self.connected),
-                "last_sync_s_ago": round(age, 3) if math.isfinite(age) else None,
-                "down_since": self.down_since, "failed_syncs": self.failures,
-                "pacing": "fleet" if self.control.pacing_on_fleet() else "replica",
-                "refit": self.refit.status(), "drift": self._drift_status()}
+        return {
+            "replica": self.replica,
+            "connected": bool(self.connected),
+            "last_sync_s_ago": round(age, 3) if math.isfinite(age) else None,
+            "down_since": self.down_since,
+            "failed_syncs": self.failures,
+            "pacing": "fleet" if self.control.pacing_on_fleet() else "replica",
+            "refit": self.refit.status(),
+            "drift": self._drift_status(),
+        }
 
     def _drift_status(self) -> dict[str, Any] | None:
         """The fleet's PSI per cell and its age (None: no snapshot, or none read lately)."""
         age = self.drift.fleet_age() if self.drift is not None else None
         if self.drift is None or age is None:
             return None
-        return {"psi": {cell_key(c): round(v, 4) for c, v in self.drift.fleet_psi().items()},
-                "age_s": round(age, 3)}
+        return {
+            "psi": {cell_key(c): round(v, 4) for c, v in self.drift.fleet_psi().items()},
+            "age_s": round(age, 3),
+        }
 
 
 def cells(thresholds: dict[str, float]) -> dict[Cell, float]:
     """``type:band`` keys as cells (unknown ones left out)."""
-    return {cell: thresholds[key] for cell in CELLS if (key := f"{cell[0]}:{cell[1]}")
-            in thresholds}
+    return {
+        cell: thresholds[key] for cell in CELLS if (key := f"{cell[0]}:{cell[1]}") in thresholds
+    }

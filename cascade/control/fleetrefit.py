@@ -65,10 +65,21 @@ def fit_shared(evidence: Evidence, policy: Policy) -> list[Fitted]:
 
 def published(fitted: list[Fitted], replica: str, at: float, policy: str) -> gates.Published:
     return gates.Published(
-        replica=replica, at=at, policy=policy,
+        replica=replica,
+        at=at,
+        policy=policy,
         thresholds={_key(f): f.threshold for f in fitted},
-        evidence={_key(f): {"n": f.n, "kept": f.kept, "bound": f.bound, "pooled": f.pooled,
-                            "sources": f.sources} for f in fitted})
+        evidence={
+            _key(f): {
+                "n": f.n,
+                "kept": f.kept,
+                "bound": f.bound,
+                "pooled": f.pooled,
+                "sources": f.sources,
+            }
+            for f in fitted
+        },
+    )
 
 
 def adopted(gate: gates.Published) -> list[Fitted]:
@@ -78,9 +89,17 @@ def adopted(gate: gates.Published) -> list[Fitted]:
         key = f"{cell[0]}:{cell[1]}"
         if key in gate.thresholds:
             ev = gate.evidence.get(key, {})
-            out.append(Fitted(cell, gate.thresholds[key], int(ev.get("n", 0)),
-                              int(ev.get("kept", 0)), float(ev.get("bound", 0.0)),
-                              bool(ev.get("pooled", False)), str(ev.get("sources", ""))))
+            out.append(
+                Fitted(
+                    cell,
+                    gate.thresholds[key],
+                    int(ev.get("n", 0)),
+                    int(ev.get("kept", 0)),
+                    float(ev.get("bound", 0.0)),
+                    bool(ev.get("pooled", False)),
+                    str(ev.get("sources", "")),
+                )
+            )
     return out
 
 
@@ -98,8 +117,14 @@ class FleetRefit:
     shared decision store's judged answers (None: the store is not shared, each replica refits
     alone)."""
 
-    def __init__(self, control: LiveControl, evidence: Evidence | None, replica: str, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        control: LiveControl,
+        evidence: Evidence | None,
+        replica: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.control, self.evidence, self.replica = control, evidence, replica
         self.clock = clock
         control.shared_store = evidence is not None
@@ -123,8 +148,10 @@ class FleetRefit:
             held = False
             if self.clock() >= self._aside_until:
                 async with asyncio.timeout(CALLS * config.timeout_s):
-                    held = await self.lease.hold(redis, max(
-                        LEASE_INTERVALS * config.refit_interval_s, LEASE_SYNCS * config.sync_s))
+                    held = await self.lease.hold(
+                        redis,
+                        max(LEASE_INTERVALS * config.refit_interval_s, LEASE_SYNCS * config.sync_s),
+                    )
             if held != self.holder:
                 log.info("fleet refit: this replica %s the lease", "holds" if held else "lost")
                 self._next_fit = -math.inf
@@ -135,10 +162,10 @@ class FleetRefit:
                 self._next_fit = self.clock() + config.refit_interval_s
                 stage = "publish"
                 async with asyncio.timeout(CALLS * config.timeout_s):
-                    gate = published(fitted, self.replica, await server_time(redis),
-                                     fitted_under)
-                    await gates.publish(redis, "refit", gate, max(
-                        GATE_TTL_S, 10 * config.refit_interval_s))
+                    gate = published(fitted, self.replica, await server_time(redis), fitted_under)
+                    await gates.publish(
+                        redis, "refit", gate, max(GATE_TTL_S, 10 * config.refit_interval_s)
+                    )
             stage = "adopt"
             async with asyncio.timeout(CALLS * config.timeout_s):
                 found = await gates.read(redis, "refit")
@@ -171,8 +198,10 @@ class FleetRefit:
             async with asyncio.timeout(config.timeout_s):
                 await self.lease.release(redis)
         self.holder = False
-        log.info("fleet refit: the store's read failed; the lease given back for %g s",
-                 config.refit_interval_s)
+        log.info(
+            "fleet refit: the store's read failed; the lease given back for %g s",
+            config.refit_interval_s,
+        )
 
     async def _read(self) -> tuple[list[Fitted], str]:
         """The fit on the store's rows, under the policy served when the read began, and that
@@ -196,9 +225,13 @@ class FleetRefit:
         if gate.policy != mine:
             if gate.policy != self._foreign:
                 self._foreign = gate.policy
-                log.warning("fleet refit: the gate %s fitted is for another policy (%s, "
-                            "this replica serves %s): not adopted", gate.replica,
-                            gate.policy[:12], mine[:12])
+                log.warning(
+                    "fleet refit: the gate %s fitted is for another policy (%s, "
+                    "this replica serves %s): not adopted",
+                    gate.replica,
+                    gate.policy[:12],
+                    mine[:12],
+                )
             return
         self.control.adopt_refit(adopted(gate), gate.replica)
         self.gate = gate
@@ -213,8 +246,12 @@ class FleetRefit:
         self.errors += 1
         if self.failing is None:
             self.down_since = time.time()
-            log.warning("fleet refit: %s failed (%s: %s); the last gate kept", stage,
-                        type(exc).__name__, " ".join(str(exc).split()) or "timeout")
+            log.warning(
+                "fleet refit: %s failed (%s: %s); the last gate kept",
+                stage,
+                type(exc).__name__,
+                " ".join(str(exc).split()) or "timeout",
+            )
         self.failing = stage
 
     def _succeeded(self) -> None:
@@ -230,9 +267,14 @@ class FleetRefit:
         if not self.control.refits_on_fleet():
             return "replica (no Redis URL)"
         gate = self.gate
-        return {"scope": "fleet", "replica": gate.replica if gate else None,
-                "at": gate.at if gate else None,
-                "cells": len(gate.thresholds) if gate else 0, "lease": self.holder,
-                "connected": self.failing is None, "failing": self.failing,
-                "down_since": self.down_since, "errors": self.errors}
-
+        return {
+            "scope": "fleet",
+            "replica": gate.replica if gate else None,
+            "at": gate.at if gate else None,
+            "cells": len(gate.thresholds) if gate else 0,
+            "lease": self.holder,
+            "connected": self.failing is None,
+            "failing": self.failing,
+            "down_since": self.down_since,
+            "errors": self.errors,
+        }

@@ -68,9 +68,17 @@ def asked_key(decision: int, ts: float) -> str:
     return f"{decision}@{ts!r}"
 
 
-def judged(policy: Policy, question: Question, cheap: Sequence[float] | None,
-           truth: Label, source: Source, ts: float, *, tenant: str = "",
-           asked: str | None = None) -> Labelled | None:
+def judged(
+    policy: Policy,
+    question: Question,
+    cheap: Sequence[float] | None,
+    truth: Label,
+    source: Source,
+    ts: float,
+    *,
+    tenant: str = "",
+    asked: str | None = None,
+) -> Labelled | None:
     """The cheap answer ``cheap`` judged by the label ``truth`` (None: no cheap answer), given
     by ``tenant``, of the asked question ``asked`` (``Labelled``)."""
     if cheap is None:
@@ -78,7 +86,13 @@ def judged(policy: Policy, question: Question, cheap: Sequence[float] | None,
     result = QuestionResult(type=question.type, probabilities=list(cheap))
     right = label_index(question, truth)
     top = label_index(question, answer_label(question, cheap))
-    return Labelled(type=question.type, band=option_band(n_options(question)),
-                    confidence=max(gate_view(policy, result).probabilities),
-                    correct=right is not None and top == right, source=source, ts=ts,
-                    tenant=tenant, asked=asked)
+    return Labelled(
+        type=question.type,
+        band=option_band(n_options(question)),
+        confidence=max(gate_view(policy, result).probabilities),
+        correct=right is not None and top == right,
+        source=source,
+        ts=ts,
+        tenant=tenant,
+        asked=asked,
+    )

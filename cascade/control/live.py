@@ -61,7 +61,8 @@ from cascade.settings import ADMISSION_DEADLINE_S
 log = logging.getLogger("cascade.control")
 
 CELLS: tuple[tuple[QuestionType, Band], ...] = tuple(
-    (t, b) for t in QTYPES for b in BANDS if t != "noul" or b == "2")
+    (t, b) for t in QTYPES for b in BANDS if t != "noul" or b == "2"
+)
 
 
 class LiveControl:
@@ -69,10 +70,15 @@ class LiveControl:
     the capacity signal; ``deadline_s``: the gateway's admission deadline it is measured
     against."""
 
-    def __init__(self, policy: Policy, engines: Mapping[str, object] | None = None, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time,
-                 deadline_s: float = ADMISSION_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        engines: Mapping[str, object] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        deadline_s: float = ADMISSION_DEADLINE_S,
+    ) -> None:
         self.clock, self.wall, self.deadline_s = clock, wall, deadline_s
         self.policy = policy
         self._held = False  # freeze()
@@ -120,10 +126,12 @@ class LiveControl:
         now = self.clock()
         if self.tally is not None:
             self.tally.add(now, answered=len(decision.routes), strong=n_strong)
-        self.pacer.record(now, answered=len(decision.routes), strong=n_strong, forced=forced,
-                          gated=gated)
+        self.pacer.record(
+            now, answered=len(decision.routes), strong=n_strong, forced=forced, gated=gated
+        )
         if "strong_overloaded" in decision.degraded.values() or any(
-                isinstance(e, Overloaded) for e in decision.refused.values()):
+            isinstance(e, Overloaded) for e in decision.refused.values()
+        ):
             self.pacer.overloaded(now)
 
     def shadowed(self, shadow: ShadowCall, strong: EngineAnswer) -> None:
@@ -144,9 +152,16 @@ class LiveControl:
         for qid, result in shadow.cheap.results.items():
             if qid in found:
                 qtype, band, confidence = self._seen(result)
-                labels.append(Labelled(type=qtype, band=band, confidence=confidence, ts=ts,
-                                       correct=_top(result) == _top(strong.results[qid]),
-                                       source="shadow"))
+                labels.append(
+                    Labelled(
+                        type=qtype,
+                        band=band,
+                        confidence=confidence,
+                        ts=ts,
+                        correct=_top(result) == _top(strong.results[qid]),
+                        source="shadow",
+                    )
+                )
         self.observe(labels)
 
     def observe(self, answers: Sequence[Labelled]) -> None:
@@ -178,8 +193,12 @@ class LiveControl:
         """Whether the fleet refits for this replica (scope ``fleet``, a Redis URL, a shared
         decision store): its own refit does not run."""
         control = self.policy.control
-        return (self.shared_store and control is not None and control.scope == "fleet"
-                and control.url is not None)
+        return (
+            self.shared_store
+            and control is not None
+            and control.scope == "fleet"
+            and control.url is not None
+        )
 
     def adopt_refit(self, fitted: Sequence[Fitted], replica: str) -> None:
         """The fleet's refit, fitted by ``replica``: its cells' thresholds replace every refit
@@ -193,15 +212,24 @@ class LiveControl:
             self._changed(f, wanted.get(f.cell), f"fleet refit by {replica}")
         for cell in sorted(set(before) - set(self._fitted)):
             metrics.GATE_CHANGES.labels(source="refit").inc()
-            log.info("gate %s:%s %.4f -> %s (fleet refit by %s: no fit)", *cell,
-                     before[cell].threshold, _fmt(self._configured.get(cell)), replica)
+            log.info(
+                "gate %s:%s %.4f -> %s (fleet refit by %s: no fit)",
+                *cell,
+                before[cell].threshold,
+                _fmt(self._configured.get(cell)),
+                replica,
+            )
         self._publish()
 
     def pacing_on_fleet(self) -> bool:
         """Whether the last pace read the fleet's counts (fresh: within three syncs)."""
         control = self.policy.control
-        return (control is not None and control.scope == "fleet" and self._fleet is not None
-                and self.clock() - self._fleet_at <= 3 * control.sync_s)
+        return (
+            control is not None
+            and control.scope == "fleet"
+            and self._fleet is not None
+            and self.clock() - self._fleet_at <= 3 * control.sync_s
+        )
 
     # ------------------------------------------------------------ what an operator asks
 
@@ -225,31 +253,40 @@ class LiveControl:
         new engines, when the reload brought some."""
         self.prepare(policy, engines)()
 
-    def prepare(self, policy: Policy,
-                engines: Mapping[str, object] | None = None) -> Callable[[], None]:
+    def prepare(
+        self, policy: Policy, engines: Mapping[str, object] | None = None
+    ) -> Callable[[], None]:
         """``rebase`` in two steps: what ``policy`` needs, computed now from it alone (nothing
         changes; a reload runs this before its swap), and the step that applies it."""
         return self._plan(policy, engines, old=self.policy)
 
-    def _plan(self, policy: Policy, engines: Mapping[str, object] | None,
-              old: Policy | None) -> Callable[[], None]:
+    def _plan(
+        self, policy: Policy, engines: Mapping[str, object] | None, old: Policy | None
+    ) -> Callable[[], None]:
         control, wait = policy.control, self._wait
         if engines is not None:
             strong = engines.get(policy.route.strong or "")
             wait = strong.expected_wait if isinstance(strong, Waiting) else None
         tier = policy.tiers.get(policy.route.strong or "")
-        wait_limit = (min(self.deadline_s, tier.timeout_s)
-                      if isinstance(tier, LayaTier | ClefTier) else self.deadline_s)
-        retempered = old is not None and (old.calibration.temperatures
-                                          != policy.calibration.temperatures)
+        wait_limit = (
+            min(self.deadline_s, tier.timeout_s)
+            if isinstance(tier, LayaTier | ClefTier)
+            else self.deadline_s
+        )
+        retempered = old is not None and (
+            old.calibration.temperatures != policy.calibration.temperatures
+        )
         configured: dict[Cell, float] = {
-            (qtype, band): value for qtype in QTYPES
-            for band, value in policy.thresholds.confidence.of(qtype).items()}
+            (qtype, band): value
+            for qtype in QTYPES
+            for band, value in policy.thresholds.confidence.of(qtype).items()
+        }
         bands_of(configured)  # the gate's thresholds as bands: this policy's must make one
         pacer = refit = tally = None
         if control is not None:
-            pacer = self.pacer or Pacer(control.max_strong_share, control.window_s,
-                                        control.capacity)
+            pacer = self.pacer or Pacer(
+                control.max_strong_share, control.window_s, control.capacity
+            )
             refit = self.refit or Refit(control)
             if control.scope == "fleet":
                 same = self.tally is not None and self.tally.window_s == control.window_s
@@ -270,8 +307,11 @@ class LiveControl:
             self._configured = configured
             if pacer is not None and control is not None and not pacer.has_history:
                 budget = control.max_strong_share
-                pacer.prior = {} if budget is None else snapshot_cuts(
-                    policy.calibration.snapshot, self._thresholds(), budget)
+                pacer.prior = (
+                    {}
+                    if budget is None
+                    else snapshot_cuts(policy.calibration.snapshot, self._thresholds(), budget)
+                )
             self._next_refit = -math.inf  # refit at the next request
             self._next_pace = -math.inf
             self._pace = Pace({}, self._pace.share, None, False, False)
@@ -286,12 +326,20 @@ class LiveControl:
         return {
             "scope": control.scope if control is not None else None,
             "pacing": "fleet" if self.pacing_on_fleet() else "replica",
-            "frozen": self.frozen, "strong_share": pace.share, "aim": pace.aim,
+            "frozen": self.frozen,
+            "strong_share": pace.share,
+            "aim": pace.aim,
             "capacity_binds": pace.capped,
             "thresholds": {f"{t}:{b}": live for (t, b), live in self.thresholds().items()},
-            "refit": {f"{f.cell[0]}:{f.cell[1]}": {"threshold": f.threshold, "n": f.n,
-                                                   "bound": f.bound, "source": f.sources}
-                      for f in self._fitted.values()},
+            "refit": {
+                f"{f.cell[0]}:{f.cell[1]}": {
+                    "threshold": f.threshold,
+                    "n": f.n,
+                    "bound": f.bound,
+                    "source": f.sources,
+                }
+                for f in self._fitted.values()
+            },
         }
 
     def thresholds(self) -> dict[Cell, float]:
@@ -333,10 +381,19 @@ class LiveControl:
         control = self.policy.control
         assert control is not None
         metrics.GATE_CHANGES.labels(source="refit").inc()
-        log.info("gate %s:%s %s -> %.4f (%s: n=%d kept=%d bound=%.4f target=%s pooled=%s "
-                 "source=%s)", *fitted.cell, _fmt(before), fitted.threshold, why, fitted.n,
-                 fitted.kept, fitted.bound, control.target(fitted.cell[0]), fitted.pooled,
-                 fitted.sources)
+        log.info(
+            "gate %s:%s %s -> %.4f (%s: n=%d kept=%d bound=%.4f target=%s pooled=%s source=%s)",
+            *fitted.cell,
+            _fmt(before),
+            fitted.threshold,
+            why,
+            fitted.n,
+            fitted.kept,
+            fitted.bound,
+            control.target(fitted.cell[0]),
+            fitted.pooled,
+            fitted.sources,
+        )
 
     def _repace(self, now: float) -> None:
         assert self.pacer is not None and self.policy.control is not None
@@ -344,19 +401,31 @@ class LiveControl:
         wanted = self._thresholds()
         protected = set(self._fitted) if control.prefer == "accuracy" else set()
         wait = self._wait() if self._wait is not None else None
-        pace = self.pacer.pace(now, wanted, protected=protected, pressure=None if wait is None
-                               else wait / self._wait_limit,
-                               fleet=self._fleet if self.pacing_on_fleet() else None)
+        pace = self.pacer.pace(
+            now,
+            wanted,
+            protected=protected,
+            pressure=None if wait is None else wait / self._wait_limit,
+            fleet=self._fleet if self.pacing_on_fleet() else None,
+        )
         before, self._pace = self._pace, pace
         for cell in sorted(set(before.cuts) | set(pace.cuts)):
             old = before.cuts.get(cell, wanted.get(cell))
             new = pace.cuts.get(cell, wanted.get(cell))
-            why = (f"budget: share {_fmt(pace.share)} of {_fmt(control.max_strong_share)} over "
-                   f"{control.window_s:g} s, aim {_fmt(pace.aim)}, capacity binds: {pace.capped}")
+            why = (
+                f"budget: share {_fmt(pace.share)} of {_fmt(control.max_strong_share)} over "
+                f"{control.window_s:g} s, aim {_fmt(pace.aim)}, capacity binds: {pace.capped}"
+            )
             if (cell in before.cuts) != (cell in pace.cuts):
                 metrics.GATE_CHANGES.labels(source="budget").inc()
-                log.info("gate %s:%s %s -> %s (%s; %s)", *cell, _fmt(old), _fmt(new), why,
-                         "binds" if cell in pace.cuts else "relaxed")
+                log.info(
+                    "gate %s:%s %s -> %s (%s; %s)",
+                    *cell,
+                    _fmt(old),
+                    _fmt(new),
+                    why,
+                    "binds" if cell in pace.cuts else "relaxed",
+                )
             elif old != new:
                 log.debug("gate %s:%s %s -> %s (%s)", *cell, _fmt(old), _fmt(new), why)
         self._conflict(pace, protected)
@@ -368,25 +437,35 @@ class LiveControl:
         """Count and log a conflict between the budget and the target when it starts."""
         if pace.conflict and not self._target_won:  # prefer = "accuracy": refit cells kept
             metrics.CONTROL_CONFLICTS.labels(winner="accuracy").inc()
-            log.warning("gate: the accuracy target wins over the budget (share %s, aim %s): "
-                        "cells %s keep their refit thresholds", _fmt(pace.share),
-                        _fmt(pace.aim), ", ".join(f"{t}:{b}" for t, b in sorted(protected)))
+            log.warning(
+                "gate: the accuracy target wins over the budget (share %s, aim %s): "
+                "cells %s keep their refit thresholds",
+                _fmt(pace.share),
+                _fmt(pace.aim),
+                ", ".join(f"{t}:{b}" for t, b in sorted(protected)),
+            )
         self._target_won = pace.conflict
-        cut = {c for c, v in pace.cuts.items() if c in self._fitted
-               and v < self._fitted[c].threshold}
+        cut = {
+            c for c, v in pace.cuts.items() if c in self._fitted and v < self._fitted[c].threshold
+        }
         for cell in sorted(cut - self._cut_fitted):
             metrics.CONTROL_CONFLICTS.labels(winner="budget").inc()
-            log.warning("gate %s:%s: the budget wins over the accuracy target: cut to %.4f under "
-                        "its refit %.4f (prefer = \"budget\")", *cell, pace.cuts[cell],
-                        self._fitted[cell].threshold)
+            log.warning(
+                "gate %s:%s: the budget wins over the accuracy target: cut to %.4f under "
+                'its refit %.4f (prefer = "budget")',
+                *cell,
+                pace.cuts[cell],
+                self._fitted[cell].threshold,
+            )
         self._cut_fitted = cut
 
     def _publish(self) -> None:
         """Build the gate from the thresholds and cuts."""
         wanted = self._thresholds()
         margin = self.policy.thresholds.margin
-        self._gate = Gate(confidence=bands_of(wanted), margin=margin,
-                          budget=bands_of(self._pace.cuts))
+        self._gate = Gate(
+            confidence=bands_of(wanted), margin=margin, budget=bands_of(self._pace.cuts)
+        )
 
     def _seen(self, result: QuestionResult) -> tuple[QuestionType, Band, float]:
         """A cheap answer's cell (type, band) and the confidence the gate read."""

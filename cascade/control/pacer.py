@@ -93,8 +93,15 @@ class Pacer:
     prior: dict[Cell, float] = field(default_factory=dict)  # cuts before any history
     _paced: bool = False  # had MIN_RECENT recent answers once
 
-    def record(self, now: float, *, answered: int, strong: int, forced: int,
-               gated: Sequence[tuple[Cell, float]]) -> None:
+    def record(
+        self,
+        now: float,
+        *,
+        answered: int,
+        strong: int,
+        forced: int,
+        gated: Sequence[tuple[Cell, float]],
+    ) -> None:
         """One decided request: its answered questions, how many the strong tier answered and
         how many of those were forced there, and each gated question's cell and confidence."""
         if self._started is None:
@@ -123,9 +130,15 @@ class Pacer:
         """Drop the gated confidences (read on temperatures no longer in force)."""
         self._samples.clear()
 
-    def pace(self, now: float, thresholds: Mapping[Cell, float], *,
-             protected: Collection[Cell] = (), pressure: float | None = None,
-             fleet: Counts | None = None) -> Pace:
+    def pace(
+        self,
+        now: float,
+        thresholds: Mapping[Cell, float],
+        *,
+        protected: Collection[Cell] = (),
+        pressure: float | None = None,
+        fleet: Counts | None = None,
+    ) -> Pace:
         """The cuts now, for cells escalating below ``thresholds``; ``pressure``: the strong
         tier's predicted wait over its admission deadline (None: it predicts none); ``fleet``:
         every replica's counts, to pace against instead of this one's."""
@@ -136,8 +149,9 @@ class Pacer:
         n_r = sum(b.answered for b in recent)
         counts = fleet or self._counts(now, window, recent)
         # what the cut goes on: the recent traffic, or the window's when that is too little
-        basis, since = (recent, now - horizon) if n_r >= MIN_RECENT else (
-            window, now - self.window_s)
+        basis, since = (
+            (recent, now - horizon) if n_r >= MIN_RECENT else (window, now - self.window_s)
+        )
         n_b = sum(b.answered for b in basis)
         self._paced = self._paced or n_b >= MIN_RECENT
         share = counts.strong / counts.answered if counts.answered else None
@@ -145,14 +159,18 @@ class Pacer:
         aims = [self._cap] if self._cap is not None else []
         if self.budget is not None and counts.recent >= MIN_RECENT and counts.span > 0:
             new = counts.recent * horizon / counts.span
-            allowed = (self.budget - GUARD) * (counts.answered - counts.leaving_answered + new) \
-                - (counts.strong - counts.leaving_strong)
+            allowed = (self.budget - GUARD) * (counts.answered - counts.leaving_answered + new) - (
+                counts.strong - counts.leaving_strong
+            )
             aims.append(min(1.0, max(0.0, allowed / new)))
         aim = min(aims) if aims else None
         gated = sum(b.gated for b in basis)
         if not self._paced and self.budget is not None:
-            cuts = {c: min(v, thresholds[c]) for c, v in self.prior.items()
-                    if c in thresholds and c not in protected}
+            cuts = {
+                c: min(v, thresholds[c])
+                for c, v in self.prior.items()
+                if c in thresholds and c not in protected
+            }
             return Pace(cuts, share, aim, self._cap is not None, False)
         if aim is None or n_b < MIN_RECENT or not gated:
             return Pace({}, share, aim, self._cap is not None, False)
@@ -170,9 +188,14 @@ class Pacer:
         if sum(b.answered for b in recent) < MIN_RECENT:
             recent, reach = window, self.window_s
         span = min(reach, now - (self._started if self._started is not None else now))
-        return Counts(sum(b.answered for b in window), sum(b.strong for b in window),
-                      sum(b.answered for b in leaving), sum(b.strong for b in leaving),
-                      sum(b.answered for b in recent), span)
+        return Counts(
+            sum(b.answered for b in window),
+            sum(b.strong for b in window),
+            sum(b.answered for b in leaving),
+            sum(b.strong for b in leaving),
+            sum(b.answered for b in recent),
+            span,
+        )
 
     def _evict(self, now: float) -> None:
         width = self.window_s / BINS
@@ -192,26 +215,39 @@ class Pacer:
             return
         if hot and now - self._cap_moved >= CAP_EVERY_S:
             answered = sum(b.answered for b in recent)
-            base = self._cap if self._cap is not None else (
-                sum(b.strong for b in recent) / answered if answered else 1.0)
+            base = (
+                self._cap
+                if self._cap is not None
+                else (sum(b.strong for b in recent) / answered if answered else 1.0)
+            )
             self._cap, self._cap_moved = base * CAP_DOWN, now
         elif not hot and self._cap is not None and (pressure is None or pressure <= COOL):
             self._cap += CAP_UP_PER_S * elapsed
             if self._cap >= 1.0:
                 self._cap = None
 
-    def _fill(self, since: float, thresholds: Mapping[Cell, float],
-              protected: Collection[Cell], rate: float) -> tuple[dict[Cell, float], bool]:
+    def _fill(
+        self,
+        since: float,
+        thresholds: Mapping[Cell, float],
+        protected: Collection[Cell],
+        rate: float,
+    ) -> tuple[dict[Cell, float], bool]:
         """Water-filling over the recent gated traffic (``water_fill``)."""
-        weight = {cell: sum(1 for t, _ in samples if t > since)
-                  for cell, samples in self._samples.items()}
+        weight = {
+            cell: sum(1 for t, _ in samples if t > since) for cell, samples in self._samples.items()
+        }
         confs = {cell: [c for _, c in samples] for cell, samples in self._samples.items()}
         return water_fill(confs, weight, thresholds, protected, rate)
 
 
-def water_fill(confs: Mapping[Cell, Sequence[float]], weight: Mapping[Cell, int],
-               thresholds: Mapping[Cell, float], protected: Collection[Cell],
-               rate: float) -> tuple[dict[Cell, float], bool]:
+def water_fill(
+    confs: Mapping[Cell, Sequence[float]],
+    weight: Mapping[Cell, int],
+    thresholds: Mapping[Cell, float],
+    protected: Collection[Cell],
+    rate: float,
+) -> tuple[dict[Cell, float], bool]:
     """The cuts that make the gated escalation rate ``rate``, cells weighted by ``weight`` and
     each escalating as its ``confs`` do (module docstring), and whether ``protected`` cells
     alone escalate more than that."""
@@ -236,6 +272,9 @@ def water_fill(confs: Mapping[Cell, Sequence[float]], weight: Mapping[Cell, int]
     for _ in range(40):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if spend(mid) < rate else (lo, mid)
-    cuts = {c: min(thresholds[c], quantile_threshold(confs[c], lo))
-            for c, w in movable.items() if w > lo}
+    cuts = {
+        c: min(thresholds[c], quantile_threshold(confs[c], lo))
+        for c, w in movable.items()
+        if w > lo
+    }
     return cuts, fixed > rate and bool(protected)

@@ -20,8 +20,9 @@ from cascade.policy.stats import Cell
 PER_CELL = 1000  # points a histogram is spread into
 
 
-def snapshot_cuts(snapshot: Mapping[str, Histogram], thresholds: Mapping[Cell, float],
-                  budget: float) -> dict[Cell, float]:
+def snapshot_cuts(
+    snapshot: Mapping[str, Histogram], thresholds: Mapping[Cell, float], budget: float
+) -> dict[Cell, float]:
     """Cuts that hold ``budget`` on the confidences of ``snapshot`` (cells ``type:band``)."""
     confs: dict[Cell, list[float]] = {}
     weight: dict[Cell, int] = {}

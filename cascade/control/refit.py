@@ -107,22 +107,22 @@ class Refit:
         def enough(members: Sequence[Labelled]) -> bool:
             return len(members) >= control.min_labels
 
-        cells = {cell: capped(list(labels.values()), control.max_tenant_share)
-                 for cell, labels in self._labels.items()}
+        cells = {
+            cell: capped(list(labels.values()), control.max_tenant_share)
+            for cell, labels in self._labels.items()
+        }
         out = []
         for cell in ALL_CELLS:
             target = control.target(cell[0])
             if target is None:
                 continue
-            members, pooled = pool_of(cells, cell, enough,
-                                      across_bands=control.pool == "all")
+            members, pooled = pool_of(cells, cell, enough, across_bands=control.pool == "all")
             if not enough(members) or (pooled and control.pool == "none"):
                 continue
             out.append(self._fit(cell, members, target, pooled))
         return out
 
-    def _fit(self, cell: Cell, members: list[Labelled], target: float,
-             pooled: bool) -> Fitted:
+    def _fit(self, cell: Cell, members: list[Labelled], target: float, pooled: bool) -> Fitted:
         scored = [(m.confidence, m.correct) for m in members]
         threshold, kept, right = accuracy_threshold(scored, target)
         if kept == len(scored):  # certified down to the least confident label, no further
@@ -132,5 +132,4 @@ class Refit:
         kept = sum(conf >= threshold for conf, _ in scored)
         right = sum(ok for conf, ok in scored if conf >= threshold)
         sources = "+".join(sorted({m.source for m in members}))
-        return Fitted(cell, threshold, len(scored), kept, lower_bound(right, kept), pooled,
-                      sources)
+        return Fitted(cell, threshold, len(scored), kept, lower_bound(right, kept), pooled, sources)

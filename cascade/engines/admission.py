@@ -61,10 +61,14 @@ def _retry_after(seconds: float) -> float:
 class QueueAdmission:
     """The admission policy of one queue and its learnt correction (see the module docstring)."""
 
-    def __init__(self, *, max_queue: int, max_batch_items: int,
-                 max_batch_s: float | None = None) -> None:
+    def __init__(
+        self, *, max_queue: int, max_batch_items: int, max_batch_s: float | None = None
+    ) -> None:
         self.max_queue, self.max_batch_items, self.max_batch_s = (
-            max_queue, max_batch_items, max_batch_s)
+            max_queue,
+            max_batch_items,
+            max_batch_s,
+        )
         # Measured queue wait / predicted wait, learnt from the requests served.
         self.wait_correction = 1.0
         # How many times the model's prediction the recent batches took (at least 1).
@@ -81,15 +85,18 @@ class QueueAdmission:
         if deadline is not None and not queue.timed:
             limit = min(limit, self.max_batch_items)
         if queue.others and queue.others + 1 > limit:
-            return Refuse(f"{queue.others} rows queued",
-                          _retry_after(queue.backlog() * self.correction))
+            return Refuse(
+                f"{queue.others} rows queued", _retry_after(queue.backlog() * self.correction)
+            )
         raw = queue.ahead()
         wait = raw * self.correction
         reserve = (self.max_batch_s or 0.0) if wait > 0 else 0.0
         if deadline is not None and now + wait + reserve > deadline:
             budget = max(0.0, deadline - now - reserve)
-            return Refuse(f"about {wait:.1f} s of work ahead; this request may wait "
-                          f"{budget:.1f} s", _retry_after(wait - budget))
+            return Refuse(
+                f"about {wait:.1f} s of work ahead; this request may wait {budget:.1f} s",
+                _retry_after(wait - budget),
+            )
         return Admit(raw)
 
     def waited(self, predicted: float, actual: float) -> None:

@@ -58,6 +58,8 @@ class Waiting(Protocol):
     request would wait now before its batch starts, as admission predicts it (corrected)."""
 
     def expected_wait(self) -> float: ...
+
+
 def answers_each_question(engine: object) -> bool:
     """Whether ``engine`` declares ``independent_questions = True`` (see ``Engine``)."""
     return getattr(engine, "independent_questions", False) is True

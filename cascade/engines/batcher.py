@@ -117,8 +117,9 @@ class MicroBatcher(Generic[In, Out]):
         self._closed = False
         self.cost_model = CostModel()
         self.cost_model.warm_up(calibration)
-        self.admission = QueueAdmission(max_queue=max_queue, max_batch_items=max_batch_items,
-                                        max_batch_s=max_batch_s)
+        self.admission = QueueAdmission(
+            max_queue=max_queue, max_batch_items=max_batch_items, max_batch_s=max_batch_s
+        )
         self.dropped_rows = 0
         self.batches = 0
         tier = name.split("/", 1)[0]
@@ -131,8 +132,9 @@ class MicroBatcher(Generic[In, Out]):
         """Rows waiting to be batched (rows in flight not included)."""
         return len(self._queue.rows)
 
-    def expected_wait(self, now: float, *, flow: Hashable | None = None,
-                      before_tag: float | None = None) -> float:
+    def expected_wait(
+        self, now: float, *, flow: Hashable | None = None, before_tag: float | None = None
+    ) -> float:
         """Seconds the work ahead would keep a new request of ``flow`` waiting, corrected by
         ``admission`` (see ``_raw_wait``)."""
         return self._raw_wait(now, flow, before_tag) * self.admission.correction
@@ -144,19 +146,23 @@ class MicroBatcher(Generic[In, Out]):
         A batch running longer than expected is assumed to need as long again as it has
         overrun, so a stuck engine soon refuses new work instead of queueing it forever.
         """
-        ahead = [r for r in self._queue.rows
-                 if r.request.flow != flow and (before_tag is None or r.tag <= before_tag)]
+        ahead = [
+            r
+            for r in self._queue.rows
+            if r.request.flow != flow and (before_tag is None or r.tag <= before_tag)
+        ]
         wait, i = 0.0, 0
         while i < len(ahead):  # the batches they will form, as ``_take`` will form them
             n = self._run_length(ahead, i)
-            wait += self._seconds(n, max(r.cost for r in ahead[i: i + n]))
+            wait += self._seconds(n, max(r.cost for r in ahead[i : i + n]))
             i += n
         if any(r.request.flow != flow for r in self._inflight):
             wait += abs(self._inflight_expected - (now - self._inflight_since))
         return wait
 
-    async def submit(self, items: list[In], *, flow: Hashable | None = None,
-                     deadline: float | None = None) -> list[Out]:
+    async def submit(
+        self, items: list[In], *, flow: Hashable | None = None, deadline: float | None = None
+    ) -> list[Out]:
         """Outputs for ``items`` in order.
 
         ``flow``: the fairness key (None: a flow of its own). ``deadline``: an instant on the
@@ -173,11 +179,17 @@ class MicroBatcher(Generic[In, Out]):
         tag = self._queue.start_tag(flow)
         now = self._clock()
         predicted = self._admit(now, flow, tag, deadline)
-        request = _Request(loop.create_future(), [None] * len(items), len(items), now, flow,
-                           predicted=predicted)
-        self._queue.push(flow, tag, [
-            _Row(request, i, item, cost, self._sort_key(item) if self._sort_key else 0)
-            for i, (item, cost) in enumerate(zip(items, costs, strict=True))])
+        request = _Request(
+            loop.create_future(), [None] * len(items), len(items), now, flow, predicted=predicted
+        )
+        self._queue.push(
+            flow,
+            tag,
+            [
+                _Row(request, i, item, cost, self._sort_key(item) if self._sort_key else 0)
+                for i, (item, cost) in enumerate(zip(items, costs, strict=True))
+            ],
+        )
         self._depth.inc(len(items))
         if self._worker is None:
             self._worker = loop.create_task(self._work(), name=f"batcher-{self.name}")
@@ -237,7 +249,8 @@ class MicroBatcher(Generic[In, Out]):
             if padded > self.max_batch_cost:
                 break
             if self.max_pad_fraction is not None and (
-                    padded - real - cost > self.max_pad_fraction * padded):
+                padded - real - cost > self.max_pad_fraction * padded
+            ):
                 break
             if self.max_batch_s is not None and self._seconds(n + 1, wide) > self.max_batch_s:
                 break
@@ -259,8 +272,7 @@ class MicroBatcher(Generic[In, Out]):
                 await self._wakeup.wait()
                 continue
             deadline = self._queue.rows[0].request.arrived + self.max_wait_s
-            while self._queue.rows and not self._full() and (
-                    delay := deadline - self._clock()) > 0:
+            while self._queue.rows and not self._full() and (delay := deadline - self._clock()) > 0:
                 self._wakeup.clear()
                 try:
                     await asyncio.wait_for(self._wakeup.wait(), delay)

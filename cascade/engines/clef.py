@@ -37,10 +37,19 @@ class ClefEngine:
     """Implements ``cascade.engines.base.Engine`` for a Clef release directory or hub id."""
 
     def __init__(
-        self, name: str, release: Path, *, device: str = "auto", demo: bool = False,
-        max_length: int = 16384, overlong: Literal["reject", "truncate"] = "reject",
-        max_batch_tokens: int = 32768, max_batch_requests: int = 8, max_wait_s: float = 0.005,
-        max_queue: int = 64, memory_budget_bytes: int | None = None,
+        self,
+        name: str,
+        release: Path,
+        *,
+        device: str = "auto",
+        demo: bool = False,
+        max_length: int = 16384,
+        overlong: Literal["reject", "truncate"] = "reject",
+        max_batch_tokens: int = 32768,
+        max_batch_requests: int = 8,
+        max_wait_s: float = 0.005,
+        max_queue: int = 64,
+        memory_budget_bytes: int | None = None,
     ) -> None:
         if overlong not in ("reject", "truncate"):
             raise ValueError(f"overlong must be 'reject' or 'truncate', not {overlong!r}")
@@ -66,11 +75,17 @@ class ClefEngine:
         self._parts = await asyncio.to_thread(self._load)
         runner = self._parts.runner
         self._batcher = MicroBatcher(
-            runner.run_batch, name=self.name, max_batch_items=self.max_batch_requests,
-            max_batch_cost=self.max_batch_tokens, cost=lambda job: job.length,
-            max_wait_s=self.max_wait_s, max_queue=self.max_queue,
-            sort_key=lambda job: job.length, calibration=self._parts.calibration,
-            max_batch_s=MAX_BATCH_S, max_pad_fraction=MAX_PAD_FRACTION,
+            runner.run_batch,
+            name=self.name,
+            max_batch_items=self.max_batch_requests,
+            max_batch_cost=self.max_batch_tokens,
+            cost=lambda job: job.length,
+            max_wait_s=self.max_wait_s,
+            max_queue=self.max_queue,
+            sort_key=lambda job: job.length,
+            calibration=self._parts.calibration,
+            max_batch_s=MAX_BATCH_S,
+            max_pad_fraction=MAX_PAD_FRACTION,
         )
         self._ready = True
 
@@ -90,17 +105,20 @@ class ClefEngine:
         tokenizer = loaded.tokenizer
         tokenize_batch = locked_tokenize(tokenizer)
 
-        encoder = PromptEncoder(tokenize_batch, max_length=self.max_length,
-                                overlong=self.overlong)
-        images = ImageEncoder(loaded.path, lambda text: tokenize_batch([text])[0],
-                              tokenizer.convert_tokens_to_ids("<|image_pad|>"))
+        encoder = PromptEncoder(tokenize_batch, max_length=self.max_length, overlong=self.overlong)
+        images = ImageEncoder(
+            loaded.path,
+            lambda text: tokenize_batch([text])[0],
+            tokenizer.convert_tokens_to_ids("<|image_pad|>"),
+        )
         budget = self.memory_budget_bytes
         if budget is None and loaded.device.type == "cuda":
             import torch
 
             budget = int(torch.cuda.mem_get_info(loaded.device)[0] * 0.85)
-        runner = ClefRunner(loaded, max_batch_tokens=self.max_batch_tokens,
-                            memory_budget_bytes=budget)
+        runner = ClefRunner(
+            loaded, max_batch_tokens=self.max_batch_tokens, memory_budget_bytes=budget
+        )
         warm = Job(encoder.encode(WARMUP_STATE, {"warm": NoulQuestion()}))
         runner.forward([warm])  # the first forward warms up: not timed
         calibration = []  # ([tokens], seconds): the batcher's first data on costs
@@ -136,16 +154,19 @@ class ClefEngine:
             raise outcome
         encoded = job.encoded
         results = {
-            q.question_id: QuestionResult(type=call.questions[q.question_id].type,
-                                          probabilities=probs)
+            q.question_id: QuestionResult(
+                type=call.questions[q.question_id].type, probabilities=probs
+            )
             for q, probs in zip(encoded.questions, outcome, strict=True)
         }
         # Every question reads the one shared state, so a cut state truncates each of them.
         truncated = list(call.questions) if encoded.state_dropped else []
-        usage = EngineUsage(input_tokens=len(encoded.input_ids),
-                            state_tokens=encoded.state_tokens,
-                            state_tokens_dropped=encoded.state_dropped,
-                            truncated_questions=truncated)
+        usage = EngineUsage(
+            input_tokens=len(encoded.input_ids),
+            state_tokens=encoded.state_tokens,
+            state_tokens_dropped=encoded.state_dropped,
+            truncated_questions=truncated,
+        )
         return EngineAnswer(model=parts.model_name, results=results, usage=usage)
 
     def ready(self) -> bool:
@@ -158,18 +179,26 @@ class ClefEngine:
 
     def health(self) -> dict[str, Any]:
         info: dict[str, Any] = {
-            "engine": "clef", "name": self.name, "release": str(self.release),
-            "ready": self._ready, "demo": self.demo, "max_length": self.max_length,
-            "overlong": self.overlong, "max_batch_tokens": self.max_batch_tokens,
+            "engine": "clef",
+            "name": self.name,
+            "release": str(self.release),
+            "ready": self._ready,
+            "demo": self.demo,
+            "max_length": self.max_length,
+            "overlong": self.overlong,
+            "max_batch_tokens": self.max_batch_tokens,
             "max_batch_requests": self.max_batch_requests,
         }
         if self._ready:
             parts = self._parts
-            info.update(model=parts.model_name, revision=parts.revision,
-                        device=str(parts.release.device),
-                        dtype=str(parts.release.dtype).removeprefix("torch."),
-                        memory_budget_bytes=parts.runner.memory_budget_bytes,
-                        queue_depth=self._batcher.queue_depth())
+            info.update(
+                model=parts.model_name,
+                revision=parts.revision,
+                device=str(parts.release.device),
+                dtype=str(parts.release.dtype).removeprefix("torch."),
+                memory_budget_bytes=parts.runner.memory_budget_bytes,
+                queue_depth=self._batcher.queue_depth(),
+            )
         return info
 
     async def aclose(self) -> None:
@@ -182,8 +211,14 @@ class ClefEngine:
 class _Loaded:
     """Everything ``start`` builds; ``prepare`` runs in helper threads, never on the loop."""
 
-    def __init__(self, release: Any, encoder: Any, images: Any, runner: Any,
-                 calibration: list[tuple[list[int], float]]) -> None:
+    def __init__(
+        self,
+        release: Any,
+        encoder: Any,
+        images: Any,
+        runner: Any,
+        calibration: list[tuple[list[int], float]],
+    ) -> None:
         self.release, self.encoder, self.images, self.runner = release, encoder, images, runner
         self.calibration = calibration
         path = release.path
@@ -203,7 +238,8 @@ class _Loaded:
             raise
         except Exception as exc:
             raise EngineFailed(f"the Clef image processor failed: {exc!r}") from exc
-        encoded = self.encoder.encode(call.state, call.questions,
-                                      media.input_ids if media is not None else ())
+        encoded = self.encoder.encode(
+            call.state, call.questions, media.input_ids if media is not None else ()
+        )
         self.runner.check_fits(len(encoded.input_ids))
         return Job(encoded, media)

@@ -330,8 +330,10 @@ def raise_for_status(response: UpstreamReply, name: str) -> None:
     if status == 413:
         raise PayloadTooLarge(info.message)
     if status in (404, 405):
-        raise EngineFailed(f"{name}: the upstream has no such endpoint ({status}); check the "
-                           f"tier's URL: {info.message}")
+        raise EngineFailed(
+            f"{name}: the upstream has no such endpoint ({status}); check the "
+            f"tier's URL: {info.message}"
+        )
     if status in (401, 403, 407):
         raise EngineFailed(
             f"{name}: the upstream refused our credentials ({status}): {info.message}"
@@ -392,15 +394,23 @@ class HttpEngine:
         self._turn = itertools.count()
         self._connect_timeout_s = connect_timeout_s
         self._health_interval_s = health_interval_s
-        self._poster = _poster(name, transport, max_connections, httpx.Timeout(
-            read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s))
+        self._poster = _poster(
+            name,
+            transport,
+            max_connections,
+            httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s),
+        )
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._headers = [("Content-Type", "application/json"),
-                         ("User-Agent", f"cascade/{__version__}"), *auth.items()]
+        self._headers = [
+            ("Content-Type", "application/json"),
+            ("User-Agent", f"cascade/{__version__}"),
+            *auth.items(),
+        ]
         # Probes (and ``reported``) have connections of their own: a pool busy with requests
         # must not make a healthy upstream look dead.
         self._probe_client = httpx.AsyncClient(
-            headers=auth, timeout=httpx.Timeout(connect_timeout_s),
+            headers=auth,
+            timeout=httpx.Timeout(connect_timeout_s),
             limits=httpx.Limits(max_connections=len(urls), max_keepalive_connections=len(urls)),
             transport=transport,
         )
@@ -486,8 +496,14 @@ class HttpEngine:
         """Log and count ``value`` when ``upstream`` reported another ``what`` before."""
         last, upstream.reported[what] = upstream.reported.get(what), value
         if last is not None and last != value:
-            log.warning("tier %s: %s now reports %s %s (was %s)", self.name, upstream.base,
-                        what, value, last)
+            log.warning(
+                "tier %s: %s now reports %s %s (was %s)",
+                self.name,
+                upstream.base,
+                what,
+                value,
+                last,
+            )
             metrics.UPSTREAM_MODEL_CHANGES.labels(tier=self.name).inc()
 
     def _mark_down(self, upstream: _Upstream, seconds: float | None = None) -> None:
@@ -536,8 +552,12 @@ class HttpEngine:
         raise EngineUnavailable(f"{self.name}: could not connect: {'; '.join(failures)}")
 
 
-def _poster(name: str, transport: httpx.AsyncBaseTransport | None, max_connections: int,
-            timeout: httpx.Timeout) -> Poster:
+def _poster(
+    name: str,
+    transport: httpx.AsyncBaseTransport | None,
+    max_connections: int,
+    timeout: httpx.Timeout,
+) -> Poster:
     """aiohttp's (``cascade.engines.posting``), unless a test gives a transport or the
     environment sets proxies (``HTTP_PROXY``...: an httpx client's mounts go through them).
     Either way each request is built whole: no cookie jar, so a cookie one upstream answer sets
@@ -545,8 +565,9 @@ def _poster(name: str, transport: httpx.AsyncBaseTransport | None, max_connectio
     if transport is not None:
         return HttpxPoster(name, transport.handle_async_request, timeout, transport.aclose)
     if urllib.request.getproxies():
-        limits = httpx.Limits(max_connections=max_connections,
-                              max_keepalive_connections=max_connections)
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
         client = httpx.AsyncClient(limits=limits)
         return HttpxPoster(name, client.send, timeout, client.aclose)
     return AiohttpPoster(name, max_connections, timeout)

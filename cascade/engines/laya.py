@@ -68,8 +68,14 @@ def export_in_child(ckpt: Path, cache: Path) -> Path:
 def warmup_row(cls_id: int, mask_id: int, sep_id: int, tokens: int) -> Row:
     """A one-option noul-shaped row of ``tokens`` ids: what start-up runs and times."""
     filler = [sep_id] * max(0, tokens - 3)
-    return Row(ids=[cls_id, *filler, mask_id, sep_id], markers=[len(filler) + 1], qtype=2,
-               distinct=1, tokens_per_option=None, state_used=0)
+    return Row(
+        ids=[cls_id, *filler, mask_id, sep_id],
+        markers=[len(filler) + 1],
+        qtype=2,
+        distinct=1,
+        tokens_per_option=None,
+        state_used=0,
+    )
 
 
 def calibrate(session: OnnxSession, pad_id: int, rows: list[Row]) -> list[tuple[list[int], float]]:
@@ -96,8 +102,10 @@ class _Limits(TypedDict):
 def run_rows(session: OnnxSession, pad_id: int, rows: list[Row]) -> list[RowOut]:
     """One forward pass over ``rows``; each output trimmed to that row's own options."""
     logits, act, *pooled = session.run(collate(rows, pad_id))
-    return [(logits[i, : len(r.markers)].copy(), act[i].copy(),
-             pooled[0][i].copy() if pooled else None) for i, r in enumerate(rows)]
+    return [
+        (logits[i, : len(r.markers)].copy(), act[i].copy(), pooled[0][i].copy() if pooled else None)
+        for i, r in enumerate(rows)
+    ]
 
 
 class LayaEngine:
@@ -142,12 +150,16 @@ class LayaEngine:
         for name, ckpt in self.previewer.checkpoints.items():
             export = await asyncio.to_thread(self._export, ckpt.path)
             session = await asyncio.to_thread(
-                OnnxSession, export / MODEL_FILE, intra_op_threads=self._threads,
+                OnnxSession,
+                export / MODEL_FILE,
+                intra_op_threads=self._threads,
                 optional=("pooled",),
             )
             tok = ckpt.tok
-            rows = [warmup_row(tok.cls_id, tok.mask_id, tok.sep_id, min(n, ckpt.cfg.max_len))
-                    for n in WARMUP_TOKENS]
+            rows = [
+                warmup_row(tok.cls_id, tok.mask_id, tok.sep_id, min(n, ckpt.cfg.max_len))
+                for n in WARMUP_TOKENS
+            ]
             timed = await asyncio.to_thread(calibrate, session, tok.pad_id, rows)
             self._exports[name] = export
             self._batchers[name] = MicroBatcher(
@@ -160,17 +172,20 @@ class LayaEngine:
                 max_batch_s=MAX_BATCH_S,
                 **self._limits,
             )
-            log.info("laya: %s ready (%s, %s, %d threads)", name, self.precision, export,
-                     session.threads)
+            log.info(
+                "laya: %s ready (%s, %s, %d threads)", name, self.precision, export, session.threads
+            )
 
     def _export(self, ckpt: Path) -> Path:
         """The export this engine serves for ``ckpt`` (the fp32 one is made when missing)."""
         if self.precision == "int8":
             found = cached_int8(ckpt, self._cache)
             if found is None:
-                raise EngineUnavailable(f"no int8 export of {ckpt} in {self._cache}: run "
-                                        f"`cascade export laya {ckpt} --precision int8 --check "
-                                        "DATA.jsonl`")
+                raise EngineUnavailable(
+                    f"no int8 export of {ckpt} in {self._cache}: run "
+                    f"`cascade export laya {ckpt} --precision int8 --check "
+                    "DATA.jsonl`"
+                )
             return found
         return cached_export(ckpt, self._cache) or export_in_child(ckpt, self._cache)
 

@@ -72,8 +72,9 @@ class AiohttpPoster:
         self._slots = asyncio.Semaphore(max_connections)  # bound to a loop when first waited on
         self._limit = max_connections
         self._pool_s = timeout.pool
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout.connect,
-                                              sock_read=timeout.read)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=timeout.connect, sock_read=timeout.read
+        )
         self._session: aiohttp.ClientSession | None = None
         # The certificates httpx trusts (certifi's, or SSL_CERT_FILE/SSL_CERT_DIR), not only
         # the system's: an https upstream verifies as it did through httpx.
@@ -92,14 +93,21 @@ class AiohttpPoster:
 
     async def _post(self, url: str, headers: Headers, content: bytes) -> UpstreamReply:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=_KEEPALIVE_S,
-                                             ssl=self._tls)
+            connector = aiohttp.TCPConnector(
+                limit=self._limit, keepalive_timeout=_KEEPALIVE_S, ssl=self._tls
+            )
             self._session = aiohttp.ClientSession(
-                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), timeout=self._timeout,
-                trust_env=False, max_line_size=_MAX_HEAD_LINE, max_field_size=_MAX_HEAD_LINE)
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=self._timeout,
+                trust_env=False,
+                max_line_size=_MAX_HEAD_LINE,
+                max_field_size=_MAX_HEAD_LINE,
+            )
         try:
-            async with self._session.post(url, headers=headers, data=content,
-                                          allow_redirects=False) as response:
+            async with self._session.post(
+                url, headers=headers, data=content, allow_redirects=False
+            ) as response:
                 return UpstreamReply(response.status, response.headers, await response.read())
         except aiohttp.ClientError as exc:
             raise aiohttp_error(self._name, url, exc) from exc
@@ -143,16 +151,22 @@ class HttpxPoster:
     the ``Poster`` interface for the tier ``name``; ``timeout`` goes in each request's
     ``timeout`` extension."""
 
-    def __init__(self, name: str, send: Callable[[httpx.Request], Awaitable[httpx.Response]],
-                 timeout: httpx.Timeout, close: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        name: str,
+        send: Callable[[httpx.Request], Awaitable[httpx.Response]],
+        timeout: httpx.Timeout,
+        close: Callable[[], Awaitable[None]],
+    ) -> None:
         self._name = name
         self._send = send
         self._close = close
         self._extensions = {"timeout": timeout.as_dict()}
 
     async def post(self, url: str, headers: Headers, content: bytes) -> UpstreamReply:
-        request = httpx.Request("POST", url, headers=headers, content=content,
-                                extensions=self._extensions)
+        request = httpx.Request(
+            "POST", url, headers=headers, content=content, extensions=self._extensions
+        )
         try:
             response = await self._send(request)
             try:

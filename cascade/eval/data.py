@@ -67,9 +67,14 @@ class DataError(ValueError):
     """A data file that cannot be read as items; the message names the file and line."""
 
 
-def read_items(path: str | Path, *, model: str | None = None, limit: int | None = None,
-               lenient: bool = False, text_only: bool = False
-               ) -> tuple[list[Item], dict[str, Any]]:
+def read_items(
+    path: str | Path,
+    *,
+    model: str | None = None,
+    limit: int | None = None,
+    lenient: bool = False,
+    text_only: bool = False,
+) -> tuple[list[Item], dict[str, Any]]:
     """The items of a JSONL file in file order, and what was left out of it.
 
     ``model`` replaces each line's (so every item reaches the cascade). Strict (the default), a
@@ -101,11 +106,16 @@ def read_items(path: str | Path, *, model: str | None = None, limit: int | None 
             left_out["with_images"] = left_out.get("with_images", 0) + 1
             continue
         if item.id in first_line:
-            raise DataError(f"{path}:{lineno}: duplicate id {item.id!r} (first on line "
-                            f"{first_line[item.id]}); every item needs a unique `id`")
+            raise DataError(
+                f"{path}:{lineno}: duplicate id {item.id!r} (first on line "
+                f"{first_line[item.id]}); every item needs a unique `id`"
+            )
         first_line[item.id] = lineno
-        items.append(item if model is None else msgspec.structs.replace(
-            item, call=msgspec.structs.replace(item.call, model=model)))
+        items.append(
+            item
+            if model is None
+            else msgspec.structs.replace(item, call=msgspec.structs.replace(item.call, model=model))
+        )
     return items, left_out
 
 

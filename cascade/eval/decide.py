@@ -78,36 +78,61 @@ class ItemRow(msgspec.Struct, kw_only=True):
     source: str = ""  # the item's ``source``
 
 
-def rows_of(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
-            canned_strong: bool = False, previewer: Previewing | None = None,
-            reference: ReferenceSet | None = None) -> Iterator[ItemRow]:
+def rows_of(
+    policy: Policy,
+    item: Item,
+    out: Outputs,
+    *,
+    strong_down: bool = False,
+    canned_strong: bool = False,
+    previewer: Previewing | None = None,
+    reference: ReferenceSet | None = None,
+) -> Iterator[ItemRow]:
     """The ``items.jsonl`` lines of one item (``replay``'s arguments)."""
     call = item.call
     cheap = out.cheap.answer if out.cheap is not None else None
     strong = out.strong.answer if out.strong is not None else None
-    cascade = _cascade(policy, item, replay(policy, item, out, strong_down=strong_down,
-                                            canned_strong=canned_strong, previewer=previewer,
-                                            reference=reference))
+    cascade = _cascade(
+        policy,
+        item,
+        replay(
+            policy,
+            item,
+            out,
+            strong_down=strong_down,
+            canned_strong=canned_strong,
+            previewer=previewer,
+            reference=reference,
+        ),
+    )
     for qid, question in call.questions.items():
         cheap_result = cheap.results.get(qid) if cheap is not None else None
         strong_result = strong.results.get(qid) if strong is not None else None
         gated = gate_view(policy, cheap_result) if cheap_result is not None else None
         yield ItemRow(
-            id=item.id, question=qid, type=question.type,
-            band=option_band(n_options(question)), gold=item.gold.get(qid),
+            id=item.id,
+            question=qid,
+            type=question.type,
+            band=option_band(n_options(question)),
+            gold=item.gold.get(qid),
             gold_index=label_index(question, item.gold[qid]) if qid in item.gold else None,
             cheap=_out(question, _returned(policy, qid, cheap_result), gated),
             strong=_out(question, strong_result, strong_result),
             cascade=cascade.get(qid) if cascade else None,
-            tokens={slot: a.usage.input_tokens / len(a.results)
-                    for slot, a in (("cheap", cheap), ("strong", strong))
-                    if a is not None and a.results} | _order_tokens(cascade, qid, out),
-            checkpoint=checkpoint_of(policy, out.preview), source=item.source,
+            tokens={
+                slot: a.usage.input_tokens / len(a.results)
+                for slot, a in (("cheap", cheap), ("strong", strong))
+                if a is not None and a.results
+            }
+            | _order_tokens(cascade, qid, out),
+            checkpoint=checkpoint_of(policy, out.preview),
+            source=item.source,
         )
 
 
-def _order_tokens(cascade: dict[str, CascadeOut] | None, qid: str,
-                  out: Outputs) -> dict[str, float]:
+def _order_tokens(
+    cascade: dict[str, CascadeOut] | None, qid: str, out: Outputs
+) -> dict[str, float]:
     """``{"orders": tokens}``: the option-order check's rows of ``qid`` (each row its share of
     the reordered run's tokens); empty when it was not checked."""
     checked = cascade.get(qid) if cascade else None
@@ -123,18 +148,29 @@ def _returned(policy: Policy, qid: str, result: QuestionResult | None) -> Questi
     return returned_results(policy, {qid: result}, {qid: policy.route.cheap or ""})[qid]
 
 
-def _out(question: Question, result: QuestionResult | None,
-         gated: QuestionResult | None) -> TierOut | None:
+def _out(
+    question: Question, result: QuestionResult | None, gated: QuestionResult | None
+) -> TierOut | None:
     if result is None or gated is None:
         return None
-    return TierOut(answer=answer_label(question, result.probabilities),
-                   probabilities=result.probabilities, confidence=max(gated.probabilities),
-                   vector=result.vector)
+    return TierOut(
+        answer=answer_label(question, result.probabilities),
+        probabilities=result.probabilities,
+        confidence=max(gated.probabilities),
+        vector=result.vector,
+    )
 
 
-def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = False,
-           canned_strong: bool = False, previewer: Previewing | None = None,
-           reference: ReferenceSet | None = None) -> Decision | None:
+def replay(
+    policy: Policy,
+    item: Item,
+    out: Outputs,
+    *,
+    strong_down: bool = False,
+    canned_strong: bool = False,
+    previewer: Previewing | None = None,
+    reference: ReferenceSet | None = None,
+) -> Decision | None:
     """The gateway's decision on ``item``, or None where it would refuse the request.
 
     Tier calls are answered from ``out`` (a question the tier refused refuses the call, as the
@@ -149,8 +185,11 @@ def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = Fals
 
     def reply(ask: Ask) -> Reply:
         if isinstance(ask, Preview):
-            found = previewer.preview(ask.call, checkpoint=ask.checkpoint) if (
-                asked and previewer is not None) else out.preview
+            found = (
+                previewer.preview(ask.call, checkpoint=ask.checkpoint)
+                if (asked and previewer is not None)
+                else out.preview
+            )
             if found is None:
                 raise EngineFailed(out.error or "no preview of this item")
             return found
@@ -162,8 +201,7 @@ def replay(policy: Policy, item: Item, out: Outputs, *, strong_down: bool = Fals
         qids = list(ask.call.questions)
         if ask.tier == policy.route.cheap and all(MARK in q for q in qids):
             return _answer(out.orders, qids, out.error)  # the option-order check's rows
-        return _answer(out.cheap if ask.tier == policy.route.cheap else out.strong, qids,
-                       out.error)
+        return _answer(out.cheap if ask.tier == policy.route.cheap else out.strong, qids, out.error)
 
     previews = previewer is not None or out.preview is not None
     try:
@@ -180,20 +218,19 @@ def _answer(tier_run: TierRun | None, qids: list[str], error: str | None) -> Rep
     if tier_run is None or tier_run.answer is None:
         return Failure(EngineFailed(error or "the tier has no output for this item"))
     answer = tier_run.answer
-    return msgspec.structs.replace(answer, results={
-        q: answer.results[q] for q in qids if q in answer.results})
+    return msgspec.structs.replace(
+        answer, results={q: answer.results[q] for q in qids if q in answer.results}
+    )
 
 
-def _cascade(policy: Policy, item: Item,
-             decision: Decision | None) -> dict[str, CascadeOut] | None:
+def _cascade(policy: Policy, item: Item, decision: Decision | None) -> dict[str, CascadeOut] | None:
     """Each question's cascade answer, or None when the gateway would refuse the request."""
     if decision is None:
         return None
     cheap, strong = policy.route.cheap, policy.route.strong
     return {
         qid: CascadeOut(
-            answer=answer_label(item.call.questions[qid],
-                                decision.results[qid].probabilities),
+            answer=answer_label(item.call.questions[qid], decision.results[qid].probabilities),
             tier="cheap" if route.tier == cheap else "strong",
             reason=route.reason,
             pre_routed=decision.pre.questions[qid].tier == strong,

@@ -34,31 +34,53 @@ def slots_of(policy: Policy) -> list[Slot]:
     return [s for s in SLOTS if getattr(policy.route, s) is not None]
 
 
-async def run_tiers(items: Sequence[Item], policy: Policy, settings: Settings,
-                    cache_dir: Path | None, *, slots: Sequence[Slot], progress: bool = True,
-                    strong_down: bool = False, canned_strong: bool = False
-                    ) -> tuple[list[ItemRow], list[str]]:
+async def run_tiers(
+    items: Sequence[Item],
+    policy: Policy,
+    settings: Settings,
+    cache_dir: Path | None,
+    *,
+    slots: Sequence[Slot],
+    progress: bool = True,
+    strong_down: bool = False,
+    canned_strong: bool = False,
+) -> tuple[list[ItemRow], list[str]]:
     """The ``items.jsonl`` rows of ``items`` (as if the strong tier were unavailable, with
     ``strong_down``; as if it answered, with ``canned_strong``), and one line per item a tier
     failed on."""
     async with running(policy, settings, slots) as engines:
-        runner = Runner(policy, engines, await identities(policy, engines), cache_dir,
-                        slots=slots)
+        runner = Runner(policy, engines, await identities(policy, engines), cache_dir, slots=slots)
         outputs = await runner.run(items, progress=progress)
         cheap = engines.get(policy.route.cheap or "")
         previewer = cheap if isinstance(cheap, Previewing) else None  # for stand-in previews
         reference = load_reference(policy)
-        rows = [row for item, out in zip(items, outputs, strict=True)
-                for row in rows_of(policy, item, out, strong_down=strong_down,
-                                   canned_strong=canned_strong, previewer=previewer,
-                                   reference=reference)]
-    errors = [f"{item.id}: {out.error}" for item, out in zip(items, outputs, strict=True)
-              if out.error]
+        rows = [
+            row
+            for item, out in zip(items, outputs, strict=True)
+            for row in rows_of(
+                policy,
+                item,
+                out,
+                strong_down=strong_down,
+                canned_strong=canned_strong,
+                previewer=previewer,
+                reference=reference,
+            )
+        ]
+    errors = [
+        f"{item.id}: {out.error}" for item, out in zip(items, outputs, strict=True) if out.error
+    ]
     return rows, errors
 
 
-def write_outputs(out: Path, rows: Sequence[ItemRow], *, slots: Sequence[str],
-                  price: Mapping[str, float], meta: Mapping[str, Any]) -> dict[str, Any]:
+def write_outputs(
+    out: Path,
+    rows: Sequence[ItemRow],
+    *,
+    slots: Sequence[str],
+    price: Mapping[str, float],
+    meta: Mapping[str, Any],
+) -> dict[str, Any]:
     """Write items.jsonl, summary.json, summary.md and the plots; return the summary."""
     out.mkdir(parents=True, exist_ok=True)
     with (out / "items.jsonl").open("wb") as handle:

@@ -91,8 +91,9 @@ def fit_temperature(pairs: Sequence[tuple[Sequence[float], int]]) -> float:
 # ---------------------------------------------------------------- a whole fit
 
 
-def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int = MIN_CELL
-        ) -> tuple[dict[Cell, float], dict[Cell, float], dict[str, CellFit]]:
+def fit(
+    rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int = MIN_CELL
+) -> tuple[dict[Cell, float], dict[Cell, float], dict[str, CellFit]]:
     """``(thresholds, temperatures, diagnostics)`` per (type, band) cell of the gated rows.
 
     A cell with too little data is fitted on its option band (every type: the same range of
@@ -107,8 +108,9 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
         if cell[1] in seen_bands:
             cells.setdefault(cell, [])
 
-    def pool(cell: Cell, enough: Callable[[Sequence[ItemRow]], bool], *,
-             across_bands: bool = True) -> tuple[list[ItemRow], bool]:
+    def pool(
+        cell: Cell, enough: Callable[[Sequence[ItemRow]], bool], *, across_bands: bool = True
+    ) -> tuple[list[ItemRow], bool]:
         return pool_of(cells, cell, enough, across_bands=across_bands)
 
     def labelled_enough(members: Sequence[ItemRow]) -> bool:
@@ -126,22 +128,27 @@ def fit(rows: Sequence[ItemRow], target: Target, value: float, *, min_cell: int 
     for cell in sorted(cells):
         if target == "escalation":
             members, pooled = pool(cell, lambda m: len(m) >= min_cell, across_bands=False)
-            t = quantile_threshold([gate(r, temperatures[(r.type, r.band)]) for r in members],
-                                   value)
+            t = quantile_threshold(
+                [gate(r, temperatures[(r.type, r.band)]) for r in members], value
+            )
         else:
             members, pooled = pool(cell, labelled_enough)
-            pairs = [(gate(r, temperatures[(r.type, r.band)]),
-                      _cheap(r).answer == r.gold)
-                     for r in members if r.gold_index is not None]
+            pairs = [
+                (gate(r, temperatures[(r.type, r.band)]), _cheap(r).answer == r.gold)
+                for r in members
+                if r.gold_index is not None
+            ]
             t = accuracy_threshold(pairs, value)[0]
         thresholds[cell] = t
-        diagnostics[f"{cell[0]}:{cell[1]}"] = _diagnose(cells[cell], t, temperatures[cell],
-                                                          pooled, gate)
+        diagnostics[f"{cell[0]}:{cell[1]}"] = _diagnose(
+            cells[cell], t, temperatures[cell], pooled, gate
+        )
     return thresholds, temperatures, diagnostics
 
 
-def snapshot(rows: Sequence[ItemRow], temperatures: dict[Cell, float], bins: int
-             ) -> dict[str, Histogram]:
+def snapshot(
+    rows: Sequence[ItemRow], temperatures: dict[Cell, float], bins: int
+) -> dict[str, Histogram]:
     """``"type:band"`` -> the gate confidences of the rows that reached the gate, tempered
     with the cell's fitted temperature, on ``bins`` equal-count bins."""
     cells: dict[Cell, list[float]] = defaultdict(list)
@@ -162,14 +169,22 @@ def _labelled(rows: Sequence[ItemRow]) -> list[tuple[Sequence[float], int]]:
     return [(_cheap(r).probabilities, r.gold_index) for r in rows if r.gold_index is not None]
 
 
-def _diagnose(members: Sequence[ItemRow], threshold: float, temperature: float, pooled: bool,
-              gate: Callable[[ItemRow, float], float]) -> CellFit:
+def _diagnose(
+    members: Sequence[ItemRow],
+    threshold: float,
+    temperature: float,
+    pooled: bool,
+    gate: Callable[[ItemRow, float], float],
+) -> CellFit:
     confs = [gate(r, temperature) for r in members]
     kept = [r for r, c in zip(members, confs, strict=True) if c >= threshold]
     judged = [r for r in kept if r.gold_index is not None]
     right = sum(_cheap(r).answer == r.gold for r in judged)
     return CellFit(
-        n=len(members), pooled=pooled, temperature=temperature, threshold=threshold,
+        n=len(members),
+        pooled=pooled,
+        temperature=temperature,
+        threshold=threshold,
         escalation=1 - len(kept) / len(members) if members else 0.0,
         accepted_accuracy=right / len(judged) if judged else None,
         lower_bound=round(lower_bound(right, len(judged)), 6) if judged else None,

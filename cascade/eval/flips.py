@@ -52,15 +52,19 @@ def items_from_log(path: str | Path) -> tuple[list[Item], int]:
         if row.state_mode != "text" or row.state is None:
             unusable += 1
             continue
-        request = requests.setdefault(row.request_id, {"state": row.state, "questions": {},
-                                                       "gold": {}, "model": row.model})
+        request = requests.setdefault(
+            row.request_id, {"state": row.state, "questions": {}, "gold": {}, "model": row.model}
+        )
         question = msgspec.convert(row.question, Question)
         request["questions"][row.question_id] = question
         if row.shadow and row.strong is not None:
             request["gold"][row.question_id] = answer_label(question, row.strong.probabilities)
     items = [
-        Item(id=rid, call=EngineCall(state=r["state"], questions=r["questions"], model=r["model"]),
-             gold=r["gold"])
+        Item(
+            id=rid,
+            call=EngineCall(state=r["state"], questions=r["questions"], model=r["model"]),
+            gold=r["gold"],
+        )
         for rid, r in requests.items()
     ]
     return items, unusable
@@ -90,15 +94,21 @@ async def _run(engine: LayaEngine, items: Sequence[Item], clients: int) -> tuple
     return out, time.perf_counter() - started
 
 
-async def run_both(ckpt: Path, items: Sequence[Item], *, cache: Path | None, clients: int,
-                   threads: int | None) -> tuple[Answers, Answers, Speed]:
+async def run_both(
+    ckpt: Path, items: Sequence[Item], *, cache: Path | None, clients: int, threads: int | None
+) -> tuple[Answers, Answers, Speed]:
     """Both precisions' answers to ``items`` and their speed."""
     answers: dict[str, Answers] = {}
     seconds: dict[str, float] = {}
     rows = 0
     for precision in ("fp32", "int8"):
-        engine = LayaEngine(f"laya-{precision}", {"english": ckpt}, onnx_cache=cache,
-                            intra_op_threads=threads, precision=precision)
+        engine = LayaEngine(
+            f"laya-{precision}",
+            {"english": ckpt},
+            onnx_cache=cache,
+            intra_op_threads=threads,
+            precision=precision,
+        )
         await engine.start()
         try:
             answers[precision], seconds[precision] = await _run(engine, items, clients)
@@ -106,8 +116,13 @@ async def run_both(ckpt: Path, items: Sequence[Item], *, cache: Path | None, cli
             await engine.aclose()
         rows = sum(len(a.results) for a in answers[precision] if a is not None)
     fp32, int8 = rows / seconds["fp32"], rows / seconds["int8"]
-    speed = Speed(clients=clients, threads=threads or default_threads(), fp32_rows_per_s=fp32,
-                  int8_rows_per_s=int8, speedup=int8 / fp32)
+    speed = Speed(
+        clients=clients,
+        threads=threads or default_threads(),
+        fp32_rows_per_s=fp32,
+        int8_rows_per_s=int8,
+        speedup=int8 / fp32,
+    )
     return answers["fp32"], answers["int8"], speed
 
 
@@ -124,19 +139,21 @@ def _escalated(policy: Policy, call: EngineCall, answer: EngineAnswer) -> set[st
     model = policy.models.cascade[0] if policy.models.cascade else call.model
 
     def reply(ask: Ask) -> Reply:
-        return answer if isinstance(ask, TierCall) and ask.tier == cheap else certain(
-            ask.call, strong)
+        return (
+            answer if isinstance(ask, TierCall) and ask.tier == cheap else certain(ask.call, strong)
+        )
 
-    decision = run(decide(policy, msgspec.structs.replace(call, model=model), previews=False),
-                   reply)
+    decision = run(
+        decide(policy, msgspec.structs.replace(call, model=model), previews=False), reply
+    )
     return {q for q, tier in decision.tiers.items() if tier == strong}
 
 
-def compare(items: Sequence[Item], fp32: Answers, int8: Answers, policy: Policy
-            ) -> dict[str, Any]:
+def compare(items: Sequence[Item], fp32: Answers, int8: Answers, policy: Policy) -> dict[str, Any]:
     """The report's figures from both precisions' answers (``FlipReport`` fields)."""
-    cells: dict[str, dict[str, Any]] = defaultdict(lambda: {"questions": 0, "flips": 0,
-                                                           "max_dp": 0.0})
+    cells: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"questions": 0, "flips": 0, "max_dp": 0.0}
+    )
     gate = {"decisions_changed": 0, "flips_served": 0, "flips_escalated": 0}
     correct = {"fp32": 0, "int8": 0}
     labelled = skipped = 0
@@ -152,8 +169,9 @@ def compare(items: Sequence[Item], fp32: Answers, int8: Answers, policy: Policy
             flipped = _argmax(pa) != _argmax(pb)
             cell["questions"] += 1
             cell["flips"] += flipped
-            cell["max_dp"] = max(cell["max_dp"], max(abs(x - y) for x, y in zip(pa, pb,
-                                                                                strict=True)))
+            cell["max_dp"] = max(
+                cell["max_dp"], max(abs(x - y) for x, y in zip(pa, pb, strict=True))
+            )
             gate["decisions_changed"] += (qid in esc_a) != (qid in esc_b)
             if flipped:
                 gate["flips_escalated" if qid in esc_b else "flips_served"] += 1
@@ -173,25 +191,47 @@ def compare(items: Sequence[Item], fp32: Answers, int8: Answers, policy: Policy
         "flip_rate": flips / questions if questions else 0.0,
         "max_dp": max((c["max_dp"] for c in cells.values()), default=0.0),
         "cells": {k: FlipCell(**v) for k, v in sorted(cells.items())},
-        "accuracy": Accuracy(labelled=labelled, fp32=correct["fp32"] / labelled,
-                             int8=correct["int8"] / labelled) if labelled else None,
+        "accuracy": Accuracy(
+            labelled=labelled, fp32=correct["fp32"] / labelled, int8=correct["int8"] / labelled
+        )
+        if labelled
+        else None,
         "gate": {"applied": applied, **gate},
     }
 
 
-def flip_report(ckpt: Path, int8_dir: Path, items: Sequence[Item], policy: Policy, *,
-                policy_file: str, data: str, max_flip_rate: float, cache: Path | None,
-                clients: int = 8, threads: int | None = None) -> FlipReport:
+def flip_report(
+    ckpt: Path,
+    int8_dir: Path,
+    items: Sequence[Item],
+    policy: Policy,
+    *,
+    policy_file: str,
+    data: str,
+    max_flip_rate: float,
+    cache: Path | None,
+    clients: int = 8,
+    threads: int | None = None,
+) -> FlipReport:
     """Run both precisions of ``ckpt`` on ``items`` and build the stamped report."""
-    fp32, int8, speed = asyncio.run(run_both(ckpt, items, cache=cache, clients=clients,
-                                             threads=threads))
+    fp32, int8, speed = asyncio.run(
+        run_both(ckpt, items, cache=cache, clients=clients, threads=threads)
+    )
     figures = compare(items, fp32, int8, policy)
     gate = FlipGate(policy=policy_file, policy_hash=policy_hash(policy), **figures.pop("gate"))
     passed = figures["questions"] > 0 and figures["flip_rate"] <= max_flip_rate
-    return FlipReport(checkpoint=str(ckpt), fp32_hash=content_hash(ckpt),
-                      int8_hash=model_hash(int8_dir / MODEL_FILE), recipe=recipe_id(), data=data,
-                      max_flip_rate=max_flip_rate, passed=passed, speed=speed, gate=gate,
-                      **figures)
+    return FlipReport(
+        checkpoint=str(ckpt),
+        fp32_hash=content_hash(ckpt),
+        int8_hash=model_hash(int8_dir / MODEL_FILE),
+        recipe=recipe_id(),
+        data=data,
+        max_flip_rate=max_flip_rate,
+        passed=passed,
+        speed=speed,
+        gate=gate,
+        **figures,
+    )
 
 
 def summary_lines(report: FlipReport) -> list[str]:
@@ -202,19 +242,25 @@ def summary_lines(report: FlipReport) -> list[str]:
         f"(flip rate {report.flip_rate:.4f}, max_flip_rate {report.max_flip_rate}); "
         f"max |Δp| {report.max_dp:.4f}; {report.skipped} of {report.items} requests skipped",
     ]
-    lines += [f"  {cell:<14} {c.flips:>5} of {c.questions:<6} flipped, max |Δp| {c.max_dp:.4f}"
-              for cell, c in report.cells.items()]
+    lines += [
+        f"  {cell:<14} {c.flips:>5} of {c.questions:<6} flipped, max |Δp| {c.max_dp:.4f}"
+        for cell, c in report.cells.items()
+    ]
     g = report.gate
     if g.applied:
-        lines.append(f"  through the gate of {g.policy}: {g.flips_served} flips served, "
-                     f"{g.flips_escalated} escalated; {g.decisions_changed} escalation "
-                     "decisions changed")
+        lines.append(
+            f"  through the gate of {g.policy}: {g.flips_served} flips served, "
+            f"{g.flips_escalated} escalated; {g.decisions_changed} escalation "
+            "decisions changed"
+        )
     if report.accuracy:
         a = report.accuracy
         lines.append(f"  accuracy on {a.labelled} labelled: fp32 {a.fp32:.4f}, int8 {a.int8:.4f}")
     s = report.speed
-    lines.append(f"  speed ({s.clients} clients, {s.threads} threads): fp32 "
-                 f"{s.fp32_rows_per_s:.2f} rows/s, int8 {s.int8_rows_per_s:.2f} rows/s, "
-                 f"{s.speedup:.2f}x")
+    lines.append(
+        f"  speed ({s.clients} clients, {s.threads} threads): fp32 "
+        f"{s.fp32_rows_per_s:.2f} rows/s, int8 {s.int8_rows_per_s:.2f} rows/s, "
+        f"{s.speedup:.2f}x"
+    )
     lines.append(f"  stamped fp32 {report.fp32_hash}, int8 {report.int8_hash}")
     return lines

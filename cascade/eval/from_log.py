@@ -35,8 +35,14 @@ from cascade.schema import Question
 from cascade.store import LogRow, read_rows
 
 
-def log_rows(paths: Sequence[str | Path], policy: Policy, *, labelled_only: bool,
-             since: float | None = None, tenant: str | None = None) -> list[ItemRow]:
+def log_rows(
+    paths: Sequence[str | Path],
+    policy: Policy,
+    *,
+    labelled_only: bool,
+    since: float | None = None,
+    tenant: str | None = None,
+) -> list[ItemRow]:
     """``items.jsonl`` rows from decision logs: every row the cheap tier answered (escalated
     ones unlabelled), or with ``labelled_only`` the shadow rows alone."""
     # Rows stream past; each kept one is cut to what its request's item needs (the fit needs
@@ -46,9 +52,15 @@ def log_rows(paths: Sequence[str | Path], policy: Policy, *, labelled_only: bool
         for row in read_rows(path, since=since, tenant=tenant):
             if row.cheap is None or (labelled_only and not _labelled(row)):
                 continue
-            requests[f"{path}#{row.request_id}"].append(KeptRow(
-                row.question_id, msgspec.convert(row.question, Question), row.cheap.probabilities,
-                None if row.strong is None else row.strong.probabilities, _labelled(row)))
+            requests[f"{path}#{row.request_id}"].append(
+                KeptRow(
+                    row.question_id,
+                    msgspec.convert(row.question, Question),
+                    row.cheap.probabilities,
+                    None if row.strong is None else row.strong.probabilities,
+                    _labelled(row),
+                )
+            )
     out: list[ItemRow] = []
     model = policy.models.cascade[0] if policy.models.cascade else "jev-latest"
     for key, rows in requests.items():
@@ -80,19 +92,20 @@ def _item(key: str, rows: Iterable[KeptRow], model: str, policy: Policy) -> tupl
         questions[row.question_id] = question
         cheap[row.question_id] = QuestionResult(type=question.type, probabilities=row.cheap)
         if row.strong is not None:
-            strong[row.question_id] = QuestionResult(type=question.type,
-                                                     probabilities=row.strong)
+            strong[row.question_id] = QuestionResult(type=question.type, probabilities=row.strong)
             if row.labelled:
                 gold[row.question_id] = answer_label(question, row.strong)
     call = EngineCall(state="", questions=questions, model=model, request_id=key)
     strong_run = _run("strong", strong) if policy.route.strong is not None else None
-    return Item(id=key, call=call, gold=gold), Outputs(preview=None, cheap=_run("cheap", cheap),
-                                                       strong=strong_run)
+    return Item(id=key, call=call, gold=gold), Outputs(
+        preview=None, cheap=_run("cheap", cheap), strong=strong_run
+    )
 
 
 def _run(slot: str, results: dict[str, QuestionResult]) -> TierRun | None:
     """A logged tier's answers as a tier run (None: it answered none of them)."""
     if not results:
         return None
-    return TierRun(answer=EngineAnswer(model=slot, results=results,
-                                       usage=EngineUsage(input_tokens=0)))
+    return TierRun(
+        answer=EngineAnswer(model=slot, results=results, usage=EngineUsage(input_tokens=0))
+    )

@@ -13,8 +13,9 @@ from cascade.store import read_rows
 from cascade.store.judged import SOURCES, evidence
 
 
-def read_labelled(paths: Sequence[str | Path], policy: Policy,
-                  sources: Collection[Source] = SOURCES) -> list[Labelled]:
+def read_labelled(
+    paths: Sequence[str | Path], policy: Policy, sources: Collection[Source] = SOURCES
+) -> list[Labelled]:
     """The judged answers of decision log files, oldest first (pass rotated files oldest
     first: ``FILE.2``, ``FILE.1``, ``FILE``)."""
     return [found for path in paths for found in evidence(policy, read_rows(path), sources)]

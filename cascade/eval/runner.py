@@ -55,26 +55,42 @@ class Runner:
     ``identities``: {tier name: what identifies its weights} for the cache keys.
     """
 
-    def __init__(self, policy: Policy, engines: Mapping[str, Engine], identities: Mapping[str, str],
-                 cache_dir: Path | None, *, slots: Sequence[Slot] = ("cheap", "strong"),
-                 concurrency: int = 8) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        engines: Mapping[str, Engine],
+        identities: Mapping[str, str],
+        cache_dir: Path | None,
+        *,
+        slots: Sequence[Slot] = ("cheap", "strong"),
+        concurrency: int = 8,
+    ) -> None:
         self.policy = policy
         self.engines = engines
         self.identities = identities
         self.names: dict[Slot, str] = {
-            s: n for s in slots if (n := getattr(policy.route, s)) is not None}
+            s: n for s in slots if (n := getattr(policy.route, s)) is not None
+        }
         cheap = engines.get(policy.route.cheap or "")
         self.previewer = cheap if isinstance(cheap, Previewing) else None
-        self.caches = {s: TierCache(cache_dir / "cache" / f"{s}.jsonl")
-                       for s in self.names} if cache_dir is not None else {}
+        self.caches = (
+            {s: TierCache(cache_dir / "cache" / f"{s}.jsonl") for s in self.names}
+            if cache_dir is not None
+            else {}
+        )
         self.concurrency = concurrency
 
     async def run(self, items: Sequence[Item], *, progress: bool = True) -> list[Outputs]:
         """The outputs of every item, in order. A progress bar goes to stderr on a terminal."""
         from tqdm import tqdm
 
-        bar = tqdm(total=len(items), unit="item", desc="eval", file=sys.stderr,
-                   disable=not (progress and sys.stderr.isatty()))
+        bar = tqdm(
+            total=len(items),
+            unit="item",
+            desc="eval",
+            file=sys.stderr,
+            disable=not (progress and sys.stderr.isatty()),
+        )
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(item: Item) -> Outputs:
@@ -113,19 +129,26 @@ class Runner:
                 errors.append(f"{name}: {exc}")
             if slot == "cheap" and runs[slot] is not None:
                 runs["orders"] = await self._orders(name, checkpoint, item.id, tier_call)
-        return Outputs(preview=preview, cheap=runs.get("cheap"), strong=runs.get("strong"),
-                       orders=runs.get("orders"), error="; ".join(errors) or None)
+        return Outputs(
+            preview=preview,
+            cheap=runs.get("cheap"),
+            strong=runs.get("strong"),
+            orders=runs.get("orders"),
+            error="; ".join(errors) or None,
+        )
 
-    async def _orders(self, name: str, checkpoint: str | None, item_id: str,
-                      call: EngineCall) -> TierRun | None:
+    async def _orders(
+        self, name: str, checkpoint: str | None, item_id: str, call: EngineCall
+    ) -> TierRun | None:
         """The option-order check's rows of every question it may check (None: off, none, or
         the tier failed on them: nothing is checked)."""
         planned = every_order(self.policy, call) if self.policy.consistency.enabled else {}
         if not planned:
             return None
         try:
-            return await self._cached("cheap", name, checkpoint, item_id,
-                                      reordered_call(call, planned))
+            return await self._cached(
+                "cheap", name, checkpoint, item_id, reordered_call(call, planned)
+            )
         except (EngineError, Overloaded):
             return None
 
@@ -135,8 +158,9 @@ class Runner:
             return preview.checkpoint
         return tier.default_checkpoint if isinstance(tier, LayaTier) else None
 
-    async def _cached(self, slot: Slot, name: str, checkpoint: str | None, item_id: str,
-                      call: EngineCall) -> TierRun:
+    async def _cached(
+        self, slot: Slot, name: str, checkpoint: str | None, item_id: str, call: EngineCall
+    ) -> TierRun:
         cache = self.caches.get(slot)
         key = item_key(self.identities.get(name, name), checkpoint, call)
         if cache is not None and key in cache.runs:
@@ -152,8 +176,10 @@ class Runner:
         except ClientError as whole:
             if len(call.questions) == 1:
                 return TierRun(answer=None, refused={q: whole.message for q in call.questions})
-        parts = [await self._answer(engine, msgspec.structs.replace(call, questions={q: v}))
-                 for q, v in call.questions.items()]
+        parts = [
+            await self._answer(engine, msgspec.structs.replace(call, questions={q: v}))
+            for q, v in call.questions.items()
+        ]
         answers = [p.answer for p in parts if p.answer is not None]
         refused = {q: why for p in parts for q, why in p.refused.items()}
         return TierRun(answer=merge(answers) if answers else None, refused=refused)

@@ -76,9 +76,12 @@ def reliability(scored: Sequence[Scored]) -> list[Bin]:
         bins[bin_of(max(s.probabilities))].append(s)
     return [
         {
-            "lo": b / N_BINS, "hi": (b + 1) / N_BINS, "n": len(members),
-            "confidence": (sum(max(s.probabilities) for s in members) / len(members)
-                           if members else None),
+            "lo": b / N_BINS,
+            "hi": (b + 1) / N_BINS,
+            "n": len(members),
+            "confidence": (
+                sum(max(s.probabilities) for s in members) / len(members) if members else None
+            ),
             "accuracy": accuracy(members),
         }
         for b, members in enumerate(bins)
@@ -115,8 +118,13 @@ def macro_f1(scored: Sequence[Scored]) -> float | None:
 
 def scores(scored: Sequence[Scored]) -> dict[str, Any]:
     """``n``, ``accuracy``, ``macro_f1``, ``brier``, ``ece`` of one group of answers."""
-    return {"n": len(scored), "accuracy": accuracy(scored), "macro_f1": macro_f1(scored),
-            "brier": brier(scored), "ece": ece(scored)}
+    return {
+        "n": len(scored),
+        "accuracy": accuracy(scored),
+        "macro_f1": macro_f1(scored),
+        "brier": brier(scored),
+        "ece": ece(scored),
+    }
 
 
 def breakdown(scored: Sequence[Scored]) -> dict[str, Any]:
@@ -132,5 +140,6 @@ def _groups(scored: Iterable[Scored], key: Any) -> list[tuple[str, list[Scored]]
     groups: dict[str, list[Scored]] = defaultdict(list)
     for s in scored:
         groups[key(s)].append(s)
-    return sorted(groups.items(), key=lambda kv: (BANDS.index(kv[0]) if kv[0] in BANDS else -1,
-                                                  kv[0]))
+    return sorted(
+        groups.items(), key=lambda kv: (BANDS.index(kv[0]) if kv[0] in BANDS else -1, kv[0])
+    )

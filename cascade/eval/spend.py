@@ -39,8 +39,11 @@ class Usage(msgspec.Struct, kw_only=True):
     rows_without_tokens: int = 0
 
 
-def usage(rows: Iterable[tuple[str, LogRow]], price: Mapping[str, float],
-          overrides: Mapping[str, float] | None = None) -> Usage:
+def usage(
+    rows: Iterable[tuple[str, LogRow]],
+    price: Mapping[str, float],
+    overrides: Mapping[str, float] | None = None,
+) -> Usage:
     """Spend of ``rows`` (each with the name of its file, so request ids of different files
     stay apart). ``price``: by slot (``cheap``, ``strong``); ``overrides``: by tier name."""
     overrides = overrides or {}
@@ -50,8 +53,10 @@ def usage(rows: Iterable[tuple[str, LogRow]], price: Mapping[str, float],
         out.rows += 1
         if row.cheap_tokens is None and row.strong_tokens is None:
             out.rows_without_tokens += 1
-        for slot, entry, tokens in (("cheap", row.cheap, row.cheap_tokens),
-                                    ("strong", row.strong, row.strong_tokens)):
+        for slot, entry, tokens in (
+            ("cheap", row.cheap, row.cheap_tokens),
+            ("strong", row.strong, row.strong_tokens),
+        ):
             if entry is None:
                 continue
             tier = entry.tier
@@ -70,15 +75,18 @@ def usage(rows: Iterable[tuple[str, LogRow]], price: Mapping[str, float],
 
 def as_json(found: Usage) -> dict[str, Any]:
     """``{"rows": [...per tenant and tier], "total": [...per tier], "prices", ...}``."""
+
     def line(tenant: str, tier: str, spend: Spend) -> dict[str, Any]:
         return {"tenant": tenant, "tier": tier, **msgspec.to_builtins(spend)}
 
     tiers = list(found.prices)  # in the order met: the cheap tier first, as a rule
-    ordered = sorted(found.by.items(), key=lambda kv: (kv[0][0] == ALL, kv[0][0],
-                                                       tiers.index(kv[0][1])))
+    ordered = sorted(
+        found.by.items(), key=lambda kv: (kv[0][0] == ALL, kv[0][0], tiers.index(kv[0][1]))
+    )
     return {
         "rows": [line(t, tier, s) for (t, tier), s in ordered if t != ALL],
         "total": [line(t, tier, s) for (t, tier), s in ordered if t == ALL],
-        "prices_per_1k_tokens": found.prices, "log_rows": found.rows,
+        "prices_per_1k_tokens": found.prices,
+        "log_rows": found.rows,
         "rows_without_tokens": found.rows_without_tokens,
     }

@@ -49,13 +49,27 @@ def scored(rows: Sequence[ItemRow], slot: str) -> list[Scored]:
             probabilities = tier.probabilities if tier is not None else None
         if probabilities is None:
             continue
-        out.append(Scored(type=row.type, band=row.band, question=row.question, gold=row.gold,
-                          answer=answer, gold_index=row.gold_index, probabilities=probabilities))
+        out.append(
+            Scored(
+                type=row.type,
+                band=row.band,
+                question=row.question,
+                gold=row.gold,
+                answer=answer,
+                gold_index=row.gold_index,
+                probabilities=probabilities,
+            )
+        )
     return out
 
 
-def summarize(rows: Sequence[ItemRow], *, slots: Sequence[str], price: Mapping[str, float],
-              meta: Mapping[str, Any]) -> dict[str, Any]:
+def summarize(
+    rows: Sequence[ItemRow],
+    *,
+    slots: Sequence[str],
+    price: Mapping[str, float],
+    meta: Mapping[str, Any],
+) -> dict[str, Any]:
     """The summary of ``rows``; ``slots``: the configured tiers (cheap, strong)."""
     tiers: dict[str, Any] = {
         slot: breakdown(scored(rows, slot)) if slot in slots else None
@@ -88,8 +102,13 @@ def summarize(rows: Sequence[ItemRow], *, slots: Sequence[str], price: Mapping[s
         "order_check": order_check(rows),
         "novelty": novelty(rows),
     }
-    return {**meta, "items": len({r.id for r in rows}), "questions": len(rows), "tiers": tiers,
-            "agreement": agreement(rows)}
+    return {
+        **meta,
+        "items": len({r.id for r in rows}),
+        "questions": len(rows),
+        "tiers": tiers,
+        "agreement": agreement(rows),
+    }
 
 
 SIGNALS = ("low_confidence", "low_margin", "order_unstable", "novel")
@@ -97,8 +116,11 @@ SIGNALS = ("low_confidence", "low_margin", "order_unstable", "novel")
 
 def signals(rows: Sequence[ItemRow]) -> dict[str, Any]:
     """Per signal (and ``kept``): questions it escalated, and their cheap answers' accuracy."""
-    cheap = [(r, c) for r in rows if r.cheap is not None and (c := r.cascade) is not None
-             and not c.pre_routed]
+    cheap = [
+        (r, c)
+        for r in rows
+        if r.cheap is not None and (c := r.cascade) is not None and not c.pre_routed
+    ]
     out = {}
     for name in (*SIGNALS, "kept"):
         took = [r for r, c in cheap if c.reason == (None if name == "kept" else name)]
@@ -119,8 +141,11 @@ def order_check(rows: Sequence[ItemRow]) -> dict[str, Any] | None:
     extra = sum(r.tokens.get("orders", 0.0) for r in rows)
     cheap = sum(r.tokens.get("cheap", 0.0) for r in rows)
     return {
-        "checked": len(checked), "moved": len(moved), "flip_rate": len(moved) / len(checked),
-        "cheap_accuracy_moved": _accuracy(moved), "cheap_accuracy_stable": _accuracy(stable),
+        "checked": len(checked),
+        "moved": len(moved),
+        "flip_rate": len(moved) / len(checked),
+        "cheap_accuracy_moved": _accuracy(moved),
+        "cheap_accuracy_stable": _accuracy(stable),
         "extra_rows_per_item": sum(c.order_rows for _, c in pairs) / items,
         "extra_tokens_per_item": extra / items,
         "extra_token_share": extra / cheap if cheap else None,
@@ -129,8 +154,9 @@ def order_check(rows: Sequence[ItemRow]) -> dict[str, Any] | None:
 
 def novelty(rows: Sequence[ItemRow]) -> dict[str, Any] | None:
     """The novelty gate's flag rate, overall and per source (see the module docstring)."""
-    judged = [(r, c.novelty) for r in rows if (c := r.cascade) is not None
-              and c.novelty is not None]
+    judged = [
+        (r, c.novelty) for r in rows if (c := r.cascade) is not None and c.novelty is not None
+    ]
     if not judged:
         return None
 
@@ -139,8 +165,10 @@ def novelty(rows: Sequence[ItemRow]) -> dict[str, Any] | None:
         return {"judged": len(group), "flagged": flagged, "flag_rate": flagged / len(group)}
 
     sources = sorted({r.source for r, _ in judged})
-    return {**rate(judged), "by_source": {s: rate([(r, x) for r, x in judged if r.source == s])
-                                          for s in sources}}
+    return {
+        **rate(judged),
+        "by_source": {s: rate([(r, x) for r, x in judged if r.source == s]) for s in sources},
+    }
 
 
 def _accuracy(rows: Sequence[ItemRow]) -> float | None:
@@ -157,8 +185,11 @@ def agreement(rows: Sequence[ItemRow]) -> dict[str, Any]:
         return _share(group, lambda r: r.cheap.answer == r.strong.answer)
 
     types = sorted({r.type for r in both})
-    return {"questions": len(both), "cheap_strong": share(both),
-            "by_type": {t: share([r for r in both if r.type == t]) for t in types}}
+    return {
+        "questions": len(both),
+        "cheap_strong": share(both),
+        "by_type": {t: share([r for r in both if r.type == t]) for t in types},
+    }
 
 
 def _right(row: ItemRow, out: Any) -> bool:

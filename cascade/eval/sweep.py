@@ -60,8 +60,9 @@ def question_cost(row: ItemRow, price: Mapping[str, float], *, cheap: bool, stro
 def cascade_cost(row: ItemRow, decision: CascadeOut, price: Mapping[str, float]) -> float:
     """What the cascade's ``decision`` on ``row`` cost: the cheap tier unless it was pre-routed,
     the strong tier when it answered."""
-    return question_cost(row, price, cheap=not decision.pre_routed,
-                         strong=decision.tier == "strong")
+    return question_cost(
+        row, price, cheap=not decision.pre_routed, strong=decision.tier == "strong"
+    )
 
 
 def _correct(row: ItemRow, slot: str) -> int:
@@ -90,12 +91,16 @@ class Sweep:
             correct += _correct(r, "strong") - _correct(r, "cheap")
             cost += question_cost(r, price, cheap=False, strong=True)
             self.points.append(self._point(base_strong + k, correct, cost))
-        self.strong_only_cost = sum(question_cost(r, price, cheap=False, strong=True)
-                                    for r in population)
+        self.strong_only_cost = sum(
+            question_cost(r, price, cheap=False, strong=True) for r in population
+        )
 
     def _point(self, strong: int, correct: int, cost: float) -> Point:
-        return Point(escalation_rate=strong / self.n if self.n else 0.0,
-                     accuracy=correct / self.n_scored if self.n_scored else None, cost=cost)
+        return Point(
+            escalation_rate=strong / self.n if self.n else 0.0,
+            accuracy=correct / self.n_scored if self.n_scored else None,
+            cost=cost,
+        )
 
     def curve(self) -> list[Point]:
         """``CURVE_POINTS`` points at even escalation fractions of the gated questions."""
@@ -110,8 +115,9 @@ class Sweep:
         return min(reaching, key=lambda p: p.cost) if reaching else None
 
 
-def cost_summary(sweep: Sweep, operating: Point, strong_accuracy: float | None,
-                 price: Mapping[str, float]) -> dict[str, Any]:
+def cost_summary(
+    sweep: Sweep, operating: Point, strong_accuracy: float | None, price: Mapping[str, float]
+) -> dict[str, Any]:
     """The cost block of ``summary.json``."""
     at = sweep.cheapest_reaching(strong_accuracy)
     base = sweep.strong_only_cost
@@ -124,8 +130,13 @@ def cost_summary(sweep: Sweep, operating: Point, strong_accuracy: float | None,
         "strong_only": base,
         "cascade": operating.cost,
         "saved": saved(operating.cost),
-        "at_strong_accuracy": None if at is None else {
-            "strong_accuracy": strong_accuracy, "escalation_rate": at.escalation_rate,
-            "accuracy": at.accuracy, "cost": at.cost, "saved": saved(at.cost),
+        "at_strong_accuracy": None
+        if at is None
+        else {
+            "strong_accuracy": strong_accuracy,
+            "escalation_rate": at.escalation_rate,
+            "accuracy": at.accuracy,
+            "cost": at.cost,
+            "saved": saved(at.cost),
         },
     }

@@ -36,13 +36,16 @@ async def identity_of(name: str, tier: Tier, engine: Engine) -> str:
 
 async def identities(policy: Policy, engines: Mapping[str, Engine]) -> dict[str, str]:
     """{tier name: ``identity_of``} of every tier of the policy with an engine in ``engines``."""
-    return {name: await identity_of(name, policy.tiers[name], engine)
-            for name, engine in engines.items()}
+    return {
+        name: await identity_of(name, policy.tiers[name], engine)
+        for name, engine in engines.items()
+    }
 
 
 @asynccontextmanager
-async def running(policy: Policy, settings: Settings, slots: Sequence[str]
-                  ) -> AsyncIterator[dict[str, Engine]]:
+async def running(
+    policy: Policy, settings: Settings, slots: Sequence[str]
+) -> AsyncIterator[dict[str, Engine]]:
     """The started engines of the policy's ``slots`` (cheap, strong), closed on exit."""
     names = [n for s in slots if (n := getattr(policy.route, s)) is not None]
     engines = {n: build_engine(n, policy.tiers[n], settings) for n in names}

@@ -37,8 +37,9 @@ _call_decoder = msgspec.json.Decoder(ReloadCall)
 _reply_decoder = msgspec.json.Decoder(ReplicaReload)
 
 
-async def ask(client: aioredis.Redis, origin: str, timeout_s: float,
-              seen: Callable[[], Awaitable[list[str]]]) -> FleetReloadReport:
+async def ask(
+    client: aioredis.Redis, origin: str, timeout_s: float, seen: Callable[[], Awaitable[list[str]]]
+) -> FleetReloadReport:
     """Every listening replica's outcome; ``seen()``: the replicas expected (their heartbeats),
     those without an answer are ``not_answered``. Raises ``RedisError``."""
     reply = REPLY + uuid.uuid4().hex
@@ -63,11 +64,13 @@ async def ask(client: aioredis.Redis, origin: str, timeout_s: float,
     return FleetReloadReport(
         replicas=replicas,
         refused=[r.replica for r in replicas if r.outcome in REFUSED],
-        not_answered=sorted(expected - set(answers)))
+        not_answered=sorted(expected - set(answers)),
+    )
 
 
-async def listen(client: aioredis.Redis, reload: Callable[[], Awaitable[ReplicaReload]],
-                 retry_s: float) -> None:
+async def listen(
+    client: aioredis.Redis, reload: Callable[[], Awaitable[ReplicaReload]], retry_s: float
+) -> None:
     """Answer every ``ReloadCall`` with ``reload()``'s outcome, until cancelled. A lost Redis
     is retried every ``retry_s`` (calls published meanwhile are missed, see above)."""
     while True:

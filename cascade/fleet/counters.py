@@ -64,8 +64,9 @@ class AnswerTally:
             counts[1] += strong
 
 
-async def sync(redis: Any, tally: AnswerTally, now: float, horizon_s: float,
-               least: int = 0) -> Counts:
+async def sync(
+    redis: Any, tally: AnswerTally, now: float, horizon_s: float, least: int = 0
+) -> Counts:
     """Add ``tally``'s buckets (``now``: its clock) to the shared ones and read the fleet's
     window back (``window_counts``). Raises what the Redis client raises; the tally keeps its
     counts then."""
@@ -92,13 +93,21 @@ async def sync(redis: Any, tally: AnswerTally, now: float, horizon_s: float,
         tally.restore(pending)
         raise
     rows = found[-BUCKETS:]
-    buckets = [(b * width, int(a or 0), int(s or 0))
-               for b, (a, s) in zip(range(first, current + 1), rows, strict=True)]
+    buckets = [
+        (b * width, int(a or 0), int(s or 0))
+        for b, (a, s) in zip(range(first, current + 1), rows, strict=True)
+    ]
     return window_counts(buckets, server, tally.window_s, horizon_s, width, least)
 
 
-def window_counts(buckets: list[tuple[float, int, int]], now: float, window_s: float,
-                  horizon_s: float, width: float, least: int = 0) -> Counts:
+def window_counts(
+    buckets: list[tuple[float, int, int]],
+    now: float,
+    window_s: float,
+    horizon_s: float,
+    width: float,
+    least: int = 0,
+) -> Counts:
     """``Counts`` of ``buckets`` (start, answered, strong), oldest first, at ``now``;
     ``recent`` is the whole window's when the last horizon has fewer than ``least``."""
     answered = sum(a for _, a, _ in buckets)
@@ -109,5 +118,11 @@ def window_counts(buckets: list[tuple[float, int, int]], now: float, window_s: f
         recent = [(start, a) for start, a, _ in buckets]
     started = min((start for start, a, _ in buckets if a), default=now)
     span = now - max(started, recent[0][0] if recent else now)
-    return Counts(answered, strong, sum(a for a, _ in leaving), sum(s for _, s in leaving),
-                  sum(a for _, a in recent), max(0.0, span))
+    return Counts(
+        answered,
+        strong,
+        sum(a for a, _ in leaving),
+        sum(s for _, s in leaving),
+        sum(a for _, a in recent),
+        max(0.0, span),
+    )

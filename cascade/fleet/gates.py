@@ -37,4 +37,3 @@ async def publish(redis: Any, kind: str, gate: Published, ttl_s: float) -> None:
 async def read(redis: Any, kind: str) -> Published | None:
     found = await redis.get(PREFIX + kind)
     return None if found is None else _decoder.decode(found)
-

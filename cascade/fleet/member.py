@@ -42,23 +42,34 @@ def _again() -> Retry:
 
 def commands(url: str) -> aioredis.Redis:
     """The client for heartbeats and calls: each bounded by ``TIMEOUT_S``."""
-    return aioredis.Redis.from_url(url, socket_timeout=TIMEOUT_S,
-                                   socket_connect_timeout=TIMEOUT_S, retry=_again())
+    return aioredis.Redis.from_url(
+        url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S, retry=_again()
+    )
 
 
 def subscriber(url: str) -> aioredis.Redis:
     """The listener's client: its connection idles between calls (no read timeout, kept
     alive)."""
-    return aioredis.Redis.from_url(url, socket_connect_timeout=TIMEOUT_S, socket_keepalive=True,
-                                   health_check_interval=30, retry=_again())
+    return aioredis.Redis.from_url(
+        url,
+        socket_connect_timeout=TIMEOUT_S,
+        socket_keepalive=True,
+        health_check_interval=30,
+        retry=_again(),
+    )
 
 
 class Member:
     """Joins the fleet at ``start``, leaves at ``aclose`` (its heartbeat key is deleted).
     ``me()``: this replica's heartbeat now; ``reload()``: its reload, as a fleet answer."""
 
-    def __init__(self, url: str, settings: Settings, me: Callable[[], ReplicaSeen],
-                 reload: Callable[[], Awaitable[ReplicaReload]]) -> None:
+    def __init__(
+        self,
+        url: str,
+        settings: Settings,
+        me: Callable[[], ReplicaSeen],
+        reload: Callable[[], Awaitable[ReplicaReload]],
+    ) -> None:
         self.client, self.subscriber = commands(url), subscriber(url)
         self.registry = Registry(self.client, settings.fleet_seen_s)
         self.heartbeat_s, self.reply_s = settings.fleet_heartbeat_s, settings.fleet_reply_s
@@ -66,9 +77,10 @@ class Member:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._beat()),
-                       asyncio.create_task(listen(self.subscriber, self.reload,
-                                                  self.heartbeat_s))]
+        self._tasks = [
+            asyncio.create_task(self._beat()),
+            asyncio.create_task(listen(self.subscriber, self.reload, self.heartbeat_s)),
+        ]
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -88,6 +100,7 @@ class Member:
     async def reload_fleet(self) -> FleetReloadReport:
         """Every replica's reload outcome (``cascade.fleet.broadcast.ask``); raises
         ``RedisError``."""
+
         async def names() -> list[str]:
             return [seen.replica for seen in await self.registry.seen()]
 

@@ -38,13 +38,18 @@ def skew(replicas: Sequence[ReplicaSeen]) -> FleetView:
     ordered = sorted(replicas, key=lambda seen: seen.replica)
     pairs = Counter((seen.policy_hash, seen.calibration_hash) for seen in ordered)
     if not pairs:
-        return FleetView(replicas=[], policy_hash=None, calibration_hash=None, skew=0,
-                         skewed=[])
+        return FleetView(replicas=[], policy_hash=None, calibration_hash=None, skew=0, skewed=[])
     majority = pairs.most_common(1)[0][0]  # ties: the first counted, i.e. by name
-    skewed = [seen.replica for seen in ordered
-              if (seen.policy_hash, seen.calibration_hash) != majority]
-    return FleetView(replicas=ordered, policy_hash=majority[0], calibration_hash=majority[1],
-                     skew=len(skewed), skewed=skewed)
+    skewed = [
+        seen.replica for seen in ordered if (seen.policy_hash, seen.calibration_hash) != majority
+    ]
+    return FleetView(
+        replicas=ordered,
+        policy_hash=majority[0],
+        calibration_hash=majority[1],
+        skew=len(skewed),
+        skewed=skewed,
+    )
 
 
 class Registry:
@@ -61,8 +66,10 @@ class Registry:
 
     async def beat(self, seen: ReplicaSeen) -> None:
         """This replica is alive and serves ``seen`` (for ``seen_s`` from now)."""
-        await self._beat(keys=[INDEX, self.key(seen.replica)], args=[
-            seen.replica, msgspec.json.encode(seen), math.ceil(self.seen_s * 1000)])
+        await self._beat(
+            keys=[INDEX, self.key(seen.replica)],
+            args=[seen.replica, msgspec.json.encode(seen), math.ceil(self.seen_s * 1000)],
+        )
 
     async def leave(self, replica: str) -> None:
         """``replica`` is gone (it shuts down): no longer seen."""

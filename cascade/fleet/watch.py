@@ -60,8 +60,9 @@ class Watcher:
     """A daemon thread calling ``on_change()`` (from that thread) when ``paths()`` (read at each
     look: a reload may name another calibration file) settle on a change. ``stop`` joins it."""
 
-    def __init__(self, paths: Callable[[], Sequence[str]], on_change: Callable[[], None],
-                 interval_s: float) -> None:
+    def __init__(
+        self, paths: Callable[[], Sequence[str]], on_change: Callable[[], None], interval_s: float
+    ) -> None:
         self.paths, self.on_change, self.interval_s = paths, on_change, interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cascade-watch", daemon=True)

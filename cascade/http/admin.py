@@ -47,8 +47,10 @@ from cascade.schema import AuditOutcome, AuditPage, ConfigErrorBody, ConfigError
 
 JSON = "application/json"
 AUDIT_LIMIT, MAX_AUDIT_LIMIT = 100, 1000
-NOT_STORED = ("no decision log is configured (--decision-log or [decision_log] file): audit "
-              "records go to the log only (logger cascade.audit)")
+NOT_STORED = (
+    "no decision log is configured (--decision-log or [decision_log] file): audit "
+    "records go to the log only (logger cascade.audit)"
+)
 
 
 def admin_name(connection: ASGIConnection) -> str | None:
@@ -73,8 +75,10 @@ def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """The guard of every admin route (see the module docstring)."""
     access = services_of(connection.app).access
     if not access.admin_keys.enabled:
-        raise Forbidden("the admin routes are off: no admin key is configured (set "
-                        "CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)")
+        raise Forbidden(
+            "the admin routes are off: no admin key is configured (set "
+            "CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)"
+        )
     if admin_name(connection) is not None:
         return
     if _is_client(connection, access):
@@ -95,8 +99,11 @@ def require_operator(connection: ASGIConnection, access: Access, what: str) -> N
     says how to configure an admin key when none is."""
     if operator_view(connection, access):
         return
-    how = "" if access.admin_keys.enabled else (
-        " (none is configured: set CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)")
+    how = (
+        ""
+        if access.admin_keys.enabled
+        else (" (none is configured: set CASCADE_ADMIN_KEYS or CASCADE_ADMIN_KEYS_FILE)")
+    )
     if _is_client(connection, access):
         raise Forbidden(f"{what} needs an admin key, not a client API key{how}")
     raise Unauthorized(f"{what} needs an admin key (send Authorization: Bearer <admin key>){how}")
@@ -115,8 +122,15 @@ async def reload(request: Request, services: Services) -> Response[bytes]:
     scope = request.query_params.get("scope", "replica")
     if request.query_params.get("dry_run", "0") not in ("0", "false"):
         if scope != "replica":
-            raise ValidationFailed([{"loc": ["query", "scope"], "type": "value_error",
-                                     "msg": "a dry run replays this replica's view only"}])
+            raise ValidationFailed(
+                [
+                    {
+                        "loc": ["query", "scope"],
+                        "type": "value_error",
+                        "msg": "a dry run replays this replica's view only",
+                    }
+                ]
+            )
         return await _dry_run(request, services)
     if scope == "fleet":
         try:
@@ -125,14 +139,28 @@ async def reload(request: Request, services: Services) -> Response[bytes]:
             _audit(request, services, "fleet_reload", "failed", str(exc))
             raise
         kept = [*fleet_report.refused, *fleet_report.not_answered]
-        _audit(request, services, "fleet_reload", "refused" if kept else "applied",
-               f"kept their version: {', '.join(kept)}" if kept else "",
-               detail={"replicas": {r.replica: r.outcome for r in fleet_report.replicas},
-                       "not_answered": fleet_report.not_answered})
+        _audit(
+            request,
+            services,
+            "fleet_reload",
+            "refused" if kept else "applied",
+            f"kept their version: {', '.join(kept)}" if kept else "",
+            detail={
+                "replicas": {r.replica: r.outcome for r in fleet_report.replicas},
+                "not_answered": fleet_report.not_answered,
+            },
+        )
         return Response(content=encoder.encode(fleet_report), status_code=200, media_type=JSON)
     if scope != "replica":
-        raise ValidationFailed([{"loc": ["query", "scope"], "type": "value_error",
-                                 "msg": "scope is `replica` (the default) or `fleet`"}])
+        raise ValidationFailed(
+            [
+                {
+                    "loc": ["query", "scope"],
+                    "type": "value_error",
+                    "msg": "scope is `replica` (the default) or `fleet`",
+                }
+            ]
+        )
     reloader = services.reloader
     try:
         report = await reloader.reload(admin_name(request) or "", _client(request))
@@ -147,27 +175,46 @@ async def _dry_run(request: Request, services: Services) -> Response[bytes]:
     except ConfigRejected as exc:
         _audit(request, services, "dry_run", "refused", "\n".join(exc.lines))
         return _refused("dry run refused", services.gateway.serving.policy_hash, exc)
-    _audit(request, services, "dry_run", "replayed",
-           f"replayed {report.get('requests', 0)} requests")
+    _audit(
+        request, services, "dry_run", "replayed", f"replayed {report.get('requests', 0)} requests"
+    )
     return Response(content=encoder.encode(report), status_code=200, media_type=JSON)
 
 
-def _audit(request: Request, services: Services, action: str, outcome: AuditOutcome,
-           message: str = "", detail: dict[str, Any] | None = None) -> None:
+def _audit(
+    request: Request,
+    services: Services,
+    action: str,
+    outcome: AuditOutcome,
+    message: str = "",
+    detail: dict[str, Any] | None = None,
+) -> None:
     """One audit record of an admin route that changes nothing this replica's reload reads (a
     fleet reload's own change is each replica's ``reload`` record, by ``fleet``)."""
     hashes = services.reloader.snapshot().hashes
-    services.reloader.audit.record(action, admin_name(request) or "", outcome,
-                                   client=_client(request), message=message, before=hashes,
-                                   after=hashes, detail=detail)
+    services.reloader.audit.record(
+        action,
+        admin_name(request) or "",
+        outcome,
+        client=_client(request),
+        message=message,
+        before=hashes,
+        after=hashes,
+        detail=detail,
+    )
 
 
 def _refused(what: str, serving: str, exc: ConfigRejected) -> Response[bytes]:
     detail = ConfigErrorDetail(
-        error_type=exc.error_type, lines=exc.lines,
-        message=f"{what}; still serving policy {serving[:12]}:\n" + "\n".join(exc.lines))
-    return Response(content=encoder.encode(ConfigErrorBody(detail=detail)),
-                    status_code=status_of(exc), media_type=JSON)
+        error_type=exc.error_type,
+        lines=exc.lines,
+        message=f"{what}; still serving policy {serving[:12]}:\n" + "\n".join(exc.lines),
+    )
+    return Response(
+        content=encoder.encode(ConfigErrorBody(detail=detail)),
+        status_code=status_of(exc),
+        media_type=JSON,
+    )
 
 
 @get("/control")
@@ -208,8 +255,9 @@ async def audit(request: Request, services: Services) -> Response[bytes]:
         try:
             records = await asyncio.wrap_future(log.read(since=since, limit=limit))
         except Exception as exc:  # the store is down or unreadable: 503, never 500
-            raise EngineUnavailable(f"the audit log cannot be read now ({exc})",
-                                    retry_after=1.0) from exc
+            raise EngineUnavailable(
+                f"the audit log cannot be read now ({exc})", retry_after=1.0
+            ) from exc
         page = AuditPage(stored=True, records=records)
     return Response(content=encoder.encode(page), status_code=200, media_type=JSON)
 
@@ -225,5 +273,6 @@ ROUTES = [reload, control, freeze, unfreeze, fleet, audit]
 def admin_router() -> Router:
     """``/admin``: ``ROUTES`` behind ``require_admin``, out of the OpenAPI document (one per
     app)."""
-    return Router(path="/admin", route_handlers=ROUTES, guards=[require_admin],
-                  include_in_schema=False)
+    return Router(
+        path="/admin", route_handlers=ROUTES, guards=[require_admin], include_in_schema=False
+    )

@@ -117,23 +117,31 @@ def error_response(exc: CascadeError) -> Response[bytes]:
     else:
         body = ErrorBody(detail=ErrorDetail(error_type=exc.error_type, message=exc.message))
         content = encoder.encode(body)
-    return Response(content=content, status_code=status, media_type=JSON,
-                    headers=_error_headers(exc))
+    return Response(
+        content=content, status_code=status, media_type=JSON, headers=_error_headers(exc)
+    )
 
 
 def decisions_error(request: Request, exc: Exception) -> Response[bytes]:
     """Every error of ``/v1/decisions`` in OpenAI's shape and statuses (``decisions_status``)."""
     if isinstance(exc, HTTPException):
-        exc = PayloadTooLarge(str(exc.detail)) if exc.status_code == 413 else CascadeError(
-            str(exc.detail))
+        exc = (
+            PayloadTooLarge(str(exc.detail))
+            if exc.status_code == 413
+            else CascadeError(str(exc.detail))
+        )
     elif not isinstance(exc, CascadeError):
         log.exception("internal error in request %s", request_id(request.scope))
         exc = CascadeError("internal error")
     elif not isinstance(exc, ClientError | Overloaded):
         log.warning("request %s failed: %s", request_id(request.scope), exc)
     status = decisions_status(exc, unparsed=is_unparsed(exc))
-    return Response(content=encoder.encode(error_body(exc)), status_code=status,
-                    media_type=JSON, headers=_error_headers(exc))
+    return Response(
+        content=encoder.encode(error_body(exc)),
+        status_code=status,
+        media_type=JSON,
+        headers=_error_headers(exc),
+    )
 
 
 def _handle_cascade_error(request: Request, exc: CascadeError) -> Response[bytes]:
@@ -184,8 +192,10 @@ def _permits(request: Request, services: Services, count: int) -> Iterator[None]
     """``count`` more states in flight for the request's tenant: against its ``max_inflight``
     (429), then the gateway's permits, shared fairly between tenants (503)."""
     tenant = tenancy.tenant_in(request)
-    with services.tenant_admission.permit(tenant, count), \
-            services.admission.permit(count, tenant=tenant.name):
+    with (
+        services.tenant_admission.permit(tenant, count),
+        services.admission.permit(count, tenant=tenant.name),
+    ):
         yield
 
 
@@ -230,8 +240,9 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
 def _record(route: str, started: float, outcome: str, status: int) -> None:
     metrics.REQUESTS.labels(route=route, outcome=outcome, status=str(status)).inc()
-    metrics.REQUEST_DURATION.labels(route=route).observe(time.perf_counter() - started,
-                                                         tracing.exemplar())
+    metrics.REQUEST_DURATION.labels(route=route).observe(
+        time.perf_counter() - started, tracing.exemplar()
+    )
 
 
 def _json(payload: Any, headers: dict[str, str] | None = None) -> Response[bytes]:
@@ -240,8 +251,7 @@ def _json(payload: Any, headers: dict[str, str] | None = None) -> Response[bytes
     return Response(content=content, status_code=200, media_type=JSON, headers=headers or {})
 
 
-async def _guarded(request: Request, services: Services, route: str,
-                   work: Any) -> Response[bytes]:
+async def _guarded(request: Request, services: Services, route: str, work: Any) -> Response[bytes]:
     """Checks auth, reads and decodes the body, then runs ``work(body, parts)`` under admission,
     recording the request's outcome metrics."""
     started = time.perf_counter()
@@ -282,20 +292,27 @@ def _timed(response: Response[bytes], started: float, admitted: float, decoded: 
 async def _decoded(request: Request, services: Services) -> tuple[bytes, dict[str, Any]]:
     """The request's decoded body and multipart parts, timed as the ``decode`` hop."""
     with metrics.HOP_DURATION.labels(hop="decode").time(), tracing.span("cascade.decode"):
-        return await read_request(request, services.settings, services.decode_pool,
-                                  services.body_reads)
+        return await read_request(
+            request, services.settings, services.decode_pool, services.body_reads
+        )
 
 
-@post("/v1/systemone", status_code=200, summary="Answer typed questions about one state",
-      operation_class=operation(SystemOneRequest, SystemOneResponse), security=AUTHENTICATED)
+@post(
+    "/v1/systemone",
+    status_code=200,
+    summary="Answer typed questions about one state",
+    operation_class=operation(SystemOneRequest, SystemOneResponse),
+    security=AUTHENTICATED,
+)
 async def systemone(request: Request, services: Services) -> Response[bytes]:
     """System One: ``{model, state, questions, images?, assets?}`` → ``{model, answers, usage}``."""
     gateway, pool = services.gateway, services.decode_pool
 
     async def work(body: bytes, parts: dict[str, Any]) -> tuple[Response[bytes], str]:
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            call = await read_call(body, parts, pool, request_id=request_id(request.scope),
-                                   limits=services.limits)
+            call = await read_call(
+                body, parts, pool, request_id=request_id(request.scope), limits=services.limits
+            )
         kw = await tenancy.gateway_kw(request, services, len(call.questions))
         outcome = await unless_disconnected(request, gateway.systemone(call, **kw))
         await tenancy.charge(request, services, [outcome])
@@ -304,8 +321,13 @@ async def systemone(request: Request, services: Services) -> Response[bytes]:
     return await _guarded(request, services, "/v1/systemone", work)
 
 
-@post("/v1/systemone/batch", status_code=200, summary="Laya's batch: many states, one question set",
-      operation_class=operation(BatchRequest, BatchResponse), security=AUTHENTICATED)
+@post(
+    "/v1/systemone/batch",
+    status_code=200,
+    summary="Laya's batch: many states, one question set",
+    operation_class=operation(BatchRequest, BatchResponse),
+    security=AUTHENTICATED,
+)
 async def systemone_batch(request: Request, services: Services) -> Response[bytes]:
     """``{states: [...], questions}`` → ``{results: [...], total_usage}`` (at most 64 states)."""
     gateway, pool = services.gateway, services.decode_pool
@@ -314,21 +336,22 @@ async def systemone_batch(request: Request, services: Services) -> Response[byte
         if parts:  # the batch takes text states only: refuse images rather than drop them
             raise ValidationFailed.at(["assets"], "the batch endpoint takes text states only")
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            calls = await read_batch_calls(body, pool, request_id=request_id(request.scope),
-                                           limits=services.limits)
+            calls = await read_batch_calls(
+                body, pool, request_id=request_id(request.scope), limits=services.limits
+            )
         kw = await tenancy.gateway_kw(request, services, sum(len(c.questions) for c in calls))
         with _permits(request, services, len(calls) - 1):
             outcomes = await unless_disconnected(request, gateway.batch(calls, **kw))
         await tenancy.charge(request, services, outcomes)
         results = [o.response for o in outcomes]
-        total = TotalUsage(
-            input_tokens=sum(r.usage.input_tokens for r in results), output_tokens=0
-        )
+        total = TotalUsage(input_tokens=sum(r.usage.input_tokens for r in results), output_tokens=0)
         label = "degraded" if any(o.label == "degraded" for o in outcomes) else "ok"
-        headers = answers.headers(Counter(t for o in outcomes for t in o.tiers.values()),
-                                  demo=gateway.demo,
-                                  timings=timed.slowest(o.timings for o in outcomes),
-                                  costs=timed.summed(o.costs for o in outcomes))
+        headers = answers.headers(
+            Counter(t for o in outcomes for t in o.tiers.values()),
+            demo=gateway.demo,
+            timings=timed.slowest(o.timings for o in outcomes),
+            costs=timed.summed(o.costs for o in outcomes),
+        )
         if gateway.cache is not None:
             headers["x-cascade-cache"] = combined([o.headers["x-cascade-cache"] for o in outcomes])
         return _json(BatchResponse(results=results, total_usage=total), headers), label
@@ -336,12 +359,20 @@ async def systemone_batch(request: Request, services: Services) -> Response[byte
     return await _guarded(request, services, "/v1/systemone/batch", work)
 
 
-@post("/v1/decisions", status_code=200, summary="OpenAI's Decisions API: typed questions about "
-      "an input, through the same cascade", operation_class=operation(
-          DecisionCreate, Decision, DECISION_ERRORS, body="JSON, optionally Content-Encoding "
-          "zstd/gzip/deflate; images as `input_image` parts with data: URLs"),
-      security=AUTHENTICATED, exception_handlers=dict.fromkeys(
-          (CascadeError, HTTPException, Exception), decisions_error))
+@post(
+    "/v1/decisions",
+    status_code=200,
+    summary="OpenAI's Decisions API: typed questions about an input, through the same cascade",
+    operation_class=operation(
+        DecisionCreate,
+        Decision,
+        DECISION_ERRORS,
+        body="JSON, optionally Content-Encoding "
+        "zstd/gzip/deflate; images as `input_image` parts with data: URLs",
+    ),
+    security=AUTHENTICATED,
+    exception_handlers=dict.fromkeys((CascadeError, HTTPException, Exception), decisions_error),
+)
 async def decisions(request: Request, services: Services) -> Response[bytes]:
     """``{model, input, questions}`` → ``{model, answers, usage}`` in question order; a question
     only an unavailable tier could answer is a ``refusal`` while the others are answered."""
@@ -351,43 +382,58 @@ async def decisions(request: Request, services: Services) -> Response[bytes]:
         if parts:
             raise ValidationFailed.at(["input"], "send JSON: images go in input_image parts")
         with metrics.HOP_DURATION.labels(hop="validate").time():
-            decoded = await read_decision(body, pool, request_id=request_id(request.scope),
-                                          limits=services.limits)
+            decoded = await read_decision(
+                body, pool, request_id=request_id(request.scope), limits=services.limits
+            )
         kw = await tenancy.gateway_kw(request, services, len(decoded.call.questions))
         outcome = await unless_disconnected(
-            request, gateway.decide(decoded.call, partial=True, **kw))
+            request, gateway.decide(decoded.call, partial=True, **kw)
+        )
         await tenancy.charge(request, services, [outcome])
         return _json(decision(decoded.asked, outcome), outcome.headers), outcome.label
 
     return await _guarded(request, services, "/v1/decisions", work)
 
 
-@get("/v1/models", summary="Model names this gateway answers to (Jev shape)",
-     operation_class=operation(None, ModelList, AUTH_ERRORS), security=AUTHENTICATED)
+@get(
+    "/v1/models",
+    summary="Model names this gateway answers to (Jev shape)",
+    operation_class=operation(None, ModelList, AUTH_ERRORS),
+    security=AUTHENTICATED,
+)
 async def models(request: Request, services: Services) -> Response[bytes]:
     require_auth(request, services)
     return _json(ModelList(models=status.model_cards(services.view)))
 
 
-@get("/health", summary="Liveness; the loaded checkpoints with a client key; every detail with "
-     "an admin key (or with no key configured)",
-     operation_class=operation(None, Health, {}), security=KEY_OPTIONAL)
+@get(
+    "/health",
+    summary="Liveness; the loaded checkpoints with a client key; every detail with "
+    "an admin key (or with no key configured)",
+    operation_class=operation(None, Health, {}),
+    security=KEY_OPTIONAL,
+)
 async def health(request: Request, services: Services) -> Response[bytes]:
     if operator_view(request, services.access):
-        return _json({"status": "ok", **status.health(services.view),
-                      "config": services.reloader.config()})
+        return _json(
+            {"status": "ok", **status.health(services.view), "config": services.reloader.config()}
+        )
     if tenancy.authorized(request, services.access):  # a client key (or client auth off):
         return _json({"status": "ok", **status.client_health(services.view)})  # Laya's reads
     return _json({"status": "ok"})
 
 
-@get("/ready", summary="200 while the cheap tier (or the only tier) can serve; 503 before "
-     "warm-up, while draining after SIGTERM, and at shutdown",
-     operation_class=operation(None, Readiness, {"503": ("Not ready", Readiness)}))
+@get(
+    "/ready",
+    summary="200 while the cheap tier (or the only tier) can serve; 503 before "
+    "warm-up, while draining after SIGTERM, and at shutdown",
+    operation_class=operation(None, Readiness, {"503": ("Not ready", Readiness)}),
+)
 async def ready(services: Services) -> Response[bytes]:
     is_ready = services.ready and not services.drain.active and status.ready(services.view)
     return Response(
-        content=encoder.encode(Readiness(ready=is_ready)), status_code=200 if is_ready else 503,
+        content=encoder.encode(Readiness(ready=is_ready)),
+        status_code=200 if is_ready else 503,
         media_type=JSON,
     )
 
@@ -412,25 +458,37 @@ def _docs_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         raise Unauthorized("missing or invalid API key (send Authorization: Bearer <key>)")
 
 
-def create_app(settings: Settings, gateway: Gateway | None = None,
-               drain: Drain | None = None, tenants: Tenants | None = None) -> Litestar:
+def create_app(
+    settings: Settings,
+    gateway: Gateway | None = None,
+    drain: Drain | None = None,
+    tenants: Tenants | None = None,
+) -> Litestar:
     if gateway is None:
         from cascade.build import build_gateway
 
         gateway = build_gateway(settings)
-    access = Access(tenants=tenants or load_tenants(settings, gateway.policy),
-                    admin_keys=load_admins(settings))
+    access = Access(
+        tenants=tenants or load_tenants(settings, gateway.policy), admin_keys=load_admins(settings)
+    )
     audit = AuditLog(log_target(settings, gateway.policy), settings.replica or replica_name())
     view: GatewayView = gateway  # what /health, /ready, /v1/models and the gauges read
     services = Services(
-        settings=settings, gateway=gateway, view=view, control=gateway.control,
-        learner=gateway.control, decisions=gateway.decisions, usage=gateway.usage,
+        settings=settings,
+        gateway=gateway,
+        view=view,
+        control=gateway.control,
+        learner=gateway.control,
+        decisions=gateway.decisions,
+        usage=gateway.usage,
         access=access,
         reloader=Reloader(access, settings, gateway, audit),  # SIGHUP and /admin/reload
-        admission=InflightLimit(settings.max_inflight), limits=limits_of(settings),
+        admission=InflightLimit(settings.max_inflight),
+        limits=limits_of(settings),
         body_reads=BodyReads(settings.max_body_reads, settings.max_body_reads_per_client),
         drain=drain or Drain(),  # begun on SIGTERM by cascade.http.server
-        gauges=registry_of(view))
+        gauges=registry_of(view),
+    )
     services.gauges.register(metrics.InflightGauge(lambda: services.admission.inflight))
 
     @asynccontextmanager
@@ -450,8 +508,18 @@ def create_app(settings: Settings, gateway: Gateway | None = None,
             await asyncio.to_thread(audit.flush)
 
     app = Litestar(
-        route_handlers=[systemone, systemone_batch, decisions, models, health, ready,
-                        prometheus_metrics, feedback.route(_guarded), usage.route, admin_router()],
+        route_handlers=[
+            systemone,
+            systemone_batch,
+            decisions,
+            models,
+            health,
+            ready,
+            prometheus_metrics,
+            feedback.route(_guarded),
+            usage.route,
+            admin_router(),
+        ],
         dependencies={"services": Provide(lambda: services, sync_to_thread=False)},
         lifespan=[lifespan, fleet_lifespan],  # fleet: file watch and membership
         middleware=tracing.middleware(),  # the server span, when tracing is on

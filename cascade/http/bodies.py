@@ -40,9 +40,13 @@ def _too_large(limit: int) -> PayloadTooLarge:
 
 
 def _undo(
-    data: bytes, limit: int, start: Callable[[], Any],
-    step: Callable[[Any, memoryview, int], bytes], max_slice: Callable[[int], int],
-    *, many: bool,
+    data: bytes,
+    limit: int,
+    start: Callable[[], Any],
+    step: Callable[[Any, memoryview, int], bytes],
+    max_slice: Callable[[int], int],
+    *,
+    many: bool,
 ) -> bytes:
     """``data`` decompressed frame after frame into at most ``limit`` bytes. ``start()`` begins a
     frame: a zlib or zstandard decompressobj, read through its ``eof`` and ``unused_data``.
@@ -78,9 +82,12 @@ def _inflate(data: bytes, wbits: int, limit: int, *, many: bool) -> bytes:
     # max_length caps each call's output; input that it leaves (unconsumed_tail) only remains
     # when the cap was reached, and then the body is over the limit anyway.
     return _undo(
-        data, limit, lambda: zlib.decompressobj(wbits),
+        data,
+        limit,
+        lambda: zlib.decompressobj(wbits),
         lambda frame, piece, room: frame.decompress(piece, room),
-        lambda room: _MAX_SLICE, many=many,
+        lambda room: _MAX_SLICE,
+        many=many,
     )
 
 
@@ -100,9 +107,12 @@ def _unzstd(data: bytes, limit: int) -> bytes:
     window = 1 << min(31, max(10, (limit - 1).bit_length()))
     decompressor = zstandard.ZstdDecompressor(max_window_size=window)
     return _undo(
-        data, limit, decompressor.decompressobj,
+        data,
+        limit,
+        decompressor.decompressobj,
         lambda frame, piece, room: frame.decompress(piece),
-        lambda room: max(_ZSTD_MIN_SLICE, room // _ZSTD_SLICE_DIVISOR), many=True,
+        lambda room: max(_ZSTD_MIN_SLICE, room // _ZSTD_SLICE_DIVISOR),
+        many=True,
     )
 
 

@@ -57,16 +57,30 @@ async def dry_run(request: Request, services: Services) -> dict[str, Any]:
     gateway, settings = services.gateway, services.settings
     target = log_target(settings, gateway.policy)
     if not target:
-        raise Conflict("a dry run replays the decision log, and this gateway keeps none "
-                       "(set --decision-log or [decision_log] file)")
+        raise Conflict(
+            "a dry run replays the decision log, and this gateway keeps none "
+            "(set --decision-log or [decision_log] file)"
+        )
     policy = await services.reloader.checked(_reader(services, sent))
     report = await asyncio.to_thread(
-        replay, policy, [target], weights=gateway.weights, prices=costs(policy), since=when,
-        tenant=tenant, limit=limit)
+        replay,
+        policy,
+        [target],
+        weights=gateway.weights,
+        prices=costs(policy),
+        since=when,
+        tenant=tenant,
+        limit=limit,
+    )
     serving = gateway.serving
-    return {"dry_run": True, "serving": {"policy_hash": serving.policy_hash,
-                                         "calibration_hash": serving.calibration_hash},
-            **report}
+    return {
+        "dry_run": True,
+        "serving": {
+            "policy_hash": serving.policy_hash,
+            "calibration_hash": serving.calibration_hash,
+        },
+        **report,
+    }
 
 
 def _reader(services: Services, sent: DryRunRequest) -> Callable[[], Policy]:
@@ -87,8 +101,9 @@ def _reader(services: Services, sent: DryRunRequest) -> Callable[[], Policy]:
         file = CALIBRATION_TEXT if sent.calibration is not None else settings.calibration or ""
         try:
             if sent.calibration is not None:
-                policy = apply_calibration(policy, parse_calibration(sent.calibration, file),
-                                           file=file)
+                policy = apply_calibration(
+                    policy, parse_calibration(sent.calibration, file), file=file
+                )
             elif sent.policy is not None and file:  # --calibration, as a reload applies it
                 policy = with_calibration_file(policy, file)
         except CalibrationError as exc:
@@ -99,8 +114,9 @@ def _reader(services: Services, sent: DryRunRequest) -> Callable[[], Policy]:
     return read
 
 
-def query_number(text: str | None, name: str, default: float, *, high: float,
-            real: bool = False) -> Any:
+def query_number(
+    text: str | None, name: str, default: float, *, high: float, real: bool = False
+) -> Any:
     """A query parameter as a whole number in [1, ``high``] (``real``: a finite number >= 0)."""
     if text is None:
         return default
@@ -110,6 +126,7 @@ def query_number(text: str | None, name: str, default: float, *, high: float,
         value = -1
     if not (0 if real else 1) <= value <= high or not math.isfinite(value):
         bound = "a unix time in seconds" if real else f"a whole number from 1 to {high}"
-        raise ValidationFailed([{"loc": ["query", name], "type": "value_error",
-                                 "msg": f"{name} is {bound}"}])
+        raise ValidationFailed(
+            [{"loc": ["query", name], "type": "value_error", "msg": f"{name} is {bound}"}]
+        )
     return value

@@ -64,8 +64,11 @@ ERRORS = {
     **AUTH_ERRORS,
     "404": ("No rows of that request id (of this tenant) in the decision log", ErrorBody),
     "409": ("The decision log is off: feedback needs it", ErrorBody),
-    "422": ("A label that does not fit its question, a question the request did not ask, or "
-            "a malformed body", ValidationErrorBody),
+    "422": (
+        "A label that does not fit its question, a question the request did not ask, or "
+        "a malformed body",
+        ValidationErrorBody,
+    ),
     "4XX": ("Other client errors (400, 408, 413, 415)", ErrorBody),
     "5XX": ("The gateway or the decision log is busy (503, see Retry-After)", ErrorBody),
 }
@@ -78,19 +81,32 @@ class LabelStore(Protocol):
     """Where labels are stored (``cascade.store.base.DecisionStore``, the gateway's
     ``decisions``): the future resolves once they are committed; None when the store is full."""
 
-    def label(self, request_id: str, labels: Mapping[str, Label], *,
-              source: str = "feedback", tenant: str = ""
-              ) -> concurrent.futures.Future[LabelOutcome] | None: ...
+    def label(
+        self,
+        request_id: str,
+        labels: Mapping[str, Label],
+        *,
+        source: str = "feedback",
+        tenant: str = "",
+    ) -> concurrent.futures.Future[LabelOutcome] | None: ...
 
 
 def route(guarded: Guarded) -> HTTPRouteHandler:
     """The route handler; ``guarded`` checks the key, reads the body and records the request
     (the app's, shared by every ``/v1`` route)."""
 
-    @post(ROUTE, status_code=200, summary="Labels for the answers of an earlier request",
-          operation_class=operation(FeedbackRequest, FeedbackResponse, ERRORS,
-                                    body="JSON, optionally Content-Encoding zstd/gzip/deflate"),
-          security=AUTHENTICATED)
+    @post(
+        ROUTE,
+        status_code=200,
+        summary="Labels for the answers of an earlier request",
+        operation_class=operation(
+            FeedbackRequest,
+            FeedbackResponse,
+            ERRORS,
+            body="JSON, optionally Content-Encoding zstd/gzip/deflate",
+        ),
+        security=AUTHENTICATED,
+    )
     async def feedback(request: Request, services: Services) -> Response[bytes]:
         """``{request_id, labels}`` → ``{request_id, stored, relabelled}``."""
 
@@ -102,8 +118,11 @@ def route(guarded: Guarded) -> HTTPRouteHandler:
             relabelled = len(outcome.relabelled)
             metrics.FEEDBACK.labels(outcome="stored").inc(len(outcome.labelled) - relabelled)
             metrics.FEEDBACK.labels(outcome="relabelled").inc(relabelled)
-            answer = FeedbackResponse(request_id=asked.request_id, stored=len(outcome.labelled),
-                                      relabelled=outcome.relabelled)
+            answer = FeedbackResponse(
+                request_id=asked.request_id,
+                stored=len(outcome.labelled),
+                relabelled=outcome.relabelled,
+            )
             return Response(content=encoder.encode(answer), media_type="application/json"), "ok"
 
         return await guarded(request, services, ROUTE, work)
@@ -130,32 +149,49 @@ async def _store(sink: object, asked: FeedbackRequest, tenant: str) -> LabelOutc
     n = len(asked.labels)
     if not isinstance(sink, LabelStore):
         metrics.FEEDBACK.labels(outcome="log_off").inc(n)
-        raise Conflict("feedback needs the decision log, and it is off (serve with "
-                       "--decision-log FILE, or set [decision_log] file in the policy)")
+        raise Conflict(
+            "feedback needs the decision log, and it is off (serve with "
+            "--decision-log FILE, or set [decision_log] file in the policy)"
+        )
     done = sink.label(asked.request_id, asked.labels, tenant=tenant)
     try:
         if done is None:
             raise TimeoutError("the decision log's queue is full")
-        outcome = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)),
-                                         FEEDBACK_WAIT_S)
+        outcome = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)), FEEDBACK_WAIT_S)
     except Exception as exc:  # a queue full, a writer behind, or a write that failed
         metrics.FEEDBACK.labels(outcome="failed").inc(n)
         late = isinstance(exc, TimeoutError)
-        log.warning("feedback for %s not stored: %s", asked.request_id,
-                    exc if not late or str(exc) else f"no commit in {FEEDBACK_WAIT_S} s")
-        raise Overloaded("the decision log is behind; retry" if late else
-                         "the decision log could not write the labels; retry",
-                         retry_after=1.0) from exc
+        log.warning(
+            "feedback for %s not stored: %s",
+            asked.request_id,
+            exc if not late or str(exc) else f"no commit in {FEEDBACK_WAIT_S} s",
+        )
+        raise Overloaded(
+            "the decision log is behind; retry"
+            if late
+            else "the decision log could not write the labels; retry",
+            retry_after=1.0,
+        ) from exc
     if not outcome.found:
         metrics.FEEDBACK.labels(outcome="unknown_request").inc(n)
-        raise NotFound(f"no request {asked.request_id!r} in the decision log (never answered, "
-                       "not logged, or rotated or pruned out of the live log)")
+        raise NotFound(
+            f"no request {asked.request_id!r} in the decision log (never answered, "
+            "not logged, or rotated or pruned out of the live log)"
+        )
     if outcome.unknown or outcome.invalid:
         metrics.FEEDBACK.labels(outcome="invalid").inc(n)
-        items = [{"loc": ["body", "labels", q], "msg": f"request {asked.request_id!r} asked "
-                  f"no question {q!r}", "type": "value_error"} for q in outcome.unknown]
-        items += [{"loc": ["body", "labels", q], "msg": why, "type": "value_error"}
-                  for q, why in outcome.invalid.items()]
+        items = [
+            {
+                "loc": ["body", "labels", q],
+                "msg": f"request {asked.request_id!r} asked no question {q!r}",
+                "type": "value_error",
+            }
+            for q in outcome.unknown
+        ]
+        items += [
+            {"loc": ["body", "labels", q], "msg": why, "type": "value_error"}
+            for q, why in outcome.invalid.items()
+        ]
         raise ValidationFailed(items)
     return outcome
 
@@ -165,9 +201,23 @@ def _learn(learner: Learner | None, policy: Policy, outcome: LabelOutcome, tenan
     labels are stored)."""
     if learner is None:
         return
-    found = [e for x in outcome.labelled
-             if (e := judged(policy, x.question, x.cheap, x.label, "feedback", x.ts,
-                             tenant=tenant, asked=asked_key(x.decision, x.ts))) is not None]
+    found = [
+        e
+        for x in outcome.labelled
+        if (
+            e := judged(
+                policy,
+                x.question,
+                x.cheap,
+                x.label,
+                "feedback",
+                x.ts,
+                tenant=tenant,
+                asked=asked_key(x.decision, x.ts),
+            )
+        )
+        is not None
+    ]
     if not found:
         return
     try:

@@ -28,8 +28,10 @@ from cascade.store import replica_name
 
 log = logging.getLogger("cascade")
 JSON = "application/json"
-FLEET_OFF = ("the fleet is off: set CASCADE_FLEET_REDIS (or put [limits] or [cache] on Redis) "
-             "on every replica")
+FLEET_OFF = (
+    "the fleet is off: set CASCADE_FLEET_REDIS (or put [limits] or [cache] on Redis) "
+    "on every replica"
+)
 
 
 async def outcome(reloader: Reloader, replica: str, actor: str) -> ReplicaReload:
@@ -37,30 +39,45 @@ async def outcome(reloader: Reloader, replica: str, actor: str) -> ReplicaReload
     in the audit record: ``fleet`` or ``watch``)."""
     try:
         report = await reloader.reload(actor)
-        return ReplicaReload(replica=replica, outcome=report.outcome,
-                             policy_hash=report.policy_hash,
-                             calibration_hash=report.calibration_hash)
+        return ReplicaReload(
+            replica=replica,
+            outcome=report.outcome,
+            policy_hash=report.policy_hash,
+            calibration_hash=report.calibration_hash,
+        )
     except ConfigRejected as exc:
         serving = reloader.gateway.serving
         return ReplicaReload(
-            replica=replica, errors=exc.lines,
+            replica=replica,
+            errors=exc.lines,
             outcome="restart_needed" if isinstance(exc, RestartNeeded) else "rejected",
-            policy_hash=serving.policy_hash, calibration_hash=serving.calibration_hash)
+            policy_hash=serving.policy_hash,
+            calibration_hash=serving.calibration_hash,
+        )
 
 
 def _watched(reloader: Reloader) -> list[str]:
     settings = reloader.settings
-    named = (settings.policy, reloader.gateway.policy.calibration.file, settings.calibration,
-             settings.api_keys_file, settings.admin_keys_file)
+    named = (
+        settings.policy,
+        reloader.gateway.policy.calibration.file,
+        settings.calibration,
+        settings.api_keys_file,
+        settings.admin_keys_file,
+    )
     return sorted({path for path in named if path})
 
 
 def _me(services: Services, replica: str, started: float) -> ReplicaSeen:
     policy_hash, calibration_hash = services.view.hashes()
-    return ReplicaSeen(replica=replica, policy_hash=policy_hash,
-                       calibration_hash=calibration_hash, version=__version__,
-                       uptime_s=round(time.monotonic() - started, 3),
-                       strong_share=services.control.status()["strong_share"])
+    return ReplicaSeen(
+        replica=replica,
+        policy_hash=policy_hash,
+        calibration_hash=calibration_hash,
+        version=__version__,
+        uptime_s=round(time.monotonic() - started, 3),
+        strong_share=services.control.status()["strong_share"],
+    )
 
 
 @contextlib.asynccontextmanager
@@ -82,6 +99,7 @@ async def fleet_lifespan(app: Litestar) -> AsyncIterator[None]:
             task = loop.create_task(reload())
             reloads.add(task)
             task.add_done_callback(reloads.discard)
+
         loop.call_soon_threadsafe(run)
 
     watcher = None
@@ -89,12 +107,19 @@ async def fleet_lifespan(app: Litestar) -> AsyncIterator[None]:
         watcher = Watcher(lambda: _watched(reloader), reload_soon, settings.watch_s)
         watcher.start()
     tenants, cache = services.access.tenants.backend, services.view.policy.cache
-    url = fleet_url(settings, tenants.url if tenants.backend == "redis" else None,
-                    cache.url if cache.backend == "redis" else None)
+    url = fleet_url(
+        settings,
+        tenants.url if tenants.backend == "redis" else None,
+        cache.url if cache.backend == "redis" else None,
+    )
     member = None
     if url is not None:
-        member = Member(url, settings, lambda: _me(services, replica, started),
-                        lambda: outcome(reloader, replica, "fleet"))
+        member = Member(
+            url,
+            settings,
+            lambda: _me(services, replica, started),
+            lambda: outcome(reloader, replica, "fleet"),
+        )
         await member.start()
     services.fleet = member
     try:

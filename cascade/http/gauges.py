@@ -26,11 +26,15 @@ def registry_of(gateway: GatewayView) -> CollectorRegistry:
         return {name: gateway.started and gateway.tier_ready(name) for name in gateway.tier_kinds()}
 
     registry = CollectorRegistry()
-    registry.register(GatewayGauges(
-        ready=ready,
-        breakers=lambda: {n: _STATE_CODE[state] for n, state in gateway.breaker_states().items()},
-        build=build,
-    ))
+    registry.register(
+        GatewayGauges(
+            ready=ready,
+            breakers=lambda: {
+                n: _STATE_CODE[state] for n, state in gateway.breaker_states().items()
+            },
+            build=build,
+        )
+    )
     registry.register(DriftGauges(gateway.psi, gateway.fleet_psi))
     registry.register(ControlGauges(gateway.gate_thresholds, gateway.strong_share))
     registry.register(CacheGauges(gateway.cache_size))

@@ -57,7 +57,11 @@ async def read_request(
 
 
 async def read_call(
-    body: bytes, parts: dict[str, Any], pool: DecodePool, *, request_id: str = "",
+    body: bytes,
+    parts: dict[str, Any],
+    pool: DecodePool,
+    *,
+    request_id: str = "",
     limits: Limits = LIMITS,
 ) -> EngineCall:
     """The call of a ``/v1/systemone`` body. Large bodies are validated, and images checked, on

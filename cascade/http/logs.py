@@ -61,8 +61,9 @@ class RepeatFilter(logging.Filter):
     failed: %s"``), so lines that differ only in their arguments count as one kind.
     """
 
-    def __init__(self, burst: int = 5, interval_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, burst: int = 5, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__()
         self.burst = burst
         self.interval_s = interval_s
@@ -85,8 +86,10 @@ class RepeatFilter(logging.Filter):
             self._prune(now)
         self._windows[key] = _Window(now)
         if window is not None and window.suppressed:
-            record.msg = (f"{record.msg} [suppressed {window.suppressed} similar lines in the "
-                          f"previous {self.interval_s:g} s]")
+            record.msg = (
+                f"{record.msg} [suppressed {window.suppressed} similar lines in the "
+                f"previous {self.interval_s:g} s]"
+            )
         return True
 
     def _prune(self, now: float) -> None:
@@ -96,7 +99,8 @@ class RepeatFilter(logging.Filter):
 
 
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message", "asctime",
+    "message",
+    "asctime",
     "color_message",  # uvicorn's copy of the message with ANSI colours
 }
 
@@ -108,8 +112,10 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         created = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
         entry: dict[str, Any] = {
-            "ts": created.isoformat(timespec="milliseconds"), "level": record.levelname,
-            "logger": record.name, "message": record.getMessage(),
+            "ts": created.isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
         }
         entry.update((k, v) for k, v in vars(record).items() if k not in _RECORD_FIELDS)
         if record.exc_info:
@@ -168,8 +174,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]) -> None:
         self.hooks = hooks
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         hook = self.hooks.pop(fullname, None)
         if hook is None:
             return None
@@ -197,8 +204,9 @@ def route_libraries() -> None:
         sys.meta_path.insert(0, _AfterImport(pending))
 
 
-def configure(level: str, log_format: Literal["text", "json"], *, burst: int,
-              interval_s: float) -> None:
+def configure(
+    level: str, log_format: Literal["text", "json"], *, burst: int, interval_s: float
+) -> None:
     """The process's logging: the root handler (stderr unless one is set) in ``log_format``
     with the repeated-line limit, ``level``, warnings captured and libraries routed to it."""
     root = logging.getLogger()
@@ -256,12 +264,20 @@ def access_logged(app: ASGIApp) -> ASGIApp:
                 rid = rid or (context.request_id if context is not None else "-")
                 client = scope.get("client")
                 fields = {
-                    "method": scope["method"], "path": scope["path"], "status": status,
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": status,
                     "duration_ms": round((time.perf_counter() - started) * 1000, 1),
-                    "request_id": rid, "client": f"{client[0]}:{client[1]}" if client else "-",
+                    "request_id": rid,
+                    "client": f"{client[0]}:{client[1]}" if client else "-",
                 }
                 quoted = {k: logfmt(v) if isinstance(v, str) else v for k, v in fields.items()}
-                access.log(level, "%(method)s %(path)s %(status)d %(duration_ms).1f ms "
-                           "request_id=%(request_id)s client=%(client)s", quoted, extra=fields)
+                access.log(
+                    level,
+                    "%(method)s %(path)s %(status)d %(duration_ms).1f ms "
+                    "request_id=%(request_id)s client=%(client)s",
+                    quoted,
+                    extra=fields,
+                )
 
     return logged

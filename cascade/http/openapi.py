@@ -54,17 +54,33 @@ BEARER = "bearer"
 # which answers without one (a client key adds the loaded checkpoints, an admin key the rest).
 AUTHENTICATED: list[SecurityRequirement] = [{BEARER: []}]
 KEY_OPTIONAL: list[SecurityRequirement] = [{}, {BEARER: []}]
-SECURITY_SCHEMES: dict[str, SecurityScheme | Reference] = {BEARER: SecurityScheme(
-    type="http", scheme="bearer",
-    description="An API key from CASCADE_API_KEYS / CASCADE_API_KEYS_FILE, sent as "
-    "`Authorization: Bearer <key>`; with no keys configured, auth is off.",
-)}
+SECURITY_SCHEMES: dict[str, SecurityScheme | Reference] = {
+    BEARER: SecurityScheme(
+        type="http",
+        scheme="bearer",
+        description="An API key from CASCADE_API_KEYS / CASCADE_API_KEYS_FILE, sent as "
+        "`Authorization: Bearer <key>`; with no keys configured, auth is off.",
+    )
+}
 DOCS = "/docs"
 ASSETS = "/assets"  # under DOCS
 ASSET_DIR = Path(litestar_offline_docs.__file__).parent / "static"  # Swagger UI 5.1.3
-DOCUMENTED = (SystemOneRequest, SystemOneResponse, BatchRequest, BatchResponse, ModelList,
-              Health, Readiness, ErrorBody, ValidationErrorBody, DecisionCreate, Decision,
-              OpenAIError, FeedbackRequest, FeedbackResponse)
+DOCUMENTED = (
+    SystemOneRequest,
+    SystemOneResponse,
+    BatchRequest,
+    BatchResponse,
+    ModelList,
+    Health,
+    Readiness,
+    ErrorBody,
+    ValidationErrorBody,
+    DecisionCreate,
+    Decision,
+    OpenAIError,
+    FeedbackRequest,
+    FeedbackResponse,
+)
 
 
 @dataclass
@@ -81,7 +97,8 @@ def document(app: Litestar) -> None:
     """Add the wire Structs to the app's OpenAPI components (Litestar rebuilds its components
     from its own registry, so they are added to the built document, once, at start-up)."""
     (*_, messages, tools), defs = msgspec.json.schema_components(
-        (*DOCUMENTED, Message, ToolItem), ref_template=REF)
+        (*DOCUMENTED, Message, ToolItem), ref_template=REF
+    )
     # ``input`` items are messages (tagged by role) or tool items (by type): one union msgspec
     # cannot state, decoded one item at a time.
     text, items = defs[DecisionCreate.__name__]["properties"]["input"]["anyOf"]
@@ -101,8 +118,11 @@ ROUTE_ERRORS = {
     "422": ("Validation error (malformed JSON included)", ValidationErrorBody),
     **AUTH_ERRORS,
     "4XX": ("Other client errors (400, 408, 413, 415, 429)", ErrorBody),
-    "5XX": ("Overloaded or a needed tier is down (503, see Retry-After), or an upstream "
-            "answered garbage (502)", ErrorBody),
+    "5XX": (
+        "Overloaded or a needed tier is down (503, see Retry-After), or an upstream "
+        "answered garbage (502)",
+        ErrorBody,
+    ),
 }
 DECISION_ERRORS = {
     "400": ("Not JSON, too large, or an unsupported content type", OpenAIError),
@@ -110,20 +130,29 @@ DECISION_ERRORS = {
     "404": ("Unknown model (`model_not_found`)", OpenAIError),
     "422": ("Validation error; `param` names the field", OpenAIError),
     "4XX": ("Other client errors (408, 429)", OpenAIError),
-    "5XX": ("Overloaded or every question needs a tier that is down (503, see Retry-After), "
-            "or an upstream answered garbage (502)", OpenAIError),
+    "5XX": (
+        "Overloaded or every question needs a tier that is down (503, see Retry-After), "
+        "or an upstream answered garbage (502)",
+        OpenAIError,
+    ),
 }
-CHALLENGE: dict[str, OpenAPIHeader | Reference] = {"WWW-Authenticate": OpenAPIHeader(
-    schema=Schema(type=OpenAPIType.STRING), required=True,
-    description="`Bearer realm=\"cascade\"` (RFC 6750)",
-)}
+CHALLENGE: dict[str, OpenAPIHeader | Reference] = {
+    "WWW-Authenticate": OpenAPIHeader(
+        schema=Schema(type=OpenAPIType.STRING),
+        required=True,
+        description='`Bearer realm="cascade"` (RFC 6750)',
+    )
+}
 
 
-def operation(request: type | None, response: type,
-              errors: Mapping[str, tuple[str, type]] | None = None, *,
-              body: str = "JSON, optionally Content-Encoding zstd/gzip/deflate, or "
-              "multipart/form-data with a `request` JSON part and `asset-N` images",
-              ) -> type[Operation]:
+def operation(
+    request: type | None,
+    response: type,
+    errors: Mapping[str, tuple[str, type]] | None = None,
+    *,
+    body: str = "JSON, optionally Content-Encoding zstd/gzip/deflate, or "
+    "multipart/form-data with a `request` JSON part and `asset-N` images",
+) -> type[Operation]:
     """An ``operation_class`` documenting a route's JSON body, answer and error shapes:
     ``errors`` (status -> description, Struct), else the /v1 routes' errors."""
 
@@ -131,14 +160,20 @@ def operation(request: type | None, response: type,
     class Documented(Operation):
         def __post_init__(self) -> None:
             if request is not None:
-                self.request_body = RequestBody(content=_json(request), required=True,
-                                                description=body)
+                self.request_body = RequestBody(
+                    content=_json(request), required=True, description=body
+                )
             shapes = errors if errors is not None else ROUTE_ERRORS
             self.responses = {
                 "200": OpenAPIResponse(description="OK", content=_json(response)),
-                **{status: OpenAPIResponse(description=text, content=_json(kind),
-                                           headers=CHALLENGE if status == "401" else None)
-                   for status, (text, kind) in shapes.items()},
+                **{
+                    status: OpenAPIResponse(
+                        description=text,
+                        content=_json(kind),
+                        headers=CHALLENGE if status == "401" else None,
+                    )
+                    for status, (text, kind) in shapes.items()
+                },
             }
 
     return Documented
@@ -157,9 +192,11 @@ def docs_config(guard: Guard) -> OpenAPIConfig:
         favicon="",  # Litestar's default is an icon on a CDN
     )
     return OpenAPIConfig(
-        title="cascade", version=__version__,
+        title="cascade",
+        version=__version__,
         components=Components(security_schemes=SECURITY_SCHEMES),
         render_plugins=[swagger, YamlRenderPlugin()],
-        openapi_router=Router(DOCS, route_handlers=[assets], guards=[guard],
-                              include_in_schema=False),
+        openapi_router=Router(
+            DOCS, route_handlers=[assets], guards=[guard], include_in_schema=False
+        ),
     )

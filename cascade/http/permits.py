@@ -51,9 +51,11 @@ class InflightLimit:
         held = self.held[tenant]
         others_wait = len(self.waiting) > (tenant in self.waiting)
         if others_wait and held and held + count > self.share():
-            raise Overloaded(f"gateway busy: tenant `{tenant}` holds its fair share "
-                             f"({self.share()} of {self.limit} in flight) while others wait",
-                             retry_after=1)
+            raise Overloaded(
+                f"gateway busy: tenant `{tenant}` holds its fair share "
+                f"({self.share()} of {self.limit} in flight) while others wait",
+                retry_after=1,
+            )
         if self.inflight + count > self.limit:
             if held < self.share():
                 self._wait(tenant)

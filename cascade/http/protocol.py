@@ -95,11 +95,13 @@ class _Connection(h11.Connection):
         if len(request.headers) > limits.max_headers:
             raise h11.RemoteProtocolError(
                 f"the request has more than {limits.max_headers} header fields",
-                error_status_hint=431)
+                error_status_hint=431,
+            )
         names = {name for name, _ in request.headers}
         if b"content-length" in names and b"transfer-encoding" in names:
             raise h11.RemoteProtocolError(
-                "a request may not have both Content-Length and Transfer-Encoding")
+                "a request may not have both Content-Length and Transfer-Encoding"
+            )
 
 
 def head_too_large(limits: HeadLimits) -> str:
@@ -149,8 +151,13 @@ class GuardedH11Protocol(QuietUpgrades):
     limits: HeadLimits
     conn: _Connection
 
-    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.conn = _Connection(self.limits)
         self._head_begun = False  # bytes of a request head have arrived, the head is not done
@@ -222,8 +229,9 @@ class GuardedH11Protocol(QuietUpgrades):
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.limits.header_timeout_s,
-                                                    self._head_timed_out)
+            self._head_timer = self.loop.call_later(
+                self.limits.header_timeout_s, self._head_timed_out
+            )
 
     def _disarm_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -249,8 +257,10 @@ class GuardedH11Protocol(QuietUpgrades):
         head = [b"HTTP/1.1 %d %s\r\n" % (status, STATUS_PHRASES[status])]
         for name, value in self.server_state.default_headers:
             head.extend([name, b": ", value, b"\r\n"])
-        head.append(b"content-type: application/json\r\ncontent-length: %d\r\n"
-                    b"connection: close\r\n\r\n" % len(body))
+        head.append(
+            b"content-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n" % len(body)
+        )
         self.transport.write(b"".join([*head, body]))
         self._disarm_head_timer()
         self._discarding = True

@@ -58,7 +58,8 @@ class BodyReads:
         if self._by_client[client] >= self.per_client:
             raise RateLimited(
                 f"too many slow request bodies from this client (at most {self.per_client} "
-                "at once); send the body with its request", retry_after=1,
+                "at once); send the body with its request",
+                retry_after=1,
             )
         if self.active >= self.limit:
             raise Overloaded(

@@ -48,8 +48,10 @@ from cascade.tenants.keys import Tenants
 from cascade.tenants.model import LimitsBackend
 
 log = logging.getLogger("cascade")
-NO_POLICY_FILE = ("no policy file (the policy is built from --demo, --upstream or --laya/--clef): "
-                  "it stays as built at boot; the calibration and key files are read again")
+NO_POLICY_FILE = (
+    "no policy file (the policy is built from --demo, --upstream or --laya/--clef): "
+    "it stays as built at boot; the calibration and key files are read again"
+)
 
 
 @dataclass(eq=False)
@@ -63,13 +65,16 @@ class Access:
 
 def limits_restart(old: LimitsBackend, new: LimitsBackend) -> list[str]:
     """Why a keys file with ``new`` as its ``[limits]`` needs a restart (none when unchanged)."""
-    changed = [name for name in LimitsBackend.__struct_fields__
-               if getattr(old, name) != getattr(new, name)]
+    changed = [
+        name for name in LimitsBackend.__struct_fields__ if getattr(old, name) != getattr(new, name)
+    ]
     if not changed:
         return []
-    return [f"restart needed: the API keys file's [limits] changes ({', '.join(changed)}; the "
-            "limits store is built at boot); a reload applies keys, tenants, their limits and "
-            "policies"]
+    return [
+        f"restart needed: the API keys file's [limits] changes ({', '.join(changed)}; the "
+        "limits store is built at boot); a reload applies keys, tenants, their limits and "
+        "policies"
+    ]
 
 
 class Read(NamedTuple):
@@ -93,8 +98,9 @@ class Reloader:
     """Reloads ``access`` (the app's) and ``gateway`` from the files ``settings`` names,
     recording each call in ``audit``. ``last``: the last reload's outcome, for ``/health``."""
 
-    def __init__(self, access: Access, settings: Settings, gateway: Gateway,
-                 audit: AuditLog) -> None:
+    def __init__(
+        self, access: Access, settings: Settings, gateway: Gateway, audit: AuditLog
+    ) -> None:
         self.access, self.settings, self.gateway, self.audit = access, settings, gateway, audit
         self.last: LastReload | None = None
         self._lock = asyncio.Lock()
@@ -102,14 +108,24 @@ class Reloader:
 
     def config(self) -> ConfigState:
         serving = self.gateway.serving
-        return ConfigState(policy_hash=serving.policy_hash,
-                           calibration_hash=serving.calibration_hash, last_reload=self.last)
+        return ConfigState(
+            policy_hash=serving.policy_hash,
+            calibration_hash=serving.calibration_hash,
+            last_reload=self.last,
+        )
 
     def snapshot(self) -> Snapshot:
         serving, access = self.gateway.serving, self.access
-        return Snapshot(self.gateway.policy, access.tenants, {
-            "policy": serving.policy_hash, "calibration": serving.calibration_hash,
-            "keys": access.tenants.fingerprint(), "admin_keys": access.admin_keys.fingerprint()})
+        return Snapshot(
+            self.gateway.policy,
+            access.tenants,
+            {
+                "policy": serving.policy_hash,
+                "calibration": serving.calibration_hash,
+                "keys": access.tenants.fingerprint(),
+                "admin_keys": access.admin_keys.fingerprint(),
+            },
+        )
 
     async def reload(self, actor: str, client: str | None = None) -> ReloadReport:
         """Read, check and swap (see the module docstring); raises ``ConfigRejected``. At most
@@ -131,18 +147,27 @@ class Reloader:
         self._audit(actor, client, before, report.outcome, "")
         return report
 
-    def _audit(self, actor: str, client: str | None, before: Snapshot, outcome: AuditOutcome,
-               message: str) -> None:
+    def _audit(
+        self, actor: str, client: str | None, before: Snapshot, outcome: AuditOutcome, message: str
+    ) -> None:
         after = self.snapshot()
-        self.audit.record("reload", actor, outcome, client=client, message=message,
-                          before=before.hashes, after=after.hashes,
-                          changed=policy_changes(before.policy, after.policy))
+        self.audit.record(
+            "reload",
+            actor,
+            outcome,
+            client=client,
+            message=message,
+            before=before.hashes,
+            after=after.hashes,
+            changed=policy_changes(before.policy, after.policy),
+        )
 
     async def checked(self, read: Callable[[], Policy]) -> Policy:
         """The policy ``read`` gives (it raises ``ConfigRejected``), checked as a reload checks
         it (``Gateway.prepare``: ``RestartNeeded`` when it needs other engines) and applied to
         nothing; off the event loop, one at a time with reloads (``POST /admin/reload?dry_run=1``
         reads the files a reload would)."""
+
         def check() -> Policy:
             policy = read()
             self.gateway.prepare(policy, source=self.settings.policy or "<policy>")
@@ -162,23 +187,40 @@ class Reloader:
             old = self.access.tenants
             outcome = self._swap(read)
             for name, was, now in key_changes(old, read.tenants):
-                self.audit.record("tenant_keys_added" if now > was else "tenant_keys_removed",
-                                  actor, "applied", client=client,
-                                  detail={"tenant": name, "keys_before": was, "keys_after": now})
+                self.audit.record(
+                    "tenant_keys_added" if now > was else "tenant_keys_removed",
+                    actor,
+                    "applied",
+                    client=client,
+                    detail={"tenant": name, "keys_before": was, "keys_after": now},
+                )
         except ConfigRejected as exc:
             refused: Literal["restart_needed", "rejected"] = (
-                "restart_needed" if isinstance(exc, RestartNeeded) else "rejected")
+                "restart_needed" if isinstance(exc, RestartNeeded) else "rejected"
+            )
             self._count(refused, exc.lines)
-            log.error("reload %s; still serving policy %s:\n  %s", refused.replace("_", " "),
-                      self.gateway.serving.policy_hash[:12], "\n  ".join(exc.lines))
+            log.error(
+                "reload %s; still serving policy %s:\n  %s",
+                refused.replace("_", " "),
+                self.gateway.serving.policy_hash[:12],
+                "\n  ".join(exc.lines),
+            )
             raise
         self._count(outcome)
         serving = self.gateway.serving
-        log.info("reload %s: serving policy %s, calibration %s", outcome,
-                 serving.policy_hash[:12], serving.calibration_hash[:12])
-        return ReloadReport(outcome=outcome, policy_hash=serving.policy_hash,
-                            calibration_hash=serving.calibration_hash, read=self._files(),
-                            note=None if self.settings.policy else NO_POLICY_FILE)
+        log.info(
+            "reload %s: serving policy %s, calibration %s",
+            outcome,
+            serving.policy_hash[:12],
+            serving.calibration_hash[:12],
+        )
+        return ReloadReport(
+            outcome=outcome,
+            policy_hash=serving.policy_hash,
+            calibration_hash=serving.calibration_hash,
+            read=self._files(),
+            note=None if self.settings.policy else NO_POLICY_FILE,
+        )
 
     def _read(self) -> Read:
         """Every file, checked, and the next version computed in full (``Gateway.prepare``:
@@ -197,30 +239,41 @@ class Reloader:
         if needed:
             raise RestartNeeded(needed)
         same_policy = policy_hash(policy) == self.gateway.serving.policy_hash
-        prepared = None if same_policy else self.gateway.prepare(
-            policy, source=self.settings.policy or "<policy>")
+        prepared = (
+            None
+            if same_policy
+            else self.gateway.prepare(policy, source=self.settings.policy or "<policy>")
+        )
         return Read(prepared, tenants, admin)
 
     def _swap(self, read: Read) -> Literal["applied", "unchanged"]:
         """All or nothing, with no await: everything that can fail ran in ``_read``. The
         tenants' limit counters (the app's ``tenant_admission``) carry over."""
         access = self.access
-        if read.prepared is None and (read.tenants, read.admin) == (access.tenants,
-                                                                     access.admin_keys):
+        if read.prepared is None and (read.tenants, read.admin) == (
+            access.tenants,
+            access.admin_keys,
+        ):
             return "unchanged"
         if read.prepared is not None:
             self.gateway.swap(read.prepared)
         access.tenants, access.admin_keys = read.tenants, read.admin
         return "applied"
 
-    def _count(self, outcome: Literal["applied", "unchanged", "rejected", "restart_needed"],
-               errors: list[str] | None = None) -> None:
+    def _count(
+        self,
+        outcome: Literal["applied", "unchanged", "rejected", "restart_needed"],
+        errors: list[str] | None = None,
+    ) -> None:
         metrics.CONFIG_RELOADS.labels(outcome=outcome).inc()
         self.last = LastReload(at=time.time(), outcome=outcome, errors=errors)
 
     def _files(self) -> list[str]:
         settings, policy = self.settings, self.gateway.policy
-        named = [("policy", settings.policy), ("calibration", policy.calibration.file),
-                 ("api keys", settings.api_keys_file),
-                 ("admin keys", settings.admin_keys_file)]
+        named = [
+            ("policy", settings.policy),
+            ("calibration", policy.calibration.file),
+            ("api keys", settings.api_keys_file),
+            ("admin keys", settings.admin_keys_file),
+        ]
         return [f"{what}: {path}" for what, path in named if path]

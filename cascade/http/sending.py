@@ -83,12 +83,18 @@ class SendTimeout(asyncio.Protocol):
             return
         metrics.SEND_TIMEOUTS.inc()
         client = self.client[0] if self.client else "?"
-        log.warning("closing a connection from %s: its client read (almost) none of its answer "
-                    "for %g s (%d bytes unsent)", client, self.send_timeout_s, unsent)
+        log.warning(
+            "closing a connection from %s: its client read (almost) none of its answer "
+            "for %g s (%d bytes unsent)",
+            client,
+            self.send_timeout_s,
+            unsent,
+        )
         self.transport.abort()
 
 
-def with_send_timeout(protocol: type[asyncio.Protocol],
-                      send_timeout_s: float) -> type[asyncio.Protocol]:
+def with_send_timeout(
+    protocol: type[asyncio.Protocol], send_timeout_s: float
+) -> type[asyncio.Protocol]:
     """``protocol`` (a uvicorn HTTP protocol class) with the send timeout."""
     return type(protocol.__name__, (SendTimeout, protocol), {"send_timeout_s": send_timeout_s})

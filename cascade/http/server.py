@@ -80,8 +80,13 @@ class DrainingServer(uvicorn.Server):
     """``uvicorn.Server`` that begins ``drain`` and waits ``drain_s`` on SIGTERM, and calls
     ``reload`` on SIGHUP (when given)."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, drain_s: float,
-                 reload: Callable[[], Awaitable[object]] | None = None) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        drain: Drain,
+        drain_s: float,
+        reload: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
         super().__init__(config)
         self.drain = drain
         self.drain_s = drain_s
@@ -121,8 +126,9 @@ class DrainingServer(uvicorn.Server):
             return
         self.drain.begin()
         self.drain_until = time.monotonic() + self.drain_s
-        log.info("SIGTERM: draining for %g s (/ready answers 503), then shutting down",
-                 self.drain_s)
+        log.info(
+            "SIGTERM: draining for %g s (/ready answers 503), then shutting down", self.drain_s
+        )
 
     async def on_tick(self, counter: int) -> bool:
         if self.drain_until is not None and time.monotonic() >= self.drain_until:
@@ -150,13 +156,17 @@ class DrainingServer(uvicorn.Server):
                             break
             server.close()
         if queued:
-            log.info("shutdown: serving %d connection(s) queued before the socket closed",
-                     len(queued))
+            log.info(
+                "shutdown: serving %d connection(s) queued before the socket closed", len(queued)
+            )
         # uvicorn types the class as a bare asyncio.Protocol; its HTTP protocols take these.
         protocol_class: Callable[..., asyncio.Protocol] = self.config.http_protocol_class
-        protocol = functools.partial(protocol_class, config=self.config,
-                                     server_state=self.server_state,
-                                     app_state=self.lifespan.state)
+        protocol = functools.partial(
+            protocol_class,
+            config=self.config,
+            server_state=self.server_state,
+            app_state=self.lifespan.state,
+        )
         loop = asyncio.get_running_loop()
         for conn in queued:
             conn.setblocking(False)
@@ -164,9 +174,11 @@ class DrainingServer(uvicorn.Server):
 
 
 def head_limits(settings: Settings) -> HeadLimits:
-    return HeadLimits(max_header_bytes=settings.max_header_bytes,
-                      max_headers=settings.max_headers,
-                      header_timeout_s=settings.header_timeout_s)
+    return HeadLimits(
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        header_timeout_s=settings.header_timeout_s,
+    )
 
 
 def served(app: ASGIApp) -> Any:
@@ -194,15 +206,24 @@ def served(app: ASGIApp) -> Any:
             if started:
                 raise
             log.exception("unhandled error answering %s %s", http["method"], http["path"])
-            body = encoder.encode(ErrorBody(detail=ErrorDetail(
-                error_type="api_error", message="internal error")))
+            body = encoder.encode(
+                ErrorBody(detail=ErrorDetail(error_type="api_error", message="internal error"))
+            )
             start: HTTPResponseStartEvent = {
-                "type": "http.response.start", "status": 500, "headers": [
+                "type": "http.response.start",
+                "status": 500,
+                "headers": [
                     (b"content-type", b"application/json"),
-                    (b"content-length", b"%d" % len(body)), (b"connection", b"close")]}
+                    (b"content-length", b"%d" % len(body)),
+                    (b"connection", b"close"),
+                ],
+            }
             await send(start)
-            end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body,
-                                          "more_body": False}
+            end: HTTPResponseBodyEvent = {
+                "type": "http.response.body",
+                "body": body,
+                "more_body": False,
+            }
             await send(end)
 
     return serve_http
@@ -248,20 +269,34 @@ def _cascade_error(exc: BaseException) -> CascadeError | None:
     return exc if isinstance(exc, CascadeError) else None
 
 
-def serve(app: Litestar, settings: Settings, log_level: str, drain: Drain,
-          sockets: list[socket.socket] | None = None) -> None:
+def serve(
+    app: Litestar,
+    settings: Settings,
+    log_level: str,
+    drain: Drain,
+    sockets: list[socket.socket] | None = None,
+) -> None:
     """Run ``app`` (built with ``drain``) until a signal ends it, reloading on SIGHUP (see the
     module docstring), on ``sockets`` when given (already listening), else on
     ``settings.host``/``port``."""
     protocol = with_send_timeout(guarded(head_limits(settings)), settings.send_timeout_s)
     # uvicorn annotates both timeouts as int and uses them as float seconds.
-    timeouts: dict[str, Any] = {"timeout_keep_alive": settings.keep_alive_s,
-                                "timeout_graceful_shutdown": settings.grace_s}
+    timeouts: dict[str, Any] = {
+        "timeout_keep_alive": settings.keep_alive_s,
+        "timeout_graceful_shutdown": settings.grace_s,
+    }
     refusals: list[str] = []
     config = uvicorn.Config(
-        start_refusals(access_logged(served(app)), refusals), host=settings.host,
-        port=settings.port, log_level=log_level, log_config=None, access_log=False, workers=1,
-        lifespan="on", http=protocol, **timeouts,
+        start_refusals(access_logged(served(app)), refusals),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        log_config=None,
+        access_log=False,
+        workers=1,
+        lifespan="on",
+        http=protocol,
+        **timeouts,
     )
     try:
         reload = functools.partial(services_of(app).reloader.reload, "signal")

@@ -23,11 +23,16 @@ def ready(gateway: GatewayView) -> bool:
 def health(gateway: GatewayView) -> dict[str, Any]:
     """``/health`` details. ``loaded`` and ``revisions`` are the keys Laya's remote client
     reads: the checkpoints (Laya tiers) and models (other tiers) resident right now."""
-    tiers = {name: {**tier.health, "ready": tier.ready, "breaker": tier.breaker}
-             for name, tier in gateway.tier_states().items()}
+    tiers = {
+        name: {**tier.health, "ready": tier.ready, "breaker": tier.breaker}
+        for name, tier in gateway.tier_states().items()
+    }
     resident = [
-        (name, detail) for detail in tiers.values() if detail.get("ready")
-        for name in detail.get("checkpoints") or [detail.get("model") or ""] if name
+        (name, detail)
+        for detail in tiers.values()
+        if detail.get("ready")
+        for name in detail.get("checkpoints") or [detail.get("model") or ""]
+        if name
     ]
     route, log = gateway.policy.route, gateway.decision_log_health()
     return {
@@ -48,11 +53,19 @@ def novelty(gateway: GatewayView) -> dict[str, Any]:
     """The novelty gate: the cells it covers and their memory, or why it is off."""
     policy, reference = gateway.policy, gateway.novelty_reference()
     if reference is not None:
-        return {"on": True, "cells": sorted(reference.cells), "bytes": reference.nbytes,
-                "max_flag_rate": reference.max_flag_rate}
-    why = ("[novelty] enabled = false" if not policy.novelty.enabled
-           else "no calibration" if policy.calibration.file is None
-           else f"calibration {policy.calibration.file} has no reference set")
+        return {
+            "on": True,
+            "cells": sorted(reference.cells),
+            "bytes": reference.nbytes,
+            "max_flag_rate": reference.max_flag_rate,
+        }
+    why = (
+        "[novelty] enabled = false"
+        if not policy.novelty.enabled
+        else "no calibration"
+        if policy.calibration.file is None
+        else f"calibration {policy.calibration.file} has no reference set"
+    )
     return {"on": False, "why": why}
 
 
@@ -85,8 +98,12 @@ def model_cards(gateway: GatewayView) -> list[ModelCard]:
     models, route = gateway.policy.models, gateway.policy.route
     only = route.cheap if route.strong is None else route.strong if route.cheap is None else None
     described = [
-        (models.cascade, f"one tier ({only}), no escalation" if only else
-         "cascade: the cheap tier first, escalating to the strong tier"),
+        (
+            models.cascade,
+            f"one tier ({only}), no escalation"
+            if only
+            else "cascade: the cheap tier first, escalating to the strong tier",
+        ),
         (models.cheap_only, f"the cheap tier only ({route.cheap})"),
         (models.strong_only, f"the strong tier only ({route.strong})"),
     ]

@@ -60,8 +60,9 @@ def admission_for(backend: LimitsBackend) -> TenantAdmission:
         from cascade.tenants.redis_store import RedisLimitStore
 
         assert backend.url is not None  # checked when the keys file is read
-        store = RedisLimitStore(backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix,
-                           retry_s=backend.retry_s)
+        store = RedisLimitStore(
+            backend.url, timeout_s=backend.timeout_s, prefix=backend.prefix, retry_s=backend.retry_s
+        )
     return TenantAdmission(store, backend=backend.backend, on_error=backend.on_error)
 
 
@@ -86,8 +87,9 @@ def reservation(request: Request, services: Services) -> Iterator[None]:
         yield
     except TenantLimited as exc:
         if grant.quota is not None and exc is grant.quota.refused:
-            metrics.TENANT_LIMITED.labels(tenant=tenant.name,
-                                          limit="strong_questions_per_min").inc()
+            metrics.TENANT_LIMITED.labels(
+                tenant=tenant.name, limit="strong_questions_per_min"
+            ).inc()
         raise
     finally:
         services.tenant_admission.release(tenant, grant)
@@ -107,8 +109,11 @@ async def gateway_kw(request: Request, services: Services, questions: int) -> di
     tenant, grant = admitted(request)
     if tenant.limits.any():
         await services.tenant_admission.after_decode(tenant, questions, grant)
-    kw: dict[str, Any] = {"policy": tenant.policy, "tenant": tenant.name,
-                          "cache": cache_control(request.headers.get("cache-control", ""))}
+    kw: dict[str, Any] = {
+        "policy": tenant.policy,
+        "tenant": tenant.name,
+        "cache": cache_control(request.headers.get("cache-control", "")),
+    }
     if grant.quota is not None:  # the flow keeps the strong tier within it
         kw["quota"] = grant.quota
     return kw

@@ -12,8 +12,12 @@ from cascade.http.services import Services
 from cascade.schema import UsageReport, encoder
 
 
-@get("/v1/usage", summary="Your own usage on this replica, by UTC day and tier",
-     operation_class=operation(None, UsageReport, AUTH_ERRORS), security=AUTHENTICATED)
+@get(
+    "/v1/usage",
+    summary="Your own usage on this replica, by UTC day and tier",
+    operation_class=operation(None, UsageReport, AUTH_ERRORS),
+    security=AUTHENTICATED,
+)
 async def route(request: Request, services: Services) -> Response[bytes]:
     tenant = tenancy.tenant_of(request, services.access)  # 401 without a valid key (auth on)
     report = services.usage.report(tenant.name)

@@ -42,7 +42,9 @@ def act_probability(act_logits: np.ndarray) -> float:
 
 
 def results(
-    questions: Sequence[Prepared], rows: Sequence[Row], outputs: Sequence[RowOut],
+    questions: Sequence[Prepared],
+    rows: Sequence[Row],
+    outputs: Sequence[RowOut],
     cfg: LayaConfig,
 ) -> dict[str, QuestionResult]:
     """Each question's probabilities (temperature of its type x option bucket applied)."""
@@ -50,7 +52,9 @@ def results(
     for q, row, (logits, act, pooled) in zip(questions, rows, outputs, strict=True):
         p = probabilities(logits, cfg.temperature_for(row.qtype, len(row.markers)), q.order)
         out[q.qid] = QuestionResult(
-            type=q.type, probabilities=p.tolist(), act_probability=act_probability(act),
+            type=q.type,
+            probabilities=p.tolist(),
+            act_probability=act_probability(act),
             vector=None if pooled is None else pooled.astype("<f2").tobytes(),
         )
     return out

@@ -121,9 +121,7 @@ def export(
 
     digest = content_hash(ckpt)
     target = out or (cache or cache_root()) / digest[:16]
-    if _current(target) and json.loads((target / META_FILE).read_text())[
-        "content_hash"
-    ] == digest:
+    if _current(target) and json.loads((target / META_FILE).read_text())["content_hash"] == digest:
         progress(f"laya export: cached at {target}")
         return target
     if target.exists() and not (target / META_FILE).exists() and any(target.iterdir()):
@@ -152,8 +150,13 @@ def export(
             f"laya export: max |Δlogits| {diffs['logits']:.2e}, "
             f"|Δact_logits| {diffs['act_logits']:.2e}"
         )
-        meta = {"content_hash": digest, "checkpoint": str(ckpt), "self_check": diffs,
-                "outputs": OUTPUTS, **model_name_of(ckpt)}
+        meta = {
+            "content_hash": digest,
+            "checkpoint": str(ckpt),
+            "self_check": diffs,
+            "outputs": OUTPUTS,
+            **model_name_of(ckpt),
+        }
         (work / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if target.exists():
             shutil.rmtree(target)

@@ -65,12 +65,16 @@ def _encoder(
 
 def _pooled(g: Builder, encoded: str) -> None:
     """``pooled``: the mean of ``encoded`` [B, L, H] over each row's unpadded tokens."""
-    mask = g.op("Unsqueeze", g.op("Cast", "attention_mask", to=TensorProto.FLOAT),
-                g.const(np.array([2], np.int64)))  # [B, L, 1]
+    mask = g.op(
+        "Unsqueeze",
+        g.op("Cast", "attention_mask", to=TensorProto.FLOAT),
+        g.const(np.array([2], np.int64)),
+    )  # [B, L, 1]
     axis = g.const(np.array([1], np.int64))
     total = g.op("ReduceSum", g.op("Mul", encoded, mask), axis, keepdims=0)
-    g.nodes.append(helper.make_node(
-        "Div", [total, g.op("ReduceSum", mask, axis, keepdims=0)], ["pooled"]))
+    g.nodes.append(
+        helper.make_node("Div", [total, g.op("ReduceSum", mask, axis, keepdims=0)], ["pooled"])
+    )
 
 
 def build_graph(cfg: LayaConfig, weights: dict[str, np.ndarray]) -> onnx.ModelProto:

@@ -49,23 +49,26 @@ def resolve_checkpoint(
     folder = SUBFOLDERS[name]
     patterns = [f"{folder}/{f}" if folder else f for f in FILES]
     # The caller's choice (offline=True): a command that downloads can fetch it first.
-    why = (f"this command downloads nothing: download it first (`cascade export laya {name}`) "
-           "or pass a checkpoint directory")
+    why = (
+        f"this command downloads nothing: download it first (`cascade export laya {name}`) "
+        "or pass a checkpoint directory"
+    )
     if offline is None:
         offline = constants.HF_HUB_OFFLINE  # huggingface_hub's reading of HF_HUB_OFFLINE
         # Every download is off while it is set: the command that failed would fail again.
         local_dir = f"DIR/{folder}" if folder else "DIR"
-        why = ("HF_HUB_OFFLINE is set: unset HF_HUB_OFFLINE so cascade can download it, or "
-               f"pass a checkpoint directory (`hf download {REPO} --local-dir DIR`, then "
-               f"{local_dir})")
+        why = (
+            "HF_HUB_OFFLINE is set: unset HF_HUB_OFFLINE so cascade can download it, or "
+            f"pass a checkpoint directory (`hf download {REPO} --local-dir DIR`, then "
+            f"{local_dir})"
+        )
     try:
         local = snapshot_download(
             REPO, revision=revision, allow_patterns=patterns, local_files_only=True
         )
     except LocalEntryNotFoundError as exc:
         if offline:
-            raise CheckpointError(
-                f"Laya {name!r} is not in the local hub cache and {why}") from exc
+            raise CheckpointError(f"Laya {name!r} is not in the local hub cache and {why}") from exc
         local = snapshot_download(REPO, revision=revision, allow_patterns=patterns)
     ckpt = Path(local) / folder
     if not (ckpt / "rl_agent_config.json").exists():

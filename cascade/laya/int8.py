@@ -44,8 +44,13 @@ from cascade.laya.export import META_FILE, MODEL_FILE, cache_root, export, model
 # act head's: the order cascade.laya.graph builds them in.
 GEMM_KINDS = ("Wqkv", "Wo", "Wi", "mlp.Wo")
 HEAD_KINDS = ("head.in_proj", "head.out_proj", "head.linear1", "head.linear2")
-LAST_HEAD_KINDS = ("head.last.q", "head.last.kv", "head.last.out_proj", "head.last.linear1",
-                   "head.last.linear2")
+LAST_HEAD_KINDS = (
+    "head.last.q",
+    "head.last.kv",
+    "head.last.out_proj",
+    "head.last.linear1",
+    "head.last.linear2",
+)
 OUTPUT_KINDS = ("scorer.1", "scorer.3", "act_head.0", "act_head.2")
 # Bump "version" when the recipe's meaning changes without its fields changing (another
 # onnxruntime quantizer behaviour, another node selection): the cache key follows both.
@@ -58,9 +63,9 @@ RECIPE: dict[str, Any] = {
     "gemms": [*GEMM_KINDS, *HEAD_KINDS, "head.last.kv"],
     "row_scaled": ["mlp.Wo", "head.linear2"],
     "quantized": "the GEMMs over every token: the encoder's (Wqkv, Wo, Wi, mlp.Wo) and the "
-                 "head's (each layer's before the last, the last one's key/value projection); "
-                 "mlp.Wo's and the head FFN's linear2 input scaled to max |x| 1 per token row "
-                 "(the product scaled back) before its per-tensor uint8 quantization",
+    "head's (each layer's before the last, the last one's key/value projection); "
+    "mlp.Wo's and the head FFN's linear2 input scaled to max |x| 1 per token row "
+    "(the product scaled back) before its per-tensor uint8 quantization",
 }
 REPORT_FILE = "flip-report.json"
 
@@ -99,15 +104,18 @@ def gemm_kinds(model: Any, layers: int, head_layers: int) -> list[tuple[Any, str
     head = [*HEAD_KINDS * (head_layers - 1), *LAST_HEAD_KINDS] if head_layers else []
     kinds = [*GEMM_KINDS * layers, *head, *OUTPUT_KINDS]
     if len(found) != len(kinds):
-        raise RuntimeError(f"found {len(found)} weight GEMMs, expected {len(kinds)} for "
-                           f"{layers} encoder and {head_layers} head layers")
+        raise RuntimeError(
+            f"found {len(found)} weight GEMMs, expected {len(kinds)} for "
+            f"{layers} encoder and {head_layers} head layers"
+        )
     return list(zip(found, kinds, strict=True))
 
 
 def int8_gemms(model: Any, layers: int, head_layers: int) -> list[tuple[Any, str]]:
     """The weight GEMMs the recipe quantizes, with their kinds (``gemm_kinds``)."""
-    return [(n, kind) for n, kind in gemm_kinds(model, layers, head_layers)
-            if kind in RECIPE["gemms"]]
+    return [
+        (n, kind) for n, kind in gemm_kinds(model, layers, head_layers) if kind in RECIPE["gemms"]
+    ]
 
 
 def export_int8(
@@ -147,8 +155,10 @@ def export_int8(
     gemms = [node.name for node, _ in chosen]
     scaled = {node.name for node, kind in chosen if kind in RECIPE["row_scaled"]}
     row_scale(model, scaled)
-    progress(f"laya int8: quantizing {len(gemms)} GEMMs (per-channel int8 weights; "
-             f"{len(scaled)} inputs row-scaled)")
+    progress(
+        f"laya int8: quantizing {len(gemms)} GEMMs (per-channel int8 weights; "
+        f"{len(scaled)} inputs row-scaled)"
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".int8-", dir=target.parent))
     work.chmod(0o755)

@@ -25,10 +25,12 @@ AXES = "row_scale/axes"
 
 def row_scale(model: Any, names: set[str]) -> None:
     """Rewrite the ``MatMul`` nodes named ``names`` in ``model`` (in place) as above."""
-    model.graph.initializer.extend([
-        numpy_helper.from_array(np.array(1e-12, np.float32), TINY),
-        numpy_helper.from_array(np.array([-1], np.int64), AXES),
-    ])
+    model.graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(1e-12, np.float32), TINY),
+            numpy_helper.from_array(np.array([-1], np.int64), AXES),
+        ]
+    )
     nodes = []
     for node in model.graph.node:
         if node.name not in names:
@@ -39,8 +41,9 @@ def row_scale(model: Any, names: set[str]) -> None:
         x, y, p = node.input[0], node.output[0], node.name
         nodes += [
             helper.make_node("Abs", [x], [f"{p}/abs"], name=f"{p}/Abs"),
-            helper.make_node("ReduceMax", [f"{p}/abs", AXES], [f"{p}/amax"], name=f"{p}/ReduceMax",
-                             keepdims=1),
+            helper.make_node(
+                "ReduceMax", [f"{p}/abs", AXES], [f"{p}/amax"], name=f"{p}/ReduceMax", keepdims=1
+            ),
             helper.make_node("Max", [f"{p}/amax", TINY], [f"{p}/r"], name=f"{p}/Max"),
             helper.make_node("Div", [x, f"{p}/r"], [f"{p}/x"], name=f"{p}/Div"),
         ]

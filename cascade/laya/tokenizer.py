@@ -65,7 +65,7 @@ def pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
         cut = _CUT.search(text, start + size // 2)
         if cut is None:
             break
-        yield text[start:cut.start()]
+        yield text[start : cut.start()]
         start = cut.start()
     yield text[start:]
 

@@ -101,8 +101,9 @@ class TorchLaya:
     def pooled(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The encoder's output averaged over each row's tokens (the export's ``pooled``)."""
         mask = torch.from_numpy(feeds["attention_mask"])
-        h = self.encoder(input_ids=torch.from_numpy(feeds["input_ids"]),
-                         attention_mask=mask).last_hidden_state
+        h = self.encoder(
+            input_ids=torch.from_numpy(feeds["input_ids"]), attention_mask=mask
+        ).last_hidden_state
         m = mask[:, :, None].to(h.dtype)
         return ((h * m).sum(1) / m.sum(1)).numpy()
 

@@ -42,8 +42,11 @@ class Dataset(msgspec.Struct, kw_only=True):
     skipped: dict[str, int]  # reason -> questions left out
 
     def describe(self) -> dict[str, object]:
-        return {"train_rows": len(self.train), "held_back_rows": len(self.held_back),
-                "skipped": dict(self.skipped)}
+        return {
+            "train_rows": len(self.train),
+            "held_back_rows": len(self.held_back),
+            "skipped": dict(self.skipped),
+        }
 
 
 def is_held_back(key: str, fraction: float) -> bool:
@@ -57,8 +60,9 @@ def slot_order(probabilities: list[float], order: list[int] | None) -> list[floa
     return probabilities if order is None else [probabilities[i] for i in order]
 
 
-def build(previewer: Previewer, checkpoint: str, items: Iterable[Item],
-          held_back: float) -> Dataset:
+def build(
+    previewer: Previewer, checkpoint: str, items: Iterable[Item], held_back: float
+) -> Dataset:
     """Examples of every teacher-answered question ``checkpoint`` can read, split by item."""
     cfg = previewer.checkpoints[checkpoint].cfg
     train: list[Example] = []
@@ -83,9 +87,13 @@ def build(previewer: Previewer, checkpoint: str, items: Iterable[Item],
                 skipped["option_mismatch"] += 1
                 continue
             example = Example(
-                key=item.key, qid=qid, row=row, state_tokens=plan.state_tokens,
+                key=item.key,
+                qid=qid,
+                row=row,
+                state_tokens=plan.state_tokens,
                 temperature=cfg.temperature_for(row.qtype, len(row.markers)),
-                teacher=slot_order(probabilities, question.order), weight=item.weight,
+                teacher=slot_order(probabilities, question.order),
+                weight=item.weight,
             )
             (back if side else train).append(example)
     return Dataset(train=train, held_back=back, skipped=dict(skipped))

@@ -105,8 +105,12 @@ def teacher_identity(policy: Policy) -> dict[str, Any]:
     tier = policy.tiers.get(name or "")
     if isinstance(tier, ClefTier):
         where = Path(tier.release).expanduser()
-        return {"tier": name, "kind": "clef", "identity": identity(name or "", tier),
-                "release": str(where.resolve()) if where.exists() else tier.release}
+        return {
+            "tier": name,
+            "kind": "clef",
+            "identity": identity(name or "", tier),
+            "release": str(where.resolve()) if where.exists() else tier.release,
+        }
     if isinstance(tier, UpstreamTier):
         return {"tier": name, "kind": "upstream", "urls": tier.urls, "model": tier.model}
     raise DistillError("the policy has no strong tier (clef or upstream) to learn from")
@@ -127,8 +131,9 @@ def _teach(options: Options, policy: Policy, items: list[Item], run_dir: Path) -
 
     async def teach() -> str:
         known = await identity_of(name, tier, engine)  # an upstream says what it serves
-        await teacher.ask(engine, items, cache, identity=known, model=model,
-                          progress=options.progress)
+        await teacher.ask(
+            engine, items, cache, identity=known, model=model, progress=options.progress
+        )
         return known
 
     try:
@@ -155,18 +160,21 @@ def routing_view(policy: Policy, name: str, student: Path) -> Policy:
     tier = policy.cheap_tier()
     if not isinstance(tier, LayaTier) or policy.route.cheap is None:
         return policy
-    tier = msgspec.structs.replace(tier, checkpoints=Checkpoints.of({name: student}),
-                                   default_checkpoint=name)
+    tier = msgspec.structs.replace(
+        tier, checkpoints=Checkpoints.of({name: student}), default_checkpoint=name
+    )
     return msgspec.structs.replace(policy, tiers={**policy.tiers, policy.route.cheap: tier})
 
 
 def random_roles(options: Options, policy: Policy, student: Path) -> list[str]:
     """Which of the student and the teacher (a tier run here, not a log) are random weights."""
     strong = policy.route.strong
-    teacher_random = not options.from_log and strong is not None and is_random(
-        policy.tiers[strong])
-    return [role for role, random in (("student", random_weights(student)),
-                                      ("teacher", teacher_random)) if random]
+    teacher_random = not options.from_log and strong is not None and is_random(policy.tiers[strong])
+    return [
+        role
+        for role, random in (("student", random_weights(student)), ("teacher", teacher_random))
+        if random
+    ]
 
 
 def run(options: Options) -> Report:
@@ -178,8 +186,10 @@ def run(options: Options) -> Report:
     items, left_out, about_teacher = _read(options, policy)
     previewer = Previewer({name: source}, default=name)
     source_hash, data = content_hash(source), data_hash(items)
-    run_dir = options.run_dir or cache_root().parent / "distill" / _key(
-        source_hash, about_teacher, data)[:16]
+    run_dir = (
+        options.run_dir
+        or cache_root().parent / "distill" / _key(source_hash, about_teacher, data)[:16]
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     taught = items if options.from_log else _teach(options, policy, items, run_dir)
@@ -191,13 +201,16 @@ def run(options: Options) -> Report:
         raise DistillError(
             f"not enough data: {len(examples.train)} training and {len(examples.held_back)} "
             f"held-back questions the student can read (skipped: {examples.skipped}); give "
-            "more requests")
+            "more requests"
+        )
     device = device_for(options.device)
     if device.type == "cpu":  # after the teacher, which keeps its engine's own threads
-        torch.set_num_threads(options.threads or cpu_threads(
-            previewer.checkpoints[name].cfg.encoder.hidden))
-    student = Student(source, previewer.checkpoints[name].tok.pad_id, device=device,
-                      train=options.config.train)
+        torch.set_num_threads(
+            options.threads or cpu_threads(previewer.checkpoints[name].cfg.encoder.hidden)
+        )
+    student = Student(
+        source, previewer.checkpoints[name].tok.pad_id, device=device, train=options.config.train
+    )
     view, model = routing_view(policy, name, source), cascade_model(policy)
     by_key = {item.key: item for item in taught}
 
@@ -218,13 +231,22 @@ def run(options: Options) -> Report:
         **demo_label(random_roles(options, policy, source)),
         "source": {"path": str(source), "content_hash": source_hash, "checkpoint": name},
         "teacher": about_teacher,
-        "data": {"source": [str(p) for p in options.from_log] or str(options.source),
-                 "kind": "log" if options.from_log else "requests", "items": len(items),
-                 "hash": data, "left_out": left_out, "held_back_fraction": options.held_back,
-                 **examples.describe()},
-        "training": {**msgspec.to_builtins(options.config), "device": str(device),
-                     "epoch_losses": losses, "teacher_s": round(taught_s, 3),
-                     "train_s": round(trained_s, 3)},
+        "data": {
+            "source": [str(p) for p in options.from_log] or str(options.source),
+            "kind": "log" if options.from_log else "requests",
+            "items": len(items),
+            "hash": data,
+            "left_out": left_out,
+            "held_back_fraction": options.held_back,
+            **examples.describe(),
+        },
+        "training": {
+            **msgspec.to_builtins(options.config),
+            "device": str(device),
+            "epoch_losses": losses,
+            "teacher_s": round(taught_s, 3),
+            "train_s": round(trained_s, 3),
+        },
         "held_back": {"before": msgspec.to_builtins(before), "after": msgspec.to_builtins(after)},
     }
     (run_dir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

@@ -34,15 +34,16 @@ class Figures(msgspec.Struct, frozen=True, kw_only=True):
 
 
 @torch.no_grad()
-def predict(student: Student, examples: Sequence[Example], batch_size: int = 64
-            ) -> list[np.ndarray]:
+def predict(
+    student: Student, examples: Sequence[Example], batch_size: int = 64
+) -> list[np.ndarray]:
     """The student's served probabilities per example, in slot order."""
     out: list[np.ndarray] = []
     for start in range(0, len(examples), batch_size):
-        batch = examples[start:start + batch_size]
+        batch = examples[start : start + batch_size]
         logp, _ = student.log_probs(batch)
         probs = logp.exp().cpu().numpy()
-        out += [probs[i, :len(e.row.markers)] for i, e in enumerate(batch)]
+        out += [probs[i, : len(e.row.markers)] for i, e in enumerate(batch)]
     return out
 
 
@@ -53,24 +54,36 @@ def kl(teacher: Sequence[float], student: np.ndarray) -> float:
     return float(np.sum(p[nz] * (np.log(p[nz]) - np.log(q[nz]))))
 
 
-def kept_on_cheap(policy: Policy, checkpoint: str, item: Item, example: Example,
-                  probs: np.ndarray, model: str) -> bool:
+def kept_on_cheap(
+    policy: Policy, checkpoint: str, item: Item, example: Example, probs: np.ndarray, model: str
+) -> bool:
     """Whether the policy answers this question on the cheap tier, given these probabilities."""
     call = msgspec.structs.replace(item.only(example.qid), model=model)
     row = example.row
-    preview = CallPreview(checkpoint=checkpoint, script="latin", readable=True, rows={
-        example.qid: RowPreview(
-            n_options=len(row.markers), row_tokens=len(row.ids),
-            state_tokens=example.state_tokens,
-            state_tokens_dropped=example.state_tokens - row.state_used,
-            collapsed=row.collapsed)})
+    preview = CallPreview(
+        checkpoint=checkpoint,
+        script="latin",
+        readable=True,
+        rows={
+            example.qid: RowPreview(
+                n_options=len(row.markers),
+                row_tokens=len(row.ids),
+                state_tokens=example.state_tokens,
+                state_tokens_dropped=example.state_tokens - row.state_used,
+                collapsed=row.collapsed,
+            )
+        },
+    )
     question = call.questions[example.qid]
-    result = QuestionResult(type=question.type,
-                            probabilities=_unslot(probs, question.option_order).tolist())
+    result = QuestionResult(
+        type=question.type, probabilities=_unslot(probs, question.option_order).tolist()
+    )
     truncated = [example.qid] if example.state_tokens > row.state_used else []
-    answer = EngineAnswer(model=checkpoint, results={example.qid: result},
-                          usage=EngineUsage(input_tokens=len(row.ids),
-                                            truncated_questions=truncated))
+    answer = EngineAnswer(
+        model=checkpoint,
+        results={example.qid: result},
+        usage=EngineUsage(input_tokens=len(row.ids), truncated_questions=truncated),
+    )
 
     def reply(ask: Ask) -> Reply:
         if isinstance(ask, Preview):
@@ -90,15 +103,24 @@ def _unslot(probs: np.ndarray, order: list[int] | None) -> np.ndarray:
     return caller
 
 
-def figures(examples: Sequence[Example], probs: Sequence[np.ndarray], policy: Policy,
-            checkpoint: str, items: Mapping[str, Item], model: str) -> Figures:
+def figures(
+    examples: Sequence[Example],
+    probs: Sequence[np.ndarray],
+    policy: Policy,
+    checkpoint: str,
+    items: Mapping[str, Item],
+    model: str,
+) -> Figures:
     weights = np.array([e.weight for e in examples], dtype=np.float64)
     total = float(weights.sum()) or 1.0
-    agree = [int(np.argmax(p)) == int(np.argmax(e.teacher)) for e, p in zip(examples, probs,
-                                                                           strict=True)]
+    agree = [
+        int(np.argmax(p)) == int(np.argmax(e.teacher)) for e, p in zip(examples, probs, strict=True)
+    ]
     kls = [kl(e.teacher, p) for e, p in zip(examples, probs, strict=True)]
-    kept = [kept_on_cheap(policy, checkpoint, items[e.key], e, p, model)
-            for e, p in zip(examples, probs, strict=True)]
+    kept = [
+        kept_on_cheap(policy, checkpoint, items[e.key], e, p, model)
+        for e, p in zip(examples, probs, strict=True)
+    ]
     return Figures(
         questions=len(examples),
         agreement=float(weights @ np.array(agree, dtype=np.float64)) / total,

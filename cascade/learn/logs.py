@@ -70,8 +70,9 @@ def _usable(row: LogRow, left_out: Counter[str]) -> bool:
     return False
 
 
-def read_log(paths: Iterable[str | Path], *, since: float | None = None, tenant: str | None = None
-             ) -> tuple[list[Item], dict[str, Any], dict[str, Any]]:
+def read_log(
+    paths: Iterable[str | Path], *, since: float | None = None, tenant: str | None = None
+) -> tuple[list[Item], dict[str, Any], dict[str, Any]]:
     """The items of decision logs (rotated files included, each passed), what was left out,
     and the teacher's identity (its tier names and weight hashes, as the log recorded them).
     Rows stream past; only the usable ones (a strong answer and the state text) are kept."""
@@ -87,21 +88,25 @@ def read_log(paths: Iterable[str | Path], *, since: float | None = None, tenant:
         except (OSError, ValueError, sqlite3.Error) as exc:
             raise SourceError(f"{path}: {exc}") from exc
     shadow_weight = rate.inverse
-    items = [_item(group, shadow_weight if shadow else 1.0)
-             for (_, shadow), group in groups.items()]
+    items = [
+        _item(group, shadow_weight if shadow else 1.0) for (_, shadow), group in groups.items()
+    ]
     if not items:
-        raise SourceError("no usable rows: the logs hold no strong answers to questions the "
-                          "cheap tier answered, with the state text stored (state_mode text)")
+        raise SourceError(
+            "no usable rows: the logs hold no strong answers to questions the "
+            "cheap tier answered, with the state text stored (state_mode text)"
+        )
     mean = sum(i.weight * len(i.call.questions) for i in items) / sum(
-        len(i.call.questions) for i in items)
+        len(i.call.questions) for i in items
+    )
     items = [msgspec.structs.replace(i, weight=i.weight / mean) for i in items]
     counts = Counter("shadow" if r.shadow else "escalation" for g in groups.values() for r in g)
     about = {
         "source": "decision log",
         "tiers": sorted({r.strong.tier for g in groups.values() for r in g if r.strong}),
-        "checkpoints": {k: v for g in groups.values() for r in g
-                        for k, v in r.checkpoints.items()},
-        "rows": dict(counts), "shadow_weight": round(shadow_weight / mean, 6),
+        "checkpoints": {k: v for g in groups.values() for r in g for k, v in r.checkpoints.items()},
+        "rows": dict(counts),
+        "shadow_weight": round(shadow_weight / mean, 6),
         "escalation_weight": round(1.0 / mean, 6),
     }
     return items, dict(left_out), about
@@ -115,6 +120,7 @@ def _item(rows: list[LogRow], weight: float) -> Item:
         questions[row.question_id] = msgspec.convert(row.question, Question)
         teacher[row.question_id] = row.strong.probabilities
     first = rows[0]
-    call = EngineCall(state=first.state, questions=questions, model=first.model,
-                      request_id=first.request_id)
+    call = EngineCall(
+        state=first.state, questions=questions, model=first.model, request_id=first.request_id
+    )
     return Item(id=first.request_id, call=call, weight=weight, teacher=teacher)

@@ -46,8 +46,9 @@ def cpu_threads(hidden: int) -> int:
 class Student:
     """One checkpoint's weights on ``device``; not thread-safe."""
 
-    def __init__(self, ckpt: Path, pad_id: int, *, device: torch.device,
-                 train: Trained = "all") -> None:
+    def __init__(
+        self, ckpt: Path, pad_id: int, *, device: torch.device, train: Trained = "all"
+    ) -> None:
         cfg = load_config(ckpt)
         header, _ = read_header(ckpt / "model.safetensors")
         self.dtypes = {name: TORCH_DTYPES[info["dtype"]] for name, info in header.items()}
@@ -55,7 +56,8 @@ class Student:
         self.pad_id = pad_id
         self.device = device
         self.trained = {
-            name: t for name, t in self.model.tensors().items()
+            name: t
+            for name, t in self.model.tensors().items()
             if train == "all" or not name.startswith("encoder.")
         }
         for name, tensor in self.model.tensors().items():
@@ -63,8 +65,10 @@ class Student:
 
     def log_probs(self, batch: Sequence[Example]) -> tuple[torch.Tensor, torch.Tensor]:
         """Served log-probabilities ``[rows, slots]`` and the mask of real slots."""
-        feeds = {k: torch.from_numpy(v).to(self.device)
-                 for k, v in collate([e.row for e in batch], self.pad_id).items()}
+        feeds = {
+            k: torch.from_numpy(v).to(self.device)
+            for k, v in collate([e.row for e in batch], self.pad_id).items()
+        }
         logits, _ = self.model.logits(feeds)
         temps = torch.tensor([e.temperature for e in batch], device=self.device)[:, None]
         mask = feeds["marker_mask"]
@@ -80,9 +84,12 @@ class Student:
     def state(self, *, as_source: bool = False) -> dict[str, torch.Tensor]:
         """Every tensor on the CPU under its checkpoint name: fp32 copies, or in the source
         file's dtypes (``as_source``)."""
-        return {name: t.detach().to("cpu", self.dtypes[name] if as_source else torch.float32,
-                                    copy=True).contiguous()
-                for name, t in self.model.tensors().items()}
+        return {
+            name: t.detach()
+            .to("cpu", self.dtypes[name] if as_source else torch.float32, copy=True)
+            .contiguous()
+            for name, t in self.model.tensors().items()
+        }
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():

@@ -34,18 +34,35 @@ def open_cache(run_dir: Path) -> TierCache:
     return TierCache(run_dir / CACHE_FILE)
 
 
-async def ask(engine: Engine, items: Sequence[Item], cache: TierCache, *, identity: str,
-              model: str, in_flight: int = 32, progress: bool = True) -> None:
+async def ask(
+    engine: Engine,
+    items: Sequence[Item],
+    cache: TierCache,
+    *,
+    identity: str,
+    model: str,
+    in_flight: int = 32,
+    progress: bool = True,
+) -> None:
     """Fill ``cache`` with the answer of the engine (the tier ``identity`` names) to every item
     not cached yet."""
     from tqdm import tqdm
 
-    todo = {key: item for item in items
-            if (key := item_key(identity, None, item.call)) not in cache.runs}
+    todo = {
+        key: item
+        for item in items
+        if (key := item_key(identity, None, item.call)) not in cache.runs
+    }
     if not todo:
         return
-    bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="item",
-               desc="distill: teacher", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(items),
+        initial=len(items) - len(todo),
+        unit="item",
+        desc="distill: teacher",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     slots = asyncio.Semaphore(in_flight)
 
     async def one(key: str, item: Item) -> None:
@@ -53,8 +70,11 @@ async def ask(engine: Engine, items: Sequence[Item], cache: TierCache, *, identi
             try:
                 answer = await engine.answer(msgspec.structs.replace(item.call, model=model))
             except ClientError as exc:
-                cache.put(key, item.id, TierRun(
-                    answer=None, refused={qid: exc.message for qid in item.call.questions}))
+                cache.put(
+                    key,
+                    item.id,
+                    TierRun(answer=None, refused={qid: exc.message for qid in item.call.questions}),
+                )
             else:
                 cache.put(key, item.id, TierRun(answer=answer))
             bar.update(1)
@@ -77,6 +97,9 @@ def attach(items: Sequence[Item], cache: TierCache, *, identity: str) -> list[It
     for item in items:
         run = cache.runs.get(item_key(identity, None, item.call))
         if run is not None and run.answer is not None:
-            out.append(msgspec.structs.replace(item, teacher={
-                qid: r.probabilities for qid, r in run.answer.results.items()}))
+            out.append(
+                msgspec.structs.replace(
+                    item, teacher={qid: r.probabilities for qid, r in run.answer.results.items()}
+                )
+            )
     return out

@@ -35,8 +35,9 @@ def kl_loss(student: Student, batch: Sequence[Example]) -> torch.Tensor:
     """Weighted mean over rows of KL(teacher || student), nats."""
     logq, mask = student.log_probs(batch)
     width = logq.shape[1]
-    p = torch.tensor([e.teacher + [0.0] * (width - len(e.teacher)) for e in batch],
-                     device=logq.device)
+    p = torch.tensor(
+        [e.teacher + [0.0] * (width - len(e.teacher)) for e in batch], device=logq.device
+    )
     w = torch.tensor([e.weight for e in batch], device=logq.device)
     per_row = (torch.xlogy(p, p) - p * logq).masked_fill(~mask, 0.0).sum(-1)
     return (w * per_row).sum() / w.sum()
@@ -49,8 +50,14 @@ def _schedule(step: int, total: int, warmup: float) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - ramp) / max(1, total - ramp)))
 
 
-def train(student: Student, examples: Sequence[Example], config: TrainConfig,
-          state_path: Path, *, progress: bool = True) -> list[float]:
+def train(
+    student: Student,
+    examples: Sequence[Example],
+    config: TrainConfig,
+    state_path: Path,
+    *,
+    progress: bool = True,
+) -> list[float]:
     """Train in place; returns the mean loss of every epoch (resumed epochs included)."""
     from tqdm import tqdm
 
@@ -60,7 +67,8 @@ def train(student: Student, examples: Sequence[Example], config: TrainConfig,
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
     total = steps_per_epoch * config.epochs
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: _schedule(s, total, config.warmup))
+        optimizer, lambda s: _schedule(s, total, config.warmup)
+    )
     losses: list[float] = []
     if state_path.exists():
         saved = torch.load(state_path, weights_only=True)
@@ -68,13 +76,19 @@ def train(student: Student, examples: Sequence[Example], config: TrainConfig,
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         losses = list(saved["losses"])
-    bar = tqdm(total=total, initial=len(losses) * steps_per_epoch, desc="distill: training",
-               unit="step", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=total,
+        initial=len(losses) * steps_per_epoch,
+        desc="distill: training",
+        unit="step",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     for epoch in range(len(losses), config.epochs):
         order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))
         epoch_loss = 0.0
         for start in range(0, len(order), config.batch_size):
-            batch = [examples[i] for i in order[start:start + config.batch_size]]
+            batch = [examples[i] for i in order[start : start + config.batch_size]]
             loss = kl_loss(student, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -85,8 +99,15 @@ def train(student: Student, examples: Sequence[Example], config: TrainConfig,
             bar.update(1)
             bar.set_postfix(epoch=epoch + 1, kl=f"{loss.item():.3f}")
         losses.append(epoch_loss / max(1, len(examples)))
-        _save(state_path, {"tensors": student.state(), "optimizer": optimizer.state_dict(),
-                           "scheduler": scheduler.state_dict(), "losses": losses})
+        _save(
+            state_path,
+            {
+                "tensors": student.state(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "losses": losses,
+            },
+        )
     bar.close()
     return losses
 

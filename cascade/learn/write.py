@@ -33,8 +33,9 @@ def refuse_existing(out: Path) -> None:
         raise FileExistsError(f"{out} exists; distil writes a new checkpoint directory only")
 
 
-def write_checkpoint(source: Path, out: Path, tensors: dict[str, torch.Tensor],
-                     meta: dict[str, Any]) -> Path:
+def write_checkpoint(
+    source: Path, out: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
+) -> Path:
     """Assemble NEWDIR from ``source`` and ``tensors`` (already in the source's dtypes)."""
     refuse_existing(out)
     out.parent.mkdir(parents=True, exist_ok=True)

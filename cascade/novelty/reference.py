@@ -68,12 +68,16 @@ def project(projection: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.maximum(norms, 1e-12)) @ projection
 
 
-def knn(reference: np.ndarray, queries: np.ndarray, k: int, *,
-        leave_out_self: bool = False) -> np.ndarray:
+def knn(
+    reference: np.ndarray, queries: np.ndarray, k: int, *, leave_out_self: bool = False
+) -> np.ndarray:
     """Each query's mean distance to its ``k`` nearest reference rows (exact); with
     ``leave_out_self`` the queries are the reference rows and each skips itself."""
-    d2 = (np.sum(queries**2, 1)[:, None] + np.sum(reference**2, 1)[None, :]
-          - 2 * queries @ reference.T)
+    d2 = (
+        np.sum(queries**2, 1)[:, None]
+        + np.sum(reference**2, 1)[None, :]
+        - 2 * queries @ reference.T
+    )
     if leave_out_self:
         np.fill_diagonal(d2, np.inf)
     k = min(k, reference.shape[0] - int(leave_out_self))
@@ -81,16 +85,25 @@ def knn(reference: np.ndarray, queries: np.ndarray, k: int, *,
     return np.sqrt(np.maximum(nearest, 0.0)).mean(axis=1)
 
 
-def fit(vectors: Mapping[str, Iterable[bytes]], *, weights: str, k: int, dims: int,
-        max_reference: int, max_flag_rate: float, min_rows: int, seed: int = 0
-        ) -> ReferenceSet:
+def fit(
+    vectors: Mapping[str, Iterable[bytes]],
+    *,
+    weights: str,
+    k: int,
+    dims: int,
+    max_reference: int,
+    max_flag_rate: float,
+    min_rows: int,
+    seed: int = 0,
+) -> ReferenceSet:
     """A reference set from each cell's vectors (see the module docstring)."""
     rng = np.random.default_rng(seed)
     decoded = {c: np.stack([decode(v) for v in vs]) for c, vs in vectors.items() if vs}
     decoded = {c: v for c, v in decoded.items() if v.shape[0] >= max(min_rows, k + 1)}
     hidden = next(iter(decoded.values())).shape[1] if decoded else 1
-    projection = (rng.standard_normal((hidden, min(dims, hidden))) /
-                  np.sqrt(min(dims, hidden))).astype(np.float32)
+    projection = (
+        rng.standard_normal((hidden, min(dims, hidden))) / np.sqrt(min(dims, hidden))
+    ).astype(np.float32)
     cells, thresholds = {}, {}
     for cell, rows in sorted(decoded.items()):
         if rows.shape[0] > max_reference:
@@ -99,8 +112,14 @@ def fit(vectors: Mapping[str, Iterable[bytes]], *, weights: str, k: int, dims: i
         own = knn(sample, sample, k, leave_out_self=True)
         cells[cell] = sample
         thresholds[cell] = float(np.quantile(own, 1 - max_flag_rate, method="higher"))
-    return ReferenceSet(weights=weights, projection=projection, k=k,
-                        max_flag_rate=max_flag_rate, cells=cells, thresholds=thresholds)
+    return ReferenceSet(
+        weights=weights,
+        projection=projection,
+        k=k,
+        max_flag_rate=max_flag_rate,
+        cells=cells,
+        thresholds=thresholds,
+    )
 
 
 def save(path: str | Path, ref: ReferenceSet) -> str:
@@ -108,10 +127,14 @@ def save(path: str | Path, ref: ReferenceSet) -> str:
     names = sorted(ref.cells)
     buffer = io.BytesIO()
     arrays: dict[str, Any] = {
-        "weights": np.array(ref.weights), "projection": ref.projection, "k": np.array(ref.k),
-        "max_flag_rate": np.array(ref.max_flag_rate), "cells": np.array(names, dtype=str),
+        "weights": np.array(ref.weights),
+        "projection": ref.projection,
+        "k": np.array(ref.k),
+        "max_flag_rate": np.array(ref.max_flag_rate),
+        "cells": np.array(names, dtype=str),
         "thresholds": np.array([ref.thresholds[c] for c in names], dtype=np.float64),
-        **{f"cell_{i}": ref.cells[c] for i, c in enumerate(names)}}
+        **{f"cell_{i}": ref.cells[c] for i, c in enumerate(names)},
+    }
     np.savez_compressed(buffer, **arrays)
     data = buffer.getvalue()
     Path(path).write_bytes(data)
@@ -128,15 +151,19 @@ def load(path: str | Path, sha256: str | None = None) -> ReferenceSet:
         raise ReferenceError(f"{path}: cannot read the novelty reference set ({exc})") from exc
     digest = hashlib.sha256(data).hexdigest()
     if sha256 is not None and digest != sha256:
-        raise ReferenceError(f"{path}: the calibration names reference set {sha256}, the file "
-                             f"is {digest}")
+        raise ReferenceError(
+            f"{path}: the calibration names reference set {sha256}, the file is {digest}"
+        )
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             names = [str(c) for c in z["cells"]]
             return ReferenceSet(
-                weights=str(z["weights"]), projection=z["projection"].astype(np.float32),
-                k=int(z["k"]), max_flag_rate=float(z["max_flag_rate"]),
+                weights=str(z["weights"]),
+                projection=z["projection"].astype(np.float32),
+                k=int(z["k"]),
+                max_flag_rate=float(z["max_flag_rate"]),
                 cells={c: z[f"cell_{i}"].astype(np.float32) for i, c in enumerate(names)},
-                thresholds={c: float(t) for c, t in zip(names, z["thresholds"], strict=True)})
+                thresholds={c: float(t) for c, t in zip(names, z["thresholds"], strict=True)},
+            )
     except (OSError, KeyError, ValueError) as exc:
         raise ReferenceError(f"{path}: not a novelty reference set ({exc})") from exc

@@ -41,4 +41,5 @@ def require(distribution: str, versions: str, module: str) -> None:
             f"{module} uses private internals of {distribution} {versions}, and "
             f"{distribution} {installed} is installed: check each override in {module} against "
             f"{distribution} {installed} (tests/overrides/), then widen the range, or install "
-            f"the locked version (deploy/lock/serve.txt)")
+            f"the locked version (deploy/lock/serve.txt)"
+        )

@@ -109,12 +109,14 @@ def parse_calibration(text: str, path: str) -> CalibrationFile:
     for qtype in QTYPES:
         for band, value in cal.thresholds.of(qtype).items():
             if not 0.0 <= value <= 1.0:
-                raise CalibrationError(f"{path}: threshold {qtype} {band} = {value} is outside "
-                                       "[0, 1]")
+                raise CalibrationError(
+                    f"{path}: threshold {qtype} {band} = {value} is outside [0, 1]"
+                )
         for band, value in cal.temperatures.of(qtype).items():
             if not (value > 0 and math.isfinite(value)):
-                raise CalibrationError(f"{path}: temperature {qtype} {band} = {value} is not a "
-                                       "finite number > 0")
+                raise CalibrationError(
+                    f"{path}: temperature {qtype} {band} = {value} is not a finite number > 0"
+                )
     for cell, hist in cal.snapshot.items():
         if problem := histogram_problem(hist):
             raise CalibrationError(f"{path}: snapshot {cell}: {problem}")
@@ -150,14 +152,23 @@ def write_calibration(path: str | Path, cal: CalibrationFile, header: str = "") 
                 out += [f"{_toml(band)} = {value!r}" for band, value in cells]
     for cell, fit in cal.fit.items():
         out += ["", f"[fit.{_toml(cell)}]"]
-        out += [f"{k} = {_toml(v)}" for k, v in msgspec.to_builtins(fit).items()
-                if v is not None]  # TOML has no null: an absent key reads back as None
+        out += [
+            f"{k} = {_toml(v)}" for k, v in msgspec.to_builtins(fit).items() if v is not None
+        ]  # TOML has no null: an absent key reads back as None
     for cell, hist in cal.snapshot.items():
-        out += ["", f"[snapshot.{_toml(cell)}]", f"edges = {hist.edges!r}",
-                f"counts = {hist.counts!r}"]
+        out += [
+            "",
+            f"[snapshot.{_toml(cell)}]",
+            f"edges = {hist.edges!r}",
+            f"counts = {hist.counts!r}",
+        ]
     if cal.novelty is not None:
-        out += ["", "[novelty]", f"file = {_toml(cal.novelty.file)}",
-                f"sha256 = {_toml(cal.novelty.sha256)}"]
+        out += [
+            "",
+            "[novelty]",
+            f"file = {_toml(cal.novelty.file)}",
+            f"sha256 = {_toml(cal.novelty.sha256)}",
+        ]
     Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
@@ -169,16 +180,26 @@ def _toml(value: object) -> str:
     return repr(value)
 
 
-def apply_calibration(policy: Policy, cal: CalibrationFile, *, file: str,
-                      apply: Literal["gate", "probabilities"] | None = None) -> Policy:
+def apply_calibration(
+    policy: Policy,
+    cal: CalibrationFile,
+    *,
+    file: str,
+    apply: Literal["gate", "probabilities"] | None = None,
+) -> Policy:
     """``policy`` with ``cal``'s thresholds (confidence; margins cleared) and temperatures."""
-    thresholds = msgspec.structs.replace(policy.thresholds, confidence=cal.thresholds,
-                                         margin=Thresholds().margin)
-    reference = cal.novelty and Reference(file=str(Path(file).parent / cal.novelty.file),
-                                          sha256=cal.novelty.sha256)
+    thresholds = msgspec.structs.replace(
+        policy.thresholds, confidence=cal.thresholds, margin=Thresholds().margin
+    )
+    reference = cal.novelty and Reference(
+        file=str(Path(file).parent / cal.novelty.file), sha256=cal.novelty.sha256
+    )
     calibration = Calibration(
-        file=file, apply=apply or policy.calibration.apply, temperatures=cal.temperatures,
-        checkpoints=dict(cal.stamp.checkpoints), snapshot=dict(cal.snapshot),
+        file=file,
+        apply=apply or policy.calibration.apply,
+        temperatures=cal.temperatures,
+        checkpoints=dict(cal.stamp.checkpoints),
+        snapshot=dict(cal.snapshot),
         reference=reference,
     )
     return msgspec.structs.replace(policy, thresholds=thresholds, calibration=calibration)
@@ -201,7 +222,8 @@ def check_checkpoints(policy: Policy, found: Mapping[str, str]) -> None:
     if wrong:
         raise CalibrationMismatch(
             f"calibration {cal.file} was fitted for other weights; refusing to start:\n  "
-            + "\n  ".join(wrong) + "\nrefit it with `cascade calibrate` for these weights"
+            + "\n  ".join(wrong)
+            + "\nrefit it with `cascade calibrate` for these weights"
         )
 
 
@@ -233,8 +255,9 @@ def gate_view(policy: Policy, result: QuestionResult) -> QuestionResult:
     return msgspec.structs.replace(result, probabilities=temper(result.probabilities, t))
 
 
-def returned_results(policy: Policy, results: Mapping[str, QuestionResult],
-                     tiers: Mapping[str, str]) -> dict[str, QuestionResult]:
+def returned_results(
+    policy: Policy, results: Mapping[str, QuestionResult], tiers: Mapping[str, str]
+) -> dict[str, QuestionResult]:
     """The results returned to clients: the cheap tier's tempered only when the policy's
     ``[calibration] apply = "probabilities"``; otherwise unchanged (answers stay Laya's)."""
     cheap = policy.route.cheap
@@ -251,7 +274,8 @@ def bands_of(values: Mapping[tuple[str, str], float]) -> TypeBands:
     return msgspec.convert(tables, TypeBands)
 
 
-def with_calibration_file(policy: Policy, path: str | Path,
-                          apply: Literal["gate", "probabilities"] | None = None) -> Policy:
+def with_calibration_file(
+    policy: Policy, path: str | Path, apply: Literal["gate", "probabilities"] | None = None
+) -> Policy:
     """``policy`` calibrated by the file at ``path`` (``read_calibration``'s errors)."""
     return apply_calibration(policy, read_calibration(path), file=str(path), apply=apply)

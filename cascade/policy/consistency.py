@@ -68,8 +68,14 @@ def row_limit(policy: Policy) -> int:
     return min(policy.consistency.max_extra_rows, cap)
 
 
-def plan(policy: Policy, gate: Gate, call: EngineCall, pre: PreRoute, cheap: EngineAnswer,
-         gated: Mapping[str, Reason]) -> dict[str, list[list[int]]]:
+def plan(
+    policy: Policy,
+    gate: Gate,
+    call: EngineCall,
+    pre: PreRoute,
+    cheap: EngineAnswer,
+    gated: Mapping[str, Reason],
+) -> dict[str, list[list[int]]]:
     """The candidates of a request and the orders each is asked in (empty: nothing to check)."""
     check, route = policy.consistency, policy.route
     if not check.enabled or pre.mode != "cascade" or route.strong is None:
@@ -84,8 +90,9 @@ def plan(policy: Policy, gate: Gate, call: EngineCall, pre: PreRoute, cheap: Eng
         if question.type not in CHECKED_TYPES or n < 2:
             continue
         floor = gate.confidence.of(result.type).get(option_band(n))
-        clearance = answer_confidence(gate_view(policy, result)) - (1 / n if floor is None
-                                                                     else floor)
+        clearance = answer_confidence(gate_view(policy, result)) - (
+            1 / n if floor is None else floor
+        )
         if clearance < check.margin:
             out[qid] = orders(n, check.orders, check.seed)[:left]
             left -= len(out[qid])
@@ -96,8 +103,11 @@ def every_order(policy: Policy, call: EngineCall) -> dict[str, list[list[int]]]:
     """Every choice and score question of ``call`` with the orders the check would ask (no
     gate, no row bound): what ``cascade eval`` runs once, so any threshold replays offline."""
     check = policy.consistency
-    return {q: orders(n, check.orders, check.seed) for q, v in call.questions.items()
-            if v.type in CHECKED_TYPES and (n := n_options(v)) >= 2}
+    return {
+        q: orders(n, check.orders, check.seed)
+        for q, v in call.questions.items()
+        if v.type in CHECKED_TYPES and (n := n_options(v)) >= 2
+    }
 
 
 def reordered_call(call: EngineCall, planned: Mapping[str, list[list[int]]]) -> EngineCall:
@@ -108,12 +118,18 @@ def reordered_call(call: EngineCall, planned: Mapping[str, list[list[int]]]) -> 
         shown = question.option_order or list(range(len(perms[0])))
         for j, perm in enumerate(perms, 1):
             questions[order_id(qid, j)] = msgspec.structs.replace(
-                question, option_order=[shown[i] for i in perm])
+                question, option_order=[shown[i] for i in perm]
+            )
     return msgspec.structs.replace(call, questions=questions)
 
 
-def judge(policy: Policy, gate: Gate, cheap: EngineAnswer, planned: Mapping[str, list[list[int]]],
-          again: EngineAnswer) -> tuple[dict[str, Reason], dict[str, OrderCheck]]:
+def judge(
+    policy: Policy,
+    gate: Gate,
+    cheap: EngineAnswer,
+    planned: Mapping[str, list[list[int]]],
+    again: EngineAnswer,
+) -> tuple[dict[str, Reason], dict[str, OrderCheck]]:
     """The escalations of the checked questions whose winner moved (``order_unstable``, or
     ``budget`` where the gate's budget keeps them as it would a low confidence), and each
     checked question's record. Rows missing from ``again`` check nothing."""
@@ -133,13 +149,15 @@ def judge(policy: Policy, gate: Gate, cheap: EngineAnswer, planned: Mapping[str,
     return escalated, checks
 
 
-def whole_request(policy: Policy, pre: PreRoute, escalated: dict[str, Reason]
-                  ) -> dict[str, Reason]:
+def whole_request(policy: Policy, pre: PreRoute, escalated: dict[str, Reason]) -> dict[str, Reason]:
     """With ``escalate = "request"``, one escalation takes every cheap question along."""
     if policy.route.escalate != "request" or all(r == "budget" for r in escalated.values()):
         return escalated
-    return {q: escalated[q] if escalated.get(q, "budget") != "budget" else "whole_request"
-            for q, r in pre.questions.items() if r.tier == policy.route.cheap}
+    return {
+        q: escalated[q] if escalated.get(q, "budget") != "budget" else "whole_request"
+        for q, r in pre.questions.items()
+        if r.tier == policy.route.cheap
+    }
 
 
 def _cut(policy: Policy, gate: Gate, result: QuestionResult) -> Reason:

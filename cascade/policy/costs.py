@@ -13,8 +13,13 @@ DEFAULT_COST = {"laya": 1.0, "clef": 20.0, "upstream": 20.0}
 
 
 def kind_of(tier: Tier) -> str:
-    return "laya" if isinstance(tier, LayaTier) else "clef" if isinstance(tier, ClefTier) else (
-        "upstream")
+    return (
+        "laya"
+        if isinstance(tier, LayaTier)
+        else "clef"
+        if isinstance(tier, ClefTier)
+        else ("upstream")
+    )
 
 
 def price(policy: Policy, tier: str) -> float:

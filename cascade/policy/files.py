@@ -97,8 +97,9 @@ def _shape(value: Any, tp: Any, path: KeyPath) -> Iterator[Finding]:
 
 def _struct_in_union(tp: Any) -> type[msgspec.Struct] | None:
     """The one Struct of a union such as ``Control | None`` (None: not such a union)."""
-    tables = [t for t in typing.get_args(tp) if isinstance(t, type)
-              and issubclass(t, msgspec.Struct)]
+    tables = [
+        t for t in typing.get_args(tp) if isinstance(t, type) and issubclass(t, msgspec.Struct)
+    ]
     return tables[0] if len(tables) == 1 and typing.get_origin(tp) is not dict else None
 
 
@@ -138,8 +139,9 @@ def _threshold_findings(th: Thresholds) -> Iterator[Finding]:
             for band, value in bands.items():
                 path = ("thresholds", kind, qtype, band)
                 if qtype == "noul" and band != "2":
-                    yield _err(path, f"noul questions are always band \"2\"; band {band!r} "
-                               "never applies")
+                    yield _err(
+                        path, f'noul questions are always band "2"; band {band!r} never applies'
+                    )
                     continue
                 if not 0.0 <= value <= 1.0:
                     yield _err(path, f"{kind} threshold {value} is outside [0, 1]")
@@ -157,8 +159,11 @@ def _threshold_effect(path: KeyPath, kind: str, band: Band, value: float) -> Ite
         widest = BAND_MAX_OPTIONS[band]
         floor = 0.0 if widest is None else 1.0 / widest
         if value <= floor:
-            yield _warn(path, f"confidence threshold {value} can never be undercut in band "
-                        f"{band} (max p >= {floor:.3g} there): it never escalates")
+            yield _warn(
+                path,
+                f"confidence threshold {value} can never be undercut in band "
+                f"{band} (max p >= {floor:.3g} there): it never escalates",
+            )
 
 
 def validate(policy: Policy) -> list[Finding]:
@@ -188,8 +193,12 @@ def validate(policy: Policy) -> list[Finding]:
     for qtype in typing.get_args(QuestionType):
         for band, value in policy.calibration.temperatures.of(qtype).items():
             if not value > 0:
-                found.append(_err(("calibration", "temperatures", qtype, band),
-                                  f"temperature {value} must be > 0"))
+                found.append(
+                    _err(
+                        ("calibration", "temperatures", qtype, band),
+                        f"temperature {value} must be > 0",
+                    )
+                )
     for cell, hist in policy.calibration.snapshot.items():
         if problem := histogram_problem(hist):
             found.append(_err(("calibration", "snapshot", cell), f"snapshot {cell}: {problem}"))
@@ -203,7 +212,9 @@ def validate(policy: Policy) -> list[Finding]:
 
 def _cache_findings(cache: Cache) -> Iterator[Finding]:
     if cache.backend == "redis" and not cache.url:
-        yield _err(("cache", "url"), 'cache.backend = "redis" needs cache.url (redis://host:port/db)')
+        yield _err(
+            ("cache", "url"), 'cache.backend = "redis" needs cache.url (redis://host:port/db)'
+        )
     elif cache.url is not None and not cache.url.startswith(("redis://", "rediss://", "unix://")):
         yield _err(("cache", "url"), f"`{cache.url}` is not a redis://, rediss:// or unix:// URL")
     if cache.backend == "memory" and cache.url is not None:
@@ -225,8 +236,10 @@ def _strong_needed(policy: Policy) -> Iterator[Finding]:
     for kind in ("confidence", "margin"):
         for qtype in typing.get_args(QuestionType):
             if any(True for _ in getattr(th, kind).of(qtype).items()):
-                yield _err(("thresholds", kind, qtype),
-                           f"thresholds.{kind}.{qtype} needs a strong tier to escalate to")
+                yield _err(
+                    ("thresholds", kind, qtype),
+                    f"thresholds.{kind}.{qtype} needs a strong tier to escalate to",
+                )
     if policy.shadow.fraction > 0:
         yield _err(("shadow", "fraction"), "shadow sampling needs a strong tier")
 
@@ -237,28 +250,36 @@ def _control_findings(policy: Policy) -> Iterator[Finding]:
     if control is None:
         return
     if policy.route.cheap is None or policy.route.strong is None:
-        yield _err(("control",), "[control] moves the gate between a cheap and a strong tier; "
-                   "route needs both")
+        yield _err(
+            ("control",),
+            "[control] moves the gate between a cheap and a strong tier; route needs both",
+        )
     if control.scope == "fleet" and not control.url:
         yield _err(("control", "url"), 'scope = "fleet" needs url, the Redis the replicas share')
     if control.scope == "replica" and control.url:
         yield _warn(("control", "url"), 'url without scope = "fleet": each replica paces alone')
     if control.min_threshold > control.max_threshold:
-        yield _err(("control", "max_threshold"), "control.max_threshold must be >= "
-                   "min_threshold")
+        yield _err(("control", "max_threshold"), "control.max_threshold must be >= min_threshold")
     targets = {qtype: control.target(qtype) for qtype in typing.get_args(QuestionType)}
     certifiable = lower_bound(control.min_labels, control.min_labels)
     highest = max((t for t in targets.values() if t is not None and t < 1.0), default=0.0)
     if certifiable < highest:
-        yield _warn(("control", "min_labels"), f"{control.min_labels} labels, all right, "
-                    f"certify only {certifiable:.3f} at 95 %: a cell fitted on so few for "
-                    f"{highest} escalates everything")
+        yield _warn(
+            ("control", "min_labels"),
+            f"{control.min_labels} labels, all right, "
+            f"certify only {certifiable:.3f} at 95 %: a cell fitted on so few for "
+            f"{highest} escalates everything",
+        )
     if control.prefer == "accuracy" and not any(t is not None for t in targets.values()):
-        yield _warn(("control", "prefer"), "prefer = \"accuracy\" without a target_accuracy: "
-                    "the budget always wins")
+        yield _warn(
+            ("control", "prefer"),
+            'prefer = "accuracy" without a target_accuracy: the budget always wins',
+        )
     if control.teacher == "feedback+shadow" and policy.shadow.fraction <= 0:
-        yield _warn(("control", "teacher"), "teacher = \"feedback+shadow\" with "
-                    "shadow.fraction = 0: no shadow answers to learn from")
+        yield _warn(
+            ("control", "teacher"),
+            'teacher = "feedback+shadow" with shadow.fraction = 0: no shadow answers to learn from',
+        )
 
 
 def _tier_findings(name: str, tier: Tier) -> Iterator[Finding]:
@@ -268,11 +289,16 @@ def _tier_findings(name: str, tier: Tier) -> Iterator[Finding]:
         if not named:
             yield _err((*base, "checkpoints"), "a laya tier needs at least one checkpoint")
         elif tier.default_checkpoint not in named:
-            yield _err((*base, "default_checkpoint"),
-                       f"default_checkpoint `{tier.default_checkpoint}` is not in checkpoints")
+            yield _err(
+                (*base, "default_checkpoint"),
+                f"default_checkpoint `{tier.default_checkpoint}` is not in checkpoints",
+            )
         if tier.flip_report is not None and len(named) > 1:
-            yield _err((*base, "flip_report"), "flip_report names one report: with several "
-                       "checkpoints, leave it out (each report lies next to its int8 export)")
+            yield _err(
+                (*base, "flip_report"),
+                "flip_report names one report: with several "
+                "checkpoints, leave it out (each report lies next to its int8 export)",
+            )
     elif isinstance(tier, UpstreamTier):
         if not tier.urls:
             yield _err((*base, "urls"), "an upstream tier needs at least one URL")
@@ -287,8 +313,10 @@ def _model_findings(policy: Policy) -> Iterator[Finding]:
         for alias in getattr(policy.models, mode):
             key = alias.strip().lower()  # names match in any case
             if key in seen:
-                yield _err(("models", mode), f"model `{alias}` is listed in both "
-                           f"models.{seen[key]} and models.{mode}")
+                yield _err(
+                    ("models", mode),
+                    f"model `{alias}` is listed in both models.{seen[key]} and models.{mode}",
+                )
             seen[key] = mode
     if policy.models.cheap_only and policy.route.cheap is None:
         yield _err(("models", "cheap_only"), "models.cheap_only needs a cheap tier")
@@ -362,8 +390,9 @@ def policy_of_text(text: str, filename: str, base: Path) -> Policy:
     anchored at ``base`` (``POST /admin/reload?dry_run=1`` sends the text in its body)."""
     policy, found = check_text(text)
     if policy is None:
-        raise PolicyError([format_finding(filename, text, f) for f in found
-                           if f.severity == "error"])
+        raise PolicyError(
+            [format_finding(filename, text, f) for f in found if f.severity == "error"]
+        )
     policy = _anchored(policy, base)
     if policy.calibration.file is not None:
         try:
@@ -382,8 +411,9 @@ def read_policy_text(path: Path) -> str:
         raise PolicyError([f"{path}: error: {exc.strerror or exc}"]) from exc
     except UnicodeDecodeError as exc:
         line = exc.object[: exc.start].count(b"\n") + 1
-        raise PolicyError([f"{path}:{line}: error: not UTF-8 text (byte {exc.start}: "
-                           f"{exc.reason})"]) from exc
+        raise PolicyError(
+            [f"{path}:{line}: error: not UTF-8 text (byte {exc.start}: {exc.reason})"]
+        ) from exc
 
 
 def _anchored(policy: Policy, base: Path) -> Policy:
@@ -402,21 +432,21 @@ def _anchored(policy: Policy, base: Path) -> Policy:
         if isinstance(tier, LayaTier):
             named = {ck: local(ref) for ck, ref in tier.checkpoints.named().items()}
             report = tier.flip_report and local_path(tier.flip_report)
-            tiers[name] = msgspec.structs.replace(tier, checkpoints=Checkpoints.of(named),
-                                                  flip_report=report)
+            tiers[name] = msgspec.structs.replace(
+                tier, checkpoints=Checkpoints.of(named), flip_report=report
+            )
         elif isinstance(tier, ClefTier):
             tiers[name] = msgspec.structs.replace(tier, release=local(tier.release))
         else:
             tiers[name] = tier
     files = {
-        "calibration": policy.calibration.file and msgspec.structs.replace(
-            policy.calibration, file=local_path(policy.calibration.file)),
-        "decision_log": policy.decision_log.file and not is_database_url(policy.decision_log.file)
-        and msgspec.structs.replace(
-            policy.decision_log, file=local_path(policy.decision_log.file)),
+        "calibration": policy.calibration.file
+        and msgspec.structs.replace(policy.calibration, file=local_path(policy.calibration.file)),
+        "decision_log": policy.decision_log.file
+        and not is_database_url(policy.decision_log.file)
+        and msgspec.structs.replace(policy.decision_log, file=local_path(policy.decision_log.file)),
     }
-    return msgspec.structs.replace(policy, tiers=tiers,
-                                   **{k: v for k, v in files.items() if v})
+    return msgspec.structs.replace(policy, tiers=tiers, **{k: v for k, v in files.items() if v})
 
 
 def _toml_error_line(message: str) -> int | None:

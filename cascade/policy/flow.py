@@ -166,10 +166,18 @@ class Fallback(msgspec.Struct, frozen=True):
 # ---------------------------------------------------------------- the procedure
 
 
-def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str = "",
-           partial: bool = False, gate: Gate | None = None,
-           quota: StrongQuota | None = None, stamp: Stamp | None = None,
-           reference: ReferenceSet | None = None) -> Flow[Decision]:
+def decide(
+    policy: Policy,
+    call: EngineCall,
+    *,
+    previews: bool,
+    shadow_key: str = "",
+    partial: bool = False,
+    gate: Gate | None = None,
+    quota: StrongQuota | None = None,
+    stamp: Stamp | None = None,
+    reference: ReferenceSet | None = None,
+) -> Flow[Decision]:
     """The decision for ``call``. ``previews``: whether the cheap tier answers ``Preview``
     (without, pre-routing sees no token counts). ``shadow_key`` picks the shadow sample.
     ``partial``: refuse the questions nothing can answer now instead of the whole request.
@@ -180,14 +188,21 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
     novelty gate's reference set (None: no novelty gate)."""
     strong = policy.route.strong
     preview = (yield from preview_steps(policy, call)) if previews else None
-    trip = _Trip(policy, call, pre_route(policy, call, preview), previews=previews,
-                 partial=partial, reference=reference)
+    trip = _Trip(
+        policy,
+        call,
+        pre_route(policy, call, preview),
+        previews=previews,
+        partial=partial,
+        reference=reference,
+    )
     pre = trip.pre
     cheap, gated, reads = yield from trip.cheap(preview, gate)
     escalated: dict[str, Reason] = {q: r for q, r in gated.items() if r != "budget"}
     routes = final_routes(policy, pre, escalated)
-    routes.update({q: QuestionRoute(r.tier, "budget") for q, r in routes.items()
-                   if gated.get(q) == "budget"})
+    routes.update(
+        {q: QuestionRoute(r.tier, "budget") for q, r in routes.items() if gated.get(q) == "budget"}
+    )
     degraded: dict[str, str] = {}
     over_quota = False
     if quota is not None and strong is not None:
@@ -208,23 +223,38 @@ def decide(policy: Policy, call: EngineCall, *, previews: bool, shadow_key: str 
             trip.keep(strong, reply)
     tiers = {q: r.tier for q, r in routes.items()}
     shadow = None
-    if cheap is not None and strong is not None and shadow_questions(policy, pre, escalated,
-                                                                      shadow_key):
+    if (
+        cheap is not None
+        and strong is not None
+        and shadow_questions(policy, pre, escalated, shadow_key)
+    ):
         shadow = ShadowCall(tier=strong, call=call, cheap=cheap)
     answered = subcall(call, routes) if trip.refused else call
     return Decision(
-        pre=pre, escalated=escalated, routes=routes, degraded=degraded, gate=reads,
+        pre=pre,
+        escalated=escalated,
+        routes=routes,
+        degraded=degraded,
+        gate=reads,
         results=returned_results(policy, merge(answered, routes, trip.answers), tiers),
-        answers=trip.answers, usage=merged_usage(trip.usages, tiers), model="+".join(
-            dict.fromkeys(a.model for a in trip.answers.values())), shadow=shadow,
-        refused=trip.refused, orders=trip.orders, novelty=trip.novelty,
+        answers=trip.answers,
+        usage=merged_usage(trip.usages, tiers),
+        model="+".join(dict.fromkeys(a.model for a in trip.answers.values())),
+        shadow=shadow,
+        refused=trip.refused,
+        orders=trip.orders,
+        novelty=trip.novelty,
         stamp=msgspec.structs.replace(stamp or Stamp(), cheap=policy.route.cheap, strong=strong),
     )
 
 
-def within_quota(policy: Policy, pre: PreRoute, escalated: Mapping[str, Reason],
-                 routes: dict[str, QuestionRoute], quota: StrongQuota
-                 ) -> tuple[dict[str, QuestionRoute], bool]:
+def within_quota(
+    policy: Policy,
+    pre: PreRoute,
+    escalated: Mapping[str, Reason],
+    routes: dict[str, QuestionRoute],
+    quota: StrongQuota,
+) -> tuple[dict[str, QuestionRoute], bool]:
     """``routes`` cut to the strong answers ``quota`` grants: first the questions with no cheap
     answer (pre-routed strong, or handed over by a failed cheap tier), then escalations in
     question order; an escalation left out stays cheap, flagged ``budget``. When the questions
@@ -233,17 +263,19 @@ def within_quota(policy: Policy, pre: PreRoute, escalated: Mapping[str, Reason],
     the policy allows one, flagged ``strong_quota``; else the 429)."""
     strong, cheap = policy.route.strong, policy.route.cheap
     wanted = [q for q, r in routes.items() if r.tier == strong]
-    must = [q for q in wanted
-            if pre.questions[q].tier == strong or escalated.get(q) == "cheap_failed"]
+    must = [
+        q for q in wanted if pre.questions[q].tier == strong or escalated.get(q) == "cheap_failed"
+    ]
     granted = quota.take(len(wanted))
     over = granted < len(must)
     if over:
         quota.give(granted)
         granted = len(must)
     optional = [q for q in wanted if q not in must]
-    keep = {*must, *optional[:granted - len(must)]}
-    trimmed = {q: QuestionRoute(cheap, "budget") for q in wanted
-               if q not in keep and cheap is not None}
+    keep = {*must, *optional[: granted - len(must)]}
+    trimmed = {
+        q: QuestionRoute(cheap, "budget") for q in wanted if q not in keep and cheap is not None
+    }
     return {**routes, **trimmed}, over
 
 
@@ -277,8 +309,16 @@ class _Trip:
     usage, the questions refused (``partial`` only), and what the cheap-tier signals beside
     confidence found (``reference``: the novelty gate's reference set, None: no novelty gate)."""
 
-    def __init__(self, policy: Policy, call: EngineCall, pre: PreRoute, *, previews: bool,
-                 partial: bool, reference: ReferenceSet | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        call: EngineCall,
+        pre: PreRoute,
+        *,
+        previews: bool,
+        partial: bool,
+        reference: ReferenceSet | None = None,
+    ) -> None:
         self.policy, self.call, self.pre = policy, call, pre
         self.previews, self.partial, self.reference = previews, partial, reference
         self.orders: dict[str, OrderCheck] = {}
@@ -293,14 +333,16 @@ class _Trip:
         self.answers[tier] = answer if base is None else calls.merge([base, answer])
         self.usages.append((tier, answer.usage))
 
-    def refuse(self, routes: dict[str, QuestionRoute], qids: Iterable[str],
-               why: CascadeError) -> dict[str, QuestionRoute]:
+    def refuse(
+        self, routes: dict[str, QuestionRoute], qids: Iterable[str], why: CascadeError
+    ) -> dict[str, QuestionRoute]:
         """``routes`` without ``qids``, which are refused with ``why``."""
         self.refused.update(dict.fromkeys(qids, why))
         return {q: r for q, r in routes.items() if q not in self.refused}
 
-    def cheap(self, preview: CallPreview | None, gate: Gate | None
-              ) -> Flow[tuple[EngineAnswer | None, dict[str, Reason], dict[str, GateRead]]]:
+    def cheap(
+        self, preview: CallPreview | None, gate: Gate | None
+    ) -> Flow[tuple[EngineAnswer | None, dict[str, Reason], dict[str, GateRead]]]:
         """The cheap call of the questions pre-routed cheap: its answer, the escalations (with
         the answers ``gate`` keeps, flagged ``budget``; the novelty gate's and the option-order
         check's included) and what the gate read. A cheap tier
@@ -326,8 +368,9 @@ class _Trip:
         escalated |= yield from self._order_check(gate, reply, escalated)
         return reply, {q: escalated[q] for q in call.questions if q in escalated}, reads
 
-    def _order_check(self, gate: Gate, cheap: EngineAnswer, gated: dict[str, Reason]
-                     ) -> Flow[dict[str, Reason]]:
+    def _order_check(
+        self, gate: Gate, cheap: EngineAnswer, gated: dict[str, Reason]
+    ) -> Flow[dict[str, Reason]]:
         """The option-order check's escalations (``cascade.policy.consistency``): one more
         cheap call of the planned rows, its tokens counted; a failure checks nothing."""
         policy, call, pre = self.policy, self.call, self.pre
@@ -343,8 +386,9 @@ class _Trip:
         self.orders.update(checks)
         return consistency.whole_request(policy, pre, moved)
 
-    def degrade(self, routes: dict[str, QuestionRoute], error: CascadeError
-                ) -> Flow[tuple[dict[str, QuestionRoute], dict[str, str]]]:
+    def degrade(
+        self, routes: dict[str, QuestionRoute], error: CascadeError
+    ) -> Flow[tuple[dict[str, QuestionRoute], dict[str, str]]]:
         """The strong tier failed with ``error``: cheap answers marked degraded, or a refusal:
         of the request (raised), or with ``partial`` of the questions nothing can answer now
         (moved from the returned routes to ``refused``, each with the error the request would
@@ -369,15 +413,16 @@ class _Trip:
         }
         return degraded, {q: why for q in plan.degraded if q not in self.refused}
 
-    def _previewed(self, routes: dict[str, QuestionRoute], plan: Fallback,
-                   error: CascadeError, partial: bool
-                   ) -> Flow[tuple[dict[str, QuestionRoute], Fallback]]:
+    def _previewed(
+        self, routes: dict[str, QuestionRoute], plan: Fallback, error: CascadeError, partial: bool
+    ) -> Flow[tuple[dict[str, QuestionRoute], Fallback]]:
         """``plan`` on the checkpoint the stand-in's preview picks; its questions refused
         (``partial``) or the request (raised) when the preview says only the strong tier can
         answer them."""
         policy = self.policy
         checkpoint, blocking = yield from stand_in(
-            policy, subcall(self.call, plan.cheap_questions), plan.cheap_checkpoint)
+            policy, subcall(self.call, plan.cheap_questions), plan.cheap_checkpoint
+        )
         plan = msgspec.structs.replace(plan, cheap_checkpoint=checkpoint)
         if not blocking:
             return routes, plan
@@ -385,14 +430,16 @@ class _Trip:
         unavailable = EngineUnavailable(
             f"the strong tier `{policy.route.strong}` is unavailable and this request needs "
             f"it ({', '.join(blocking)}); retry later",
-            retry_after=policy.degrade.retry_after_s if retry is None else retry)
+            retry_after=policy.degrade.retry_after_s if retry is None else retry,
+        )
         if not partial:
             raise error if isinstance(error, ClientError | Overloaded) else unavailable
         routes = self.refuse(routes, plan.cheap_questions, unavailable)
         return routes, _without(plan, self.refused)
 
-    def _stand_in(self, routes: dict[str, QuestionRoute], plan: Fallback, error: CascadeError,
-                  partial: bool) -> Flow[dict[str, QuestionRoute]]:
+    def _stand_in(
+        self, routes: dict[str, QuestionRoute], plan: Fallback, error: CascadeError, partial: bool
+    ) -> Flow[dict[str, QuestionRoute]]:
         """The cheap tier answers ``plan``'s questions it has not run yet; with ``partial``
         once more without those it names (or all of them) when it refuses."""
         name = self.policy.route.cheap
@@ -417,19 +464,25 @@ def _named(error: CascadeError, qids: list[str]) -> list[str]:
     """The questions of ``qids`` a tier's validation error names (``["body", "questions", id]``),
     as Laya's names a question whose options do not fit its head."""
     items = error.items if isinstance(error, ValidationFailed) else []
-    named = {str(i["loc"][2]) for i in items
-             if len(i["loc"]) > 2 and i["loc"][:2] == ["body", "questions"]}
+    named = {
+        str(i["loc"][2])
+        for i in items
+        if len(i["loc"]) > 2 and i["loc"][:2] == ["body", "questions"]
+    }
     return [q for q in qids if q in named]
 
 
 def _without(plan: Fallback, refused: Mapping[str, CascadeError]) -> Fallback:
     return msgspec.structs.replace(
-        plan, cheap_questions=[q for q in plan.cheap_questions if q not in refused],
-        degraded={q: r for q, r in plan.degraded.items() if q not in refused})
+        plan,
+        cheap_questions=[q for q in plan.cheap_questions if q not in refused],
+        degraded={q: r for q, r in plan.degraded.items() if q not in refused},
+    )
 
 
-def _cannot_stand_in(policy: Policy, error: CascadeError, refused: CascadeError
-                     ) -> EngineUnavailable:
+def _cannot_stand_in(
+    policy: Policy, error: CascadeError, refused: CascadeError
+) -> EngineUnavailable:
     """What the client gets when the cheap tier fails standing in for the strong one: the
     503 returned, anything else raised."""
     if not isinstance(refused, ClientError):
@@ -460,13 +513,11 @@ def failure_reason(error: CascadeError) -> str:
     return "strong_failed"
 
 
-def merged_usage(usages: list[tuple[str, EngineUsage]],
-                 tiers: Mapping[str, str]) -> EngineUsage:
+def merged_usage(usages: list[tuple[str, EngineUsage]], tiers: Mapping[str, str]) -> EngineUsage:
     """One usage for the response: tokens add up over every call; truncation is reported for the
     questions whose returned answer came from a truncated row, and ``state_tokens_dropped`` is
     the most any of those rows dropped."""
-    returned = [(q, u) for tier, u in usages for q in u.truncated_questions
-                if tiers.get(q) == tier]
+    returned = [(q, u) for tier, u in usages for q in u.truncated_questions if tiers.get(q) == tier]
     truncated = [q for q, _ in returned]
     dropped = [u.dropped.get(q, u.state_tokens_dropped) for q, u in returned]
     return EngineUsage(
@@ -489,8 +540,9 @@ def _tier(tier: str, call: EngineCall) -> Flow[EngineAnswer | Failure]:
         for qid, question in call.questions.items():
             result = reply.results.get(qid)
             if result is None or result.type != question.type:
-                return Failure(EngineFailed(
-                    f"tier `{tier}` returned no {question.type} answer for `{qid}`"))
+                return Failure(
+                    EngineFailed(f"tier `{tier}` returned no {question.type} answer for `{qid}`")
+                )
     return reply
 
 
@@ -548,14 +600,16 @@ def _previews_with(previewer: Previewing) -> Callable[[Ask], Reply]:
         if not isinstance(ask, Preview):
             raise TypeError("this flow may only ask for previews")
         return previewer.preview(ask.call, checkpoint=ask.checkpoint)
+
     return reply
 
 
 # ---------------------------------------------------------------- degradation
 
 
-def stand_in(policy: Policy, call: EngineCall,
-             checkpoint: str | None) -> Flow[tuple[str | None, list[Reason]]]:
+def stand_in(
+    policy: Policy, call: EngineCall, checkpoint: str | None
+) -> Flow[tuple[str | None, list[Reason]]]:
     """The cheap tier standing in for a strong tier that is down, on ``call``'s questions
     (those pre-routed strong by a rule the cheap tier could still answer).
 
@@ -574,13 +628,19 @@ def stand_in(policy: Policy, call: EngineCall,
         preview = yield from _preview(call, reads_all)
     blocking: list[Reason] = [] if preview.readable else ["script"]
     if policy.thresholds.truncated and any(
-            row.state_tokens_dropped > 0 for row in preview.rows.values()):
+        row.state_tokens_dropped > 0 for row in preview.rows.values()
+    ):
         blocking.append("state_too_long")
     return preview.checkpoint, blocking
 
 
-def fallback(policy: Policy, pre: PreRoute, routes: Mapping[str, QuestionRoute], *,
-             retry_after_s: float | None = None) -> Fallback | EngineUnavailable:
+def fallback(
+    policy: Policy,
+    pre: PreRoute,
+    routes: Mapping[str, QuestionRoute],
+    *,
+    retry_after_s: float | None = None,
+) -> Fallback | EngineUnavailable:
     """The plan when the strong tier is down, open or too slow for this request.
 
     An ``EngineUnavailable`` (503 + Retry-After, ``retry_after_s`` or the policy's) when the
@@ -599,14 +659,17 @@ def fallback(policy: Policy, pre: PreRoute, routes: Mapping[str, QuestionRoute],
     if not wanted:
         return Fallback(cheap_questions=[], cheap_checkpoint=checkpoint, degraded={})
     if tier is None:
-        return EngineUnavailable(f"the only tier `{strong}` is unavailable; retry later",
-                                 retry_after=retry)
+        return EngineUnavailable(
+            f"the only tier `{strong}` is unavailable; retry later", retry_after=retry
+        )
     blocking = sorted({r for r in wanted.values() if r is not None and _needs_strong(r, reads_all)})
     if blocking or not policy.degrade.cheap_answers:
         why = f" ({', '.join(blocking)})" if blocking else ""
         return EngineUnavailable(
             f"the strong tier `{strong}` is unavailable and this request needs it{why}; "
-            "retry later", retry_after=retry)
+            "retry later",
+            retry_after=retry,
+        )
     # With a cheap tier every strong route carries a reason (pre_route sets one).
     return Fallback(
         cheap_questions=[q for q in wanted if pre.questions[q].tier == strong],

@@ -171,7 +171,10 @@ class Route(_Strict, frozen=True):
 
 
 _BAND_FIELD: dict[Band, str] = {
-    "2": "two", "3-5": "three_five", "6-10": "six_ten", "11+": "eleven_plus"
+    "2": "two",
+    "3-5": "three_five",
+    "6-10": "six_ten",
+    "11+": "eleven_plus",
 }
 
 
@@ -347,6 +350,8 @@ class Control(_Strict, frozen=True):
         """The accuracy target of ``qtype``'s cells (None: no target)."""
         t = self.target_accuracy
         return t.of(qtype) if isinstance(t, Targets) else t
+
+
 class Drift(_Strict, frozen=True):
     """``[drift]``: the population stability index of the cheap tier's gate confidences per
     (type x band) over the last ``window_s``, against a reference (``cascade.control.drift``).
@@ -362,6 +367,8 @@ class Drift(_Strict, frozen=True):
     reference_s: Positive = 3600.0
     bins: Annotated[int, Meta(ge=2, le=100)] = 10
     min_count: Count = 300
+
+
 class Cache(_Strict, frozen=True):
     """``[cache]``: the decision cache (``cascade.cache``). A ``[cache]`` table turns it on
     (``enabled = false`` keeps the table and turns it off). Entries live ``ttl_s`` and the

@@ -25,14 +25,23 @@ from cascade.questions import option_band
 log = logging.getLogger("cascade")
 
 
-def judge(policy: Policy, reference: ReferenceSet | None, gate: Gate, pre: PreRoute,
-          cheap: EngineAnswer, gated: Mapping[str, Reason]
-          ) -> tuple[dict[str, Reason], dict[str, float]]:
+def judge(
+    policy: Policy,
+    reference: ReferenceSet | None,
+    gate: Gate,
+    pre: PreRoute,
+    cheap: EngineAnswer,
+    gated: Mapping[str, Reason],
+) -> tuple[dict[str, Reason], dict[str, float]]:
     """The escalations the gate adds (``novel``, or ``budget`` where a budgeted gate is cut) and
     each judged question's score (novelty / threshold)."""
     route = policy.route
-    if (reference is None or not policy.novelty.enabled or pre.mode != "cascade"
-            or route.strong is None):
+    if (
+        reference is None
+        or not policy.novelty.enabled
+        or pre.mode != "cascade"
+        or route.strong is None
+    ):
         return {}, {}
     escalated: dict[str, Reason] = {}
     scores: dict[str, float] = {}
@@ -72,15 +81,19 @@ def load_reference(policy: Policy) -> ReferenceSet | None:
         raise CalibrationError(str(exc)) from exc
 
 
-def check_reference(policy: Policy, reference: ReferenceSet | None,
-                    found: Mapping[str, str]) -> None:
+def check_reference(
+    policy: Policy, reference: ReferenceSet | None, found: Mapping[str, str]
+) -> None:
     """Raise ``CalibrationMismatch`` (both hashes) when ``reference`` was made with other cheap
     weights than ``found``'s; log which cells the gate covers."""
     cheap = policy.route.cheap
     if reference is None:
         if policy.novelty.enabled and policy.calibration.file and cheap is not None:
-            log.warning("novelty gate off: calibration %s has no reference set (refit it with "
-                        "`cascade calibrate` on a Laya tier)", policy.calibration.file)
+            log.warning(
+                "novelty gate off: calibration %s has no reference set (refit it with "
+                "`cascade calibrate` on a Laya tier)",
+                policy.calibration.file,
+            )
         return
     have = found.get(cheap or "")
     if have is not None and have != reference.weights:
@@ -88,6 +101,11 @@ def check_reference(policy: Policy, reference: ReferenceSet | None,
         raise CalibrationMismatch(
             f"novelty reference set {file} was made for {reference.weights}, the configured "
             f"weights of tier `{cheap}` are {have}; refusing to start\nrefit it with `cascade "
-            "calibrate` for these weights")
-    log.info("novelty gate on for %d cells (%d bytes of reference vectors): %s",
-             len(reference.cells), reference.nbytes, ", ".join(sorted(reference.cells)))
+            "calibrate` for these weights"
+        )
+    log.info(
+        "novelty gate on for %d cells (%d bytes of reference vectors): %s",
+        len(reference.cells),
+        reference.nbytes,
+        ", ".join(sorted(reference.cells)),
+    )

@@ -28,8 +28,12 @@ def report_path(tier: LayaTier, export_dir: Path) -> Path:
     return Path(tier.flip_report) if tier.flip_report else export_dir / REPORT_FILE
 
 
-def check_precision(policy: Policy, resolve: Callable[[str], Path],
-                    hashes: Mapping[str, Mapping[str, str]], cache: Path | None = None) -> None:
+def check_precision(
+    policy: Policy,
+    resolve: Callable[[str], Path],
+    hashes: Mapping[str, Mapping[str, str]],
+    cache: Path | None = None,
+) -> None:
     """Raise ``FlipGateRefused`` unless every int8 checkpoint has a passing report for its
     weights. ``resolve`` turns a checkpoint reference into its directory; ``hashes`` holds the
     content hash of each checkpoint by tier and checkpoint name."""
@@ -44,9 +48,10 @@ def check_precision(policy: Policy, resolve: Callable[[str], Path],
     if wrong:
         raise FlipGateRefused(
             "int8 needs a passing flip report for the served weights; refusing to start:\n  "
-            + "\n  ".join(wrong) + "\nrun `cascade export laya CHECKPOINT --precision int8 "
+            + "\n  ".join(wrong)
+            + "\nrun `cascade export laya CHECKPOINT --precision int8 "
             "--check DATA.jsonl` (your own requests) for these weights, or serve "
-            "precision = \"fp32\""
+            'precision = "fp32"'
         )
 
 
@@ -65,10 +70,14 @@ def _problem(tier: LayaTier, path: Path, digest: str, cache: Path | None) -> str
     if report.questions == 0:
         return f"flip report {where} checked no question"
     if (report.fp32_hash, report.int8_hash) != (digest, have):
-        return (f"flip report {where} was made for fp32 {report.fp32_hash} / int8 "
-                f"{report.int8_hash}, the configured weights are fp32 {digest} / int8 {have}")
+        return (
+            f"flip report {where} was made for fp32 {report.fp32_hash} / int8 "
+            f"{report.int8_hash}, the configured weights are fp32 {digest} / int8 {have}"
+        )
     if report.flip_rate > tier.max_flip_rate:
-        return (f"flip report {where} (fp32 {digest}, int8 {have}) changed {report.flips} of "
-                f"{report.questions} answers: flip rate {report.flip_rate:.4f} is above "
-                f"max_flip_rate {tier.max_flip_rate}")
+        return (
+            f"flip report {where} (fp32 {digest}, int8 {have}) changed {report.flips} of "
+            f"{report.questions} answers: flip rate {report.flip_rate:.4f} is above "
+            f"max_flip_rate {tier.max_flip_rate}"
+        )
     return None

@@ -35,5 +35,7 @@ class StrongQuota:
         """429 for a question only the strong tier may answer, over the quota."""
         self.refused = TenantLimited(
             f"tenant `{self.tenant}` is over its strong_questions_per_min ({self.per_min}); "
-            f"retry in {math.ceil(self.retry_after_s)} s", retry_after=self.retry_after_s)
+            f"retry in {math.ceil(self.retry_after_s)} s",
+            retry_after=self.retry_after_s,
+        )
         return self.refused

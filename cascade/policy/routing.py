@@ -35,9 +35,21 @@ if TYPE_CHECKING:
     from cascade.calls import CallPreview, RowPreview
 
 Reason = Literal[
-    "images", "state_too_long", "too_many_options", "script", "type_rule", "model_alias",
-    "low_confidence", "low_margin", "truncated", "options_collapsed", "whole_request",
-    "cheap_failed", "budget", "order_unstable", "novel",
+    "images",
+    "state_too_long",
+    "too_many_options",
+    "script",
+    "type_rule",
+    "model_alias",
+    "low_confidence",
+    "low_margin",
+    "truncated",
+    "options_collapsed",
+    "whole_request",
+    "cheap_failed",
+    "budget",
+    "order_unstable",
+    "novel",
 ]
 # The strong tier is the only one that can answer these; without it the request gets a 503.
 STRONG_ONLY: frozenset[str] = frozenset(
@@ -129,8 +141,11 @@ def resolve_model(policy: Policy, model: str) -> Mode:
         if key in (name.lower() for name in getattr(models, mode) if not _pattern(name)):
             return mode
     for mode in modes:
-        if any(fnmatch.fnmatchcase(key, name.lower())
-               for name in getattr(models, mode) if _pattern(name)):
+        if any(
+            fnmatch.fnmatchcase(key, name.lower())
+            for name in getattr(models, mode)
+            if _pattern(name)
+        ):
             return mode
     if models.unknown == "cascade":
         return "cascade"
@@ -182,8 +197,8 @@ def pre_route(policy: Policy, call: EngineCall, preview: CallPreview | None) -> 
     if route.escalate == "request" and any(reasons.values()):
         reasons = {q: r or "whole_request" for q, r in reasons.items()}
     questions = {
-        q: QuestionRoute(route.strong, r) if r else QuestionRoute(route.cheap) for q, r in
-        reasons.items()
+        q: QuestionRoute(route.strong, r) if r else QuestionRoute(route.cheap)
+        for q, r in reasons.items()
     }
     any_cheap = any(r.tier == route.cheap for r in questions.values())
     return PreRoute(mode, checkpoint if any_cheap else None, questions)
@@ -218,8 +233,9 @@ def checkpoint_of(policy: Policy, preview: CallPreview | None) -> str | None:
     return tier.default_checkpoint if isinstance(tier, LayaTier) else None
 
 
-def _all(mode: Mode, checkpoint: str | None, qids: list[str], tier: str,
-         reason: Reason | None) -> PreRoute:
+def _all(
+    mode: Mode, checkpoint: str | None, qids: list[str], tier: str, reason: Reason | None
+) -> PreRoute:
     return PreRoute(mode, checkpoint, {q: QuestionRoute(tier, reason) for q in qids})
 
 
@@ -232,8 +248,9 @@ def _must(tier: str | None) -> str:
 def _text_only(policy: Policy, call: EngineCall) -> None:
     if call.images and isinstance(policy.cheap_tier(), LayaTier):
         raise ValidationFailed.at(
-            ["images"], f"model `{call.model}` is served by a text-only tier; images need the "
-            "strong tier (ask for a cascade model)"
+            ["images"],
+            f"model `{call.model}` is served by a text-only tier; images need the "
+            "strong tier (ask for a cascade model)",
         )
 
 
@@ -241,16 +258,24 @@ def _text_only(policy: Policy, call: EngineCall) -> None:
 
 
 def post_route(
-    policy: Policy, call: EngineCall, pre: PreRoute, cheap: EngineAnswer,
-    preview: CallPreview | None, gate: Gate | None = None,
+    policy: Policy,
+    call: EngineCall,
+    pre: PreRoute,
+    cheap: EngineAnswer,
+    preview: CallPreview | None,
+    gate: Gate | None = None,
 ) -> dict[str, Reason]:
     """Which cheap answers escalate, ``{question id: reason}`` (``judge``'s first value)."""
     return judge(policy, call, pre, cheap, preview, gate)[0]
 
 
 def judge(
-    policy: Policy, call: EngineCall, pre: PreRoute, cheap: EngineAnswer,
-    preview: CallPreview | None, gate: Gate | None = None,
+    policy: Policy,
+    call: EngineCall,
+    pre: PreRoute,
+    cheap: EngineAnswer,
+    preview: CallPreview | None,
+    gate: Gate | None = None,
 ) -> tuple[dict[str, Reason], dict[str, GateRead]]:
     """Which cheap answers escalate, ``{question id: reason}`` (empty: all are final), with
     those the live ``gate`` keeps although its thresholds would escalate them (``budget``);
@@ -283,18 +308,19 @@ def judge(
         if read.verdict is not None:
             out[qid] = read.verdict
     if route.escalate == "request" and any(r != "budget" for r in out.values()):
-        out = {q: out[q] if out.get(q, "budget") != "budget" else "whole_request"
-               for q in cheap_qids}
+        out = {
+            q: out[q] if out.get(q, "budget") != "budget" else "whole_request" for q in cheap_qids
+        }
     order = [q for q in call.questions if q in out]
     return {q: out[q] for q in order}, {q: reads[q] for q in call.questions if q in reads}
 
 
-def _signal(policy: Policy, qid: str, cheap: EngineAnswer, row: RowPreview | None
-            ) -> Reason | None:
+def _signal(policy: Policy, qid: str, cheap: EngineAnswer, row: RowPreview | None) -> Reason | None:
     """Truncation or option collapse, which escalate whatever the confidence."""
     th, usage = policy.thresholds, cheap.usage
-    truncated = qid in usage.truncated_questions or (row is not None and
-                                                     row.state_tokens_dropped > 0)
+    truncated = qid in usage.truncated_questions or (
+        row is not None and row.state_tokens_dropped > 0
+    )
     collapsed = qid in usage.options or (row is not None and row.collapsed)
     if th.truncated and truncated:
         return "truncated"
@@ -324,8 +350,9 @@ def _read(policy: Policy, gate: Gate, result: QuestionResult) -> GateRead:
 # ---------------------------------------------------------------- merge planning
 
 
-def final_routes(policy: Policy, pre: PreRoute, escalated: Mapping[str, Reason]
-                 ) -> dict[str, QuestionRoute]:
+def final_routes(
+    policy: Policy, pre: PreRoute, escalated: Mapping[str, Reason]
+) -> dict[str, QuestionRoute]:
     """Every question's final tier and reason: the pre-route, with escalations moved strong."""
     strong = policy.route.strong
     return {
@@ -343,8 +370,9 @@ def split(call: EngineCall, routes: Mapping[str, QuestionRoute]) -> dict[str, En
     return {tier: msgspec.structs.replace(call, questions=qs) for tier, qs in by_tier.items()}
 
 
-def merge(call: EngineCall, routes: Mapping[str, QuestionRoute],
-          answers: Mapping[str, EngineAnswer]) -> dict[str, QuestionResult]:
+def merge(
+    call: EngineCall, routes: Mapping[str, QuestionRoute], answers: Mapping[str, EngineAnswer]
+) -> dict[str, QuestionResult]:
     """Each question's result from the tier its route names, in the caller's order.
 
     Raises ``EngineFailed`` when that tier's answer lacks the question or has another type.

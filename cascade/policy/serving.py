@@ -44,14 +44,17 @@ def restart_reasons(old: Policy, new: Policy) -> list[str]:
     """Why ``new`` cannot replace ``old`` without a restart: a tier added, removed, or defined
     otherwise (an engine is built from every field of its tier but ``timeout_s``, which calls
     read), or another ``[decision_log]`` or ``[cache]`` (both are opened at boot)."""
+
     def built_from(tier: Tier) -> Tier:
         return msgspec.structs.replace(tier, timeout_s=0.0)
 
     changes = [f"tier `{n}` is new" for n in new.tiers if n not in old.tiers]
     changes += [f"tier `{n}` is gone" for n in old.tiers if n not in new.tiers]
-    changes += [f"tier `{n}` changes what its engine is built from (kind, weights or engine "
-                "settings)" for n, tier in new.tiers.items()
-                if n in old.tiers and built_from(tier) != built_from(old.tiers[n])]
+    changes += [
+        f"tier `{n}` changes what its engine is built from (kind, weights or engine settings)"
+        for n, tier in new.tiers.items()
+        if n in old.tiers and built_from(tier) != built_from(old.tiers[n])
+    ]
     if new.decision_log != old.decision_log:
         changes.append("[decision_log] changes (the log is opened at boot)")
     if new.cache != old.cache:
@@ -96,8 +99,13 @@ class Reconfigurable:
     the steps the hooks returned run before any request can start on it.
     """
 
-    def __init__(self, policy: Policy, engines: Mapping[str, Engine], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        engines: Mapping[str, Engine],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.clock = clock  # the breakers'
         self.engines = dict(engines)
         self.breakers = {name: CircuitBreaker(policy.breaker_for(name)) for name in self.engines}
@@ -124,9 +132,13 @@ class Reconfigurable:
         ``source``) when a hook cannot apply it."""
         reasons = restart_reasons(self.serving.policy, policy)
         if reasons:
-            raise RestartNeeded([f"restart needed: {why}; a reload applies thresholds, routing, "
-                                 "models, breakers, shadow, degrade, calibration and timeouts"
-                                 for why in reasons])
+            raise RestartNeeded(
+                [
+                    f"restart needed: {why}; a reload applies thresholds, routing, "
+                    "models, breakers, shadow, degrade, calibration and timeouts"
+                    for why in reasons
+                ]
+            )
         base, serving = self.serving, Serving(policy, self.engines)
         steps = []
         for hook in self.reconfigured:
@@ -136,21 +148,26 @@ class Reconfigurable:
                 raise
             except Exception as exc:
                 log.exception("a reconfiguration hook refused the new policy")
-                raise ConfigRejected([f"{source}: error: the new policy cannot be applied: "
-                                      f"{exc}"]) from exc
+                raise ConfigRejected(
+                    [f"{source}: error: the new policy cannot be applied: {exc}"]
+                ) from exc
             if step is not None:
                 steps.append(step)
-        breakers = {name: breaker if policy.breaker_for(name) == breaker.config
-                    else CircuitBreaker(policy.breaker_for(name))
-                    for name, breaker in self.breakers.items()}
+        breakers = {
+            name: breaker
+            if policy.breaker_for(name) == breaker.config
+            else CircuitBreaker(policy.breaker_for(name))
+            for name, breaker in self.breakers.items()
+        }
         return NextVersion(base=base, serving=serving, breakers=breakers, steps=steps)
 
     def swap(self, prepared: NextVersion) -> Serving:
         """Serve ``prepared`` from now on (no await: every request starts on one version).
         ``ConfigRejected`` when another version was swapped in since it was prepared."""
         if prepared.base is not self.serving:
-            raise ConfigRejected(["the serving policy changed while this one was prepared; "
-                                  "reload again"])
+            raise ConfigRejected(
+                ["the serving policy changed while this one was prepared; reload again"]
+            )
         self.breakers, self.serving = prepared.breakers, prepared.serving
         for step in prepared.steps:
             step()
@@ -176,9 +193,15 @@ class Reconfigurable:
 
     def tier_states(self) -> dict[str, TierState]:
         breakers = self.breaker_states()
-        return {name: TierState(kind=type(engine).__name__, ready=engine.ready(),
-                                health=engine.health(), breaker=breakers[name])
-                for name, engine in self.engines.items()}
+        return {
+            name: TierState(
+                kind=type(engine).__name__,
+                ready=engine.ready(),
+                health=engine.health(),
+                breaker=breakers[name],
+            )
+            for name, engine in self.engines.items()
+        }
 
     def hashes(self) -> tuple[str, str]:
         """The policy and calibration hashes serving now."""

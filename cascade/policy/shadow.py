@@ -43,8 +43,9 @@ def agreement(cheap: QuestionResult, strong: QuestionResult) -> Agreement:
     """Compare two answers to the same question. Raises ValueError when their shapes differ."""
     p, q = cheap.probabilities, strong.probabilities
     if cheap.type != strong.type or len(p) != len(q) or not p:
-        raise ValueError(f"cannot compare a {cheap.type}[{len(p)}] answer with a "
-                         f"{strong.type}[{len(q)}] one")
+        raise ValueError(
+            f"cannot compare a {cheap.type}[{len(p)}] answer with a {strong.type}[{len(q)}] one"
+        )
     qtype = cheap.type
     if qtype == "choice":
         value = 1.0 if p.index(max(p)) == q.index(max(q)) else 0.0
@@ -60,7 +61,8 @@ def compare(cheap: EngineAnswer, strong: EngineAnswer) -> dict[str, Agreement]:
     """Agreement for every question both answers hold, in the cheap answer's order."""
     return {
         qid: agreement(result, strong.results[qid])
-        for qid, result in cheap.results.items() if qid in strong.results
+        for qid, result in cheap.results.items()
+        if qid in strong.results
     }
 
 
@@ -77,8 +79,9 @@ def shadow_sampled(policy: Policy, key: str) -> bool:
     return int.from_bytes(digest, "big") / 2**64 < fraction
 
 
-def shadow_questions(policy: Policy, pre: PreRoute, escalated: Mapping[str, str],
-                     key: str) -> list[str]:
+def shadow_questions(
+    policy: Policy, pre: PreRoute, escalated: Mapping[str, str], key: str
+) -> list[str]:
     """The questions to mirror for this request: all of them when every question was answered
     finally by the cheap tier and ``key`` is sampled; otherwise none."""
     cheap = policy.route.cheap

@@ -45,8 +45,9 @@ def betainc(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1.0:
         return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
     if x > (a + 1) / (a + b + 2):
         return 1.0 - betainc(b, a, 1.0 - x)
     tiny = 1e-300
@@ -54,8 +55,10 @@ def betainc(a: float, b: float, x: float) -> float:
     d = 1.0 / (d if abs(d) > tiny else tiny)
     h = d
     for m in range(1, 500):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1.0 + num * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + num / c
@@ -81,8 +84,9 @@ def lower_bound(correct: int, n: int, alpha: float = ALPHA) -> float:
     return lo
 
 
-def accuracy_threshold(scored: Sequence[tuple[float, bool]], target: float
-                       ) -> tuple[float, int, int]:
+def accuracy_threshold(
+    scored: Sequence[tuple[float, bool]], target: float
+) -> tuple[float, int, int]:
     """``(threshold, accepted, correct accepted)``: the lowest threshold whose accepted answers
     (confidence at or above it) reach ``target`` at the 95 % lower bound; ``(1.0, 0, 0)`` when
     none does. Answers of equal confidence are kept or escalated together, so the candidates lie
@@ -111,8 +115,13 @@ def _cut(ranked: Sequence[tuple[float, bool]], j: int) -> float:
     return mid if mid > low else high
 
 
-def pool_of(cells: Mapping[Cell, Sequence[T]], cell: Cell, enough: Callable[[Sequence[T]], bool],
-           *, across_bands: bool = True) -> tuple[list[T], bool]:
+def pool_of(
+    cells: Mapping[Cell, Sequence[T]],
+    cell: Cell,
+    enough: Callable[[Sequence[T]], bool],
+    *,
+    across_bands: bool = True,
+) -> tuple[list[T], bool]:
     """The members to fit ``cell`` on, and whether they were pooled: the cell's own when
     ``enough``, else its band's (every type), else (``across_bands``) everything."""
     members = list(cells.get(cell, ()))

@@ -58,7 +58,7 @@ def key_lines(text: str) -> dict[KeyPath, int]:
 
 
 def _inline_keys(value: str, prefix: KeyPath, lineno: int, out: dict[KeyPath, int]) -> None:
-    body = value[1:value.rindex("}")] if "}" in value else value[1:]
+    body = value[1 : value.rindex("}")] if "}" in value else value[1:]
     for item in _split_top(body, ","):
         key, eq, sub = _partition_top(item, "=")
         if not eq:
@@ -106,7 +106,7 @@ def _split_top(text: str, sep: str) -> list[str]:
 def _partition_top(text: str, sep: str) -> tuple[str, str, str]:
     for i, ch, depth in _scan(text):
         if ch == sep and depth == 0:
-            return text[:i], sep, text[i + 1:]
+            return text[:i], sep, text[i + 1 :]
     return text, "", ""
 
 

@@ -36,8 +36,14 @@ from cascade.store import LogRow
 from cascade.store.rows import CheapEntry, StrongEntry
 
 Which = Literal["cheap", "strong"]
-REASONS = ("older_schema", "changed_tier", "tenant_policy", "no_cheap_answer",
-           "no_strong_answer", "no_state")
+REASONS = (
+    "older_schema",
+    "changed_tier",
+    "tenant_policy",
+    "no_cheap_answer",
+    "no_strong_answer",
+    "no_state",
+)
 # ``--call-tiers``: a tier's answer to a call, asked live (a ``CascadeError`` when it fails)
 CallTier = Callable[[str, EngineCall], EngineAnswer]
 
@@ -73,8 +79,12 @@ class Unjudged(Exception):
         self.reason = reason
 
 
-def judge(policy: Policy, weights: Mapping[str, str], request: LoggedRequest,
-          call_tier: CallTier | None = None) -> list[Judged]:
+def judge(
+    policy: Policy,
+    weights: Mapping[str, str],
+    request: LoggedRequest,
+    call_tier: CallTier | None = None,
+) -> list[Judged]:
     """Each question of ``request`` under ``policy`` (whose tiers' weights hash to
     ``weights``, by tier name); raises ``Unjudged``. ``call_tier``: asks a tier for the answers
     the log lacks (``--call-tiers``; else those are ``no_*_answer``)."""
@@ -94,13 +104,23 @@ def judge(policy: Policy, weights: Mapping[str, str], request: LoggedRequest,
             candidate = Side(tier=None, answer=None, tokens={})
         else:
             tier: Which = "cheap" if decision.routes[qid].tier == policy.route.cheap else "strong"
-            candidate = Side(tier=tier, answer=_label(question, decision.results[qid]),
-                             tokens=replies.tokens(qid),
-                             called=sorted(s for s, q in replies.called.items() if qid in q))
-        out.append(Judged(request=request.request_id, tenant=request.tenant, question=qid,
-                          served=served(question, row),
-                          candidate=candidate, label=_feedback(row),
-                          teacher=_teacher(question, row)))
+            candidate = Side(
+                tier=tier,
+                answer=_label(question, decision.results[qid]),
+                tokens=replies.tokens(qid),
+                called=sorted(s for s, q in replies.called.items() if qid in q),
+            )
+        out.append(
+            Judged(
+                request=request.request_id,
+                tenant=request.tenant,
+                question=qid,
+                served=served(question, row),
+                candidate=candidate,
+                label=_feedback(row),
+                teacher=_teacher(question, row),
+            )
+        )
     return out
 
 
@@ -108,8 +128,7 @@ class _Replies:
     """The flow's tier calls answered from the logged rows, and what the log lacks from
     ``call_tier`` when given; what each question's calls cost."""
 
-    def __init__(self, policy: Policy, request: LoggedRequest,
-                 call_tier: CallTier | None) -> None:
+    def __init__(self, policy: Policy, request: LoggedRequest, call_tier: CallTier | None) -> None:
         self.policy, self.request, self.call_tier = policy, request, call_tier
         self.asked: dict[Which, set[str]] = {"cheap": set(), "strong": set()}
         self.called: dict[Which, set[str]] = {"cheap": set(), "strong": set()}
@@ -121,8 +140,12 @@ class _Replies:
         qids = list(ask.call.questions)
         self.asked[slot].update(qids)
         logged = {q: entry for q in qids if (entry := _entry(self.request.rows[q], slot))}
-        results = {q: QuestionResult(type=self.request.rows[q].question["type"],
-                                     probabilities=e.probabilities) for q, e in logged.items()}
+        results = {
+            q: QuestionResult(
+                type=self.request.rows[q].question["type"], probabilities=e.probabilities
+            )
+            for q, e in logged.items()
+        }
         tokens = sum(self._share(q, slot) for q in logged)
         missing = [q for q in qids if q not in logged]
         if missing:
@@ -141,13 +164,19 @@ class _Replies:
                 self.fresh[(slot, q)] = answer.usage.input_tokens / len(missing)
             results.update(answer.results)
             tokens += answer.usage.input_tokens
-        return EngineAnswer(model=ask.tier, results={q: results[q] for q in qids},
-                            usage=EngineUsage(input_tokens=round(tokens)))
+        return EngineAnswer(
+            model=ask.tier,
+            results={q: results[q] for q in qids},
+            usage=EngineUsage(input_tokens=round(tokens)),
+        )
 
     def tokens(self, qid: str) -> dict[str, float]:
         """The question's share of each tier call that asked it."""
-        return {slot: self.fresh.get((slot, qid), self._share(qid, slot))
-                for slot in ("cheap", "strong") if qid in self.asked[slot]}
+        return {
+            slot: self.fresh.get((slot, qid), self._share(qid, slot))
+            for slot in ("cheap", "strong")
+            if qid in self.asked[slot]
+        }
 
     def _share(self, qid: str, slot: Which) -> float:
         row = self.request.rows[qid]
@@ -167,14 +196,17 @@ def served(question: Question, row: LogRow) -> Side:
     called: set[Which] = {"cheap"} if row.cheap is not None else set()
     if row.strong is not None and not row.shadow:
         called.add("strong")
-    return Side(tier="cheap" if cheap else "strong",
-                answer=msgspec.to_builtins(answer_label(question, entry.probabilities)),
-                tokens=_tokens(row, called))
+    return Side(
+        tier="cheap" if cheap else "strong",
+        answer=msgspec.to_builtins(answer_label(question, entry.probabilities)),
+        tokens=_tokens(row, called),
+    )
 
 
 def _check_row(policy: Policy, weights: Mapping[str, str], row: LogRow) -> None:
-    if ((row.cheap is not None and row.cheap_tokens is None)
-            or (row.strong is not None and row.strong_tokens is None)):
+    if (row.cheap is not None and row.cheap_tokens is None) or (
+        row.strong is not None and row.strong_tokens is None
+    ):
         raise Unjudged("older_schema")
     if row.tenant_policy_hash is not None:
         raise Unjudged("tenant_policy")

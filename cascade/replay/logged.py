@@ -36,15 +36,23 @@ class LoggedRequest(msgspec.Struct, kw_only=True):
         text (else "": pre-routing then sees no state)."""
         first = next(iter(self.rows.values()))
         state: Any = first.state if first.state_mode == "text" else ""
-        return EngineCall(state=state if state is not None else "", model=first.model,
-                          request_id=self.request_id, questions={
-                              qid: msgspec.convert(row.question, Question)
-                              for qid, row in self.rows.items()})
+        return EngineCall(
+            state=state if state is not None else "",
+            model=first.model,
+            request_id=self.request_id,
+            questions={
+                qid: msgspec.convert(row.question, Question) for qid, row in self.rows.items()
+            },
+        )
 
 
-def logged_requests(sources: Iterable[str | Path], *, since: float | None = None,
-                    tenant: str | None = None, limit: int | None = None
-                    ) -> tuple[list[LoggedRequest], bool]:
+def logged_requests(
+    sources: Iterable[str | Path],
+    *,
+    since: float | None = None,
+    tenant: str | None = None,
+    limit: int | None = None,
+) -> tuple[list[LoggedRequest], bool]:
     """The requests of ``sources`` (files or URLs, in order), at most ``limit``; the second
     value is True when the limit cut the read short."""
     found: dict[tuple[str, str, str, float], LoggedRequest] = {}
@@ -55,8 +63,8 @@ def logged_requests(sources: Iterable[str | Path], *, since: float | None = None
             if request is None:
                 if limit is not None and len(found) >= limit:
                     return list(found.values()), True
-                request = found[key] = LoggedRequest(request_id=row.request_id,
-                                                     tenant=row.tenant, rows={})
+                request = found[key] = LoggedRequest(
+                    request_id=row.request_id, tenant=row.tenant, rows={}
+                )
             request.rows[row.question_id] = row
     return list(found.values()), False
-

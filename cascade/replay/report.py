@@ -20,8 +20,14 @@ from cascade.replay.judge import REASONS, Judged, Side
 EXAMPLES = 20  # changed questions listed in the report
 
 
-def summarize(judged: list[Judged], unjudged: Mapping[str, int], *, requests: int,
-              prices: Mapping[str, float], meta: Mapping[str, Any]) -> dict[str, Any]:
+def summarize(
+    judged: list[Judged],
+    unjudged: Mapping[str, int],
+    *,
+    requests: int,
+    prices: Mapping[str, float],
+    meta: Mapping[str, Any],
+) -> dict[str, Any]:
     """The report as one JSON-able object (``meta``: what was replayed, first)."""
     answered = [j for j in judged if j.candidate.tier is not None]
     changed = [j for j in judged if _changed(j)]
@@ -33,16 +39,22 @@ def summarize(judged: list[Judged], unjudged: Mapping[str, int], *, requests: in
         "judged": len(judged),
         "not_judged": {reason: unjudged.get(reason, 0) for reason in REASONS},
         "candidate_refused": len(judged) - len(answered),
-        "strong_share": {"served": _share(judged, "served"),
-                         "candidate": _share(answered, "candidate")},
-        "tier_changes": {change: moves[change] for change in ("cheap_to_strong",
-                                                              "strong_to_cheap")},
+        "strong_share": {
+            "served": _share(judged, "served"),
+            "candidate": _share(answered, "candidate"),
+        },
+        "tier_changes": {
+            change: moves[change] for change in ("cheap_to_strong", "strong_to_cheap")
+        },
         "answers_changed": sum(j.served.answer != j.candidate.answer for j in answered),
-        "called": {slot: sum(slot in j.candidate.called for j in answered)
-                   for slot in ("cheap", "strong")},
+        "called": {
+            slot: sum(slot in j.candidate.called for j in answered) for slot in ("cheap", "strong")
+        },
         "labelled": _accuracy([(j, j.label) for j in answered if j.label is not None]),
-        "shadow": {"teacher": "strong",
-                   **_accuracy([(j, j.teacher) for j in answered if j.teacher is not None])},
+        "shadow": {
+            "teacher": "strong",
+            **_accuracy([(j, j.teacher) for j in answered if j.teacher is not None]),
+        },
         "cost": _cost(answered, prices),
         "changed": [_example(j) for j in changed[:EXAMPLES]],
     }
@@ -66,30 +78,43 @@ def _rate(pairs: Iterable[tuple[Side, Any]]) -> tuple[int, float | None]:
 def _accuracy(judged: list[tuple[Judged, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"questions": len(judged)}
     for side in ("served", "candidate"):
+
         def pick(j: Judged, s: str = side) -> Side:
             return getattr(j, s)
 
         _, accuracy = _rate((pick(j), truth) for j, truth in judged)
-        kept, kept_accuracy = _rate((pick(j), truth) for j, truth in judged
-                                    if pick(j).tier == "cheap")
+        kept, kept_accuracy = _rate(
+            (pick(j), truth) for j, truth in judged if pick(j).tier == "cheap"
+        )
         out[side] = {"accuracy": accuracy, "kept": kept, "kept_accuracy": kept_accuracy}
     return out
 
 
 def _cost(judged: list[Judged], prices: Mapping[str, float]) -> dict[str, Any]:
     def total(side: Callable[[Judged], Side]) -> float:
-        return sum(tokens * prices.get(slot, 0.0) / 1000 for j in judged
-                   for slot, tokens in side(j).tokens.items())
+        return sum(
+            tokens * prices.get(slot, 0.0) / 1000
+            for j in judged
+            for slot, tokens in side(j).tokens.items()
+        )
 
     served, candidate = total(lambda j: j.served), total(lambda j: j.candidate)
-    return {"per_1k_tokens": dict(prices), "served": served, "candidate": candidate,
-            "change": None if not served else candidate / served - 1}
+    return {
+        "per_1k_tokens": dict(prices),
+        "served": served,
+        "candidate": candidate,
+        "change": None if not served else candidate / served - 1,
+    }
 
 
 def _example(j: Judged) -> dict[str, Any]:
-    return {"request": j.request, "tenant": j.tenant, "question": j.question,
-            "served": {"tier": j.served.tier, "answer": j.served.answer},
-            "candidate": {"tier": j.candidate.tier, "answer": j.candidate.answer}}
+    return {
+        "request": j.request,
+        "tenant": j.tenant,
+        "question": j.question,
+        "served": {"tier": j.served.tier, "answer": j.served.answer},
+        "candidate": {"tier": j.candidate.tier, "answer": j.candidate.answer},
+    }
 
 
 def _pct(value: float | None) -> str:
@@ -103,13 +128,27 @@ def lines(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     for key, title in (("labelled", "labelled"), ("shadow", "shadow (strong as teacher)")):
         part = report[key]
         served, candidate = part["served"], part["candidate"]
-        rows += [(f"accuracy, {title} (n={part['questions']})", _pct(served["accuracy"]),
-                  _pct(candidate["accuracy"])),
-                 (f"kept-answer accuracy, {title}",
-                  f"{_pct(served['kept_accuracy'])} of {served['kept']}",
-                  f"{_pct(candidate['kept_accuracy'])} of {candidate['kept']}")]
-    rows.append(("cost (" + ", ".join(f"{s} {p:g}" for s, p in cost["per_1k_tokens"].items())
-                 + " per 1k tokens)", f"{cost['served']:.4f}", f"{cost['candidate']:.4f}"))
+        rows += [
+            (
+                f"accuracy, {title} (n={part['questions']})",
+                _pct(served["accuracy"]),
+                _pct(candidate["accuracy"]),
+            ),
+            (
+                f"kept-answer accuracy, {title}",
+                f"{_pct(served['kept_accuracy'])} of {served['kept']}",
+                f"{_pct(candidate['kept_accuracy'])} of {candidate['kept']}",
+            ),
+        ]
+    rows.append(
+        (
+            "cost ("
+            + ", ".join(f"{s} {p:g}" for s, p in cost["per_1k_tokens"].items())
+            + " per 1k tokens)",
+            f"{cost['served']:.4f}",
+            f"{cost['candidate']:.4f}",
+        )
+    )
     return rows
 
 
@@ -124,8 +163,14 @@ def headline(report: Mapping[str, Any]) -> list[str]:
         f"tier changes: {changes['cheap_to_strong']} cheap->strong, "
         f"{changes['strong_to_cheap']} strong->cheap; answers changed: "
         f"{report['answers_changed']}; refused by the candidate: {report['candidate_refused']}",
-        *([f"asked live (--call-tiers): {called['cheap']} cheap, {called['strong']} strong "
-           "answers"] if any(called.values()) else []),
+        *(
+            [
+                f"asked live (--call-tiers): {called['cheap']} cheap, {called['strong']} strong "
+                "answers"
+            ]
+            if any(called.values())
+            else []
+        ),
     ]
 
 
@@ -140,13 +185,17 @@ def table(report: Mapping[str, Any]) -> str:
 
 def html(report: Mapping[str, Any]) -> str:
     """A small self-contained HTML page of the report."""
-    cells = "".join(f"<tr><td>{escape(a)}</td><td>{escape(b)}</td><td>{escape(c)}</td></tr>"
-                    for a, b, c in lines(report))
+    cells = "".join(
+        f"<tr><td>{escape(a)}</td><td>{escape(b)}</td><td>{escape(c)}</td></tr>"
+        for a, b, c in lines(report)
+    )
     changed = "".join(
         f"<tr><td>{escape(c['request'])}</td><td>{escape(c['question'])}</td>"
         f"<td>{escape(str(c['served']['tier']))}: {escape(str(c['served']['answer']))}</td>"
         f"<td>{escape(str(c['candidate']['tier']))}: {escape(str(c['candidate']['answer']))}"
-        "</td></tr>" for c in report["changed"])
+        "</td></tr>"
+        for c in report["changed"]
+    )
     heads = "".join(f"<p>{escape(line)}</p>" for line in headline(report))
     return (
         "<!doctype html><meta charset=utf-8><title>cascade replay</title>"
@@ -154,4 +203,5 @@ def html(report: Mapping[str, Any]) -> str:
         f"<h1>cascade replay: {escape(str(report.get('candidate', {}).get('policy', '')))}</h1>"
         f"{heads}<table><tr><th></th><th>served</th><th>candidate</th></tr>{cells}</table>"
         f"<h2>Changed questions (first {EXAMPLES})</h2><table><tr><th>request</th>"
-        f"<th>question</th><th>served</th><th>candidate</th></tr>{changed}</table>\n")
+        f"<th>question</th><th>served</th><th>candidate</th></tr>{changed}</table>\n"
+    )

@@ -16,9 +16,17 @@ from cascade.replay.report import summarize
 from cascade.store import is_url
 
 
-def replay(policy: Policy, sources: Sequence[str | Path], *, weights: Mapping[str, str],
-           prices: Mapping[str, float], since: float | None = None, tenant: str | None = None,
-           limit: int | None = None, call_tier: CallTier | None = None) -> dict[str, Any]:
+def replay(
+    policy: Policy,
+    sources: Sequence[str | Path],
+    *,
+    weights: Mapping[str, str],
+    prices: Mapping[str, float],
+    since: float | None = None,
+    tenant: str | None = None,
+    limit: int | None = None,
+    call_tier: CallTier | None = None,
+) -> dict[str, Any]:
     """The report of ``policy`` (its tiers' weights hashing to ``weights``) replayed over the
     logged requests of ``sources`` (``cascade.replay.report.summarize``); ``call_tier``: asks
     a tier for the answers the log lacks (``cascade.replay.judge``)."""
@@ -31,10 +39,15 @@ def replay(policy: Policy, sources: Sequence[str | Path], *, weights: Mapping[st
         except Unjudged as why:
             unjudged[why.reason] += len(request.rows)
     served = Counter(row.policy_hash for r in requests for row in r.rows.values())
-    meta = {"candidate": {"policy_hash": policy_hash(policy),
-                          "calibration_hash": calibration_hash(policy)},
-            "log": [_named(s) for s in sources], "truncated": truncated,
-            "served_policies": dict(served.most_common())}
+    meta = {
+        "candidate": {
+            "policy_hash": policy_hash(policy),
+            "calibration_hash": calibration_hash(policy),
+        },
+        "log": [_named(s) for s in sources],
+        "truncated": truncated,
+        "served_policies": dict(served.most_common()),
+    }
     return summarize(judged, unjudged, requests=len(requests), prices=prices, meta=meta)
 
 

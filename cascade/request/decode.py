@@ -35,8 +35,9 @@ def limits_of(settings: Settings) -> Limits:
     )
 
 
-def text_call(body: bytes, request_id: str, limits: Limits = LIMITS
-              ) -> tuple[RequestEnvelope, EngineCall]:
+def text_call(
+    body: bytes, request_id: str, limits: Limits = LIMITS
+) -> tuple[RequestEnvelope, EngineCall]:
     """The validated call of a body, without its images (``read_call`` adds them)."""
     env = parse_envelope(body)
     if env.state is None:

@@ -76,14 +76,15 @@ def read_header(data: bytes, *, limits: Limits = LIMITS, loc: Loc = ()) -> Image
         raise _invalid(loc, f"the image is {width}x{height} pixels; both sides must be >= 1")
     if max(width, height) / min(width, height) > limits.max_image_aspect:
         raise _invalid(
-            loc, f"the image is {width}x{height} pixels: its aspect ratio is over the "
-            f"{limits.max_image_aspect:g}:1 limit", "aspect_ratio",
+            loc,
+            f"the image is {width}x{height} pixels: its aspect ratio is over the "
+            f"{limits.max_image_aspect:g}:1 limit",
+            "aspect_ratio",
         )
     return Image(data=data, mime=_MIME[fmt], width=width, height=height)
 
 
-def check_scans(image: Image, *, max_scans: int = LIMITS.max_jpeg_scans,
-                loc: Loc = ()) -> Image:
+def check_scans(image: Image, *, max_scans: int = LIMITS.max_jpeg_scans, loc: Loc = ()) -> Image:
     """``image`` if it is not a JPEG, or a well-formed one of at most ``max_scans`` scans.
 
     Raises ``ValidationFailed`` at ``loc`` otherwise (``too_many_scans``, or corrupt data).
@@ -103,8 +104,9 @@ def check_scans(image: Image, *, max_scans: int = LIMITS.max_jpeg_scans,
 
 def load_image(data: bytes, *, limits: Limits = LIMITS, loc: Loc = ()) -> Image:
     """``data`` as a checked ``Image``: ``read_header`` then ``check_scans``; nothing decoded."""
-    return check_scans(read_header(data, limits=limits, loc=loc),
-                       max_scans=limits.max_jpeg_scans, loc=loc)
+    return check_scans(
+        read_header(data, limits=limits, loc=loc), max_scans=limits.max_jpeg_scans, loc=loc
+    )
 
 
 def _where(loc: Loc) -> str:
@@ -207,5 +209,7 @@ def collect_images(
             f"the request's images have {total} pixels together; the limit is "
             f"{limits.max_request_pixels}"
         )
-    return [check_scans(image, max_scans=limits.max_jpeg_scans, loc=loc)
-            for image, (_, loc) in zip(headers, found, strict=True)]
+    return [
+        check_scans(image, max_scans=limits.max_jpeg_scans, loc=loc)
+        for image, (_, loc) in zip(headers, found, strict=True)
+    ]

@@ -41,7 +41,7 @@ def count_scans(data: bytes) -> int:
             raise ValueError(f"unexpected marker 0x{marker:02X} at byte {pos - 1}")
         if pos + 2 > end:
             raise ValueError("the file ends inside a segment length")
-        length = int.from_bytes(data[pos:pos + 2], "big")
+        length = int.from_bytes(data[pos : pos + 2], "big")
         if length < 2 or pos + length > end:
             raise ValueError(f"bad segment length {length} at byte {pos}")
         pos += length

@@ -36,8 +36,9 @@ from cascade.schema import (
 _INT_BOUND = 2**63
 
 
-def decode_at(decoder: msgspec.json.Decoder, data: bytes | msgspec.Raw,
-              prefix: list[str | int]) -> Any:
+def decode_at(
+    decoder: msgspec.json.Decoder, data: bytes | msgspec.Raw, prefix: list[str | int]
+) -> Any:
     """``data`` decoded by ``decoder``; a failure is a ``ValidationFailed`` whose ``loc`` starts
     with ``prefix`` (msgspec's message read by ``cascade.overrides.msgspec``)."""
     try:
@@ -108,23 +109,26 @@ def _question_chars(qid: str, q: Question, limits: Limits) -> int:
     loc: list[str | int] = ["questions", qid]
     total = len(qid)
     if q.instructions is not None:
-        total += _text_chars(q.instructions, [*loc, "instructions"],
-                             limits.max_instructions_chars, limits)
+        total += _text_chars(
+            q.instructions, [*loc, "instructions"], limits.max_instructions_chars, limits
+        )
     criteria = q.criteria
     if isinstance(criteria, dict):
         for i, (key, value) in enumerate(criteria.items()):
             total += _text_chars(key, [*loc, "criteria", i], limits.max_label_chars, limits)
             if value is not None:
-                total += _text_chars(value, [*loc, "criteria", key], limits.max_option_chars,
-                                     limits)
+                total += _text_chars(
+                    value, [*loc, "criteria", key], limits.max_option_chars, limits
+                )
     elif isinstance(criteria, list):
         limit = limits.max_label_chars if isinstance(q, ChoiceQuestion) else limits.max_option_chars
         for i, value in enumerate(criteria):
             total += _text_chars(value, [*loc, "criteria", i], limit, limits)
     if isinstance(q, NoulQuestion) and q.labels is not None:
         for name in ("false", "true"):
-            total += _text_chars(getattr(q.labels, name), [*loc, "labels", name],
-                                 limits.max_label_chars, limits)
+            total += _text_chars(
+                getattr(q.labels, name), [*loc, "labels", name], limits.max_label_chars, limits
+            )
     return total
 
 
@@ -180,20 +184,20 @@ def _questions(raw: dict[str, msgspec.Raw], limits: Limits) -> tuple[dict[str, Q
                 f"question ids must have 1 to {limits.max_question_id_chars} characters",
             )
     questions = {
-        qid: decode_at(question_decoder, body, ["questions", qid])
-        for qid, body in raw.items()
+        qid: decode_at(question_decoder, body, ["questions", qid]) for qid, body in raw.items()
     }
     chars = sum(_question_chars(qid, q, limits) for qid, q in questions.items())
     if chars > limits.max_question_text_chars:
-        raise PayloadTooLarge(f"the questions' texts have {chars} characters together; at most "
-                              f"{limits.max_question_text_chars}")
+        raise PayloadTooLarge(
+            f"the questions' texts have {chars} characters together; at most "
+            f"{limits.max_question_text_chars}"
+        )
     for qid, q in questions.items():
         _check_question(qid, q, limits)
     total = sum(2 if isinstance(q, NoulQuestion) else len(q.criteria) for q in questions.values())
     if total > limits.max_total_options:
         raise PayloadTooLarge(f"{total} options in total; at most {limits.max_total_options}")
     return questions, chars
-
 
 
 def check_state(state: Any, loc: list[str | int], limits: Limits = LIMITS) -> int:
@@ -211,8 +215,10 @@ def check_state(state: Any, loc: list[str | int], limits: Limits = LIMITS) -> in
 def check_request_text(chars: int, limits: Limits = LIMITS) -> None:
     """The total of a request's texts: its state(s) and its questions' texts."""
     if chars > limits.max_request_text_chars:
-        raise PayloadTooLarge(f"the request's texts (states and questions) have {chars} "
-                              f"characters together; at most {limits.max_request_text_chars}")
+        raise PayloadTooLarge(
+            f"the request's texts (states and questions) have {chars} "
+            f"characters together; at most {limits.max_request_text_chars}"
+        )
 
 
 _STATE_BYTES = 1024  # model, usage and x_cascade of one result, besides per-question entries
@@ -234,8 +240,9 @@ def answer_bytes(questions: dict[str, Question]) -> int:
     return size
 
 
-def check_batch_answer(states: int, questions: dict[str, Question],
-                       limits: Limits = LIMITS) -> None:
+def check_batch_answer(
+    states: int, questions: dict[str, Question], limits: Limits = LIMITS
+) -> None:
     """Refuse a batch whose answers could pass ``max_batch_answer_bytes`` before any work."""
     bound = states * answer_bytes(questions)
     if bound > limits.max_batch_answer_bytes:
@@ -252,8 +259,9 @@ def parse_envelope(body: bytes) -> RequestEnvelope:
     return decode_at(envelope_decoder, body, [])
 
 
-def parse_questions(env: RequestEnvelope, limits: Limits = LIMITS
-                    ) -> tuple[dict[str, Question], int]:
+def parse_questions(
+    env: RequestEnvelope, limits: Limits = LIMITS
+) -> tuple[dict[str, Question], int]:
     """The validated questions, and the length of their texts together."""
     return _questions(env.questions, limits)
 

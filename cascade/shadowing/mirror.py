@@ -28,21 +28,26 @@ ShadowCaller = Callable[[Serving, str, EngineCall], Awaitable[EngineAnswer]]
 
 
 class ShadowMirror:
-    def __init__(self, call: ShadowCaller, breakers: Mapping[str, CircuitBreaker],
-                 clock: Callable[[], float], control: LiveControl) -> None:
+    def __init__(
+        self,
+        call: ShadowCaller,
+        breakers: Mapping[str, CircuitBreaker],
+        clock: Callable[[], float],
+        control: LiveControl,
+    ) -> None:
         self._call, self._breakers, self._clock, self._control = call, breakers, clock, control
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def mirror(self, serving: Serving, shadow: ShadowCall, stamp: Stamp,
-               decisions: DecisionStore | None) -> None:
+    def mirror(
+        self, serving: Serving, shadow: ShadowCall, stamp: Stamp, decisions: DecisionStore | None
+    ) -> None:
         """Send ``shadow`` in the background (its answer logged to ``decisions``), unless too
         many are in flight or its tier's breaker is not closed."""
         busy = len(self._tasks) >= serving.policy.shadow.max_concurrent
         if busy or self._breakers[shadow.tier].state(self._clock()) != "closed":
             metrics.SHADOW.labels(outcome="skipped_busy").inc()
             return
-        task = asyncio.get_running_loop().create_task(self._run(serving, shadow, stamp,
-                                                                 decisions))
+        task = asyncio.get_running_loop().create_task(self._run(serving, shadow, stamp, decisions))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -56,12 +61,18 @@ class ShadowMirror:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _run(self, serving: Serving, shadow: ShadowCall, stamp: Stamp,
-                   decisions: DecisionStore | None) -> None:
+    async def _run(
+        self, serving: Serving, shadow: ShadowCall, stamp: Stamp, decisions: DecisionStore | None
+    ) -> None:
         try:
             answering = self._call(serving, shadow.tier, shadow.call)
-            strong = await traced(shadow.tier, "shadow", kind_of(serving.policy.tiers[
-                shadow.tier]), shadow.call, answering)
+            strong = await traced(
+                shadow.tier,
+                "shadow",
+                kind_of(serving.policy.tiers[shadow.tier]),
+                shadow.call,
+                answering,
+            )
         except (EngineError, Overloaded, ClientError):
             metrics.SHADOW.labels(outcome="failed").inc()
             return

@@ -22,8 +22,16 @@ if TYPE_CHECKING:
     from cascade.policy.model import Policy
     from cascade.settings import Settings
 
-__all__ = ["LogRow", "NotADecisionLog", "is_url", "log_source", "log_target", "missing",
-           "read_rows", "replica_name"]
+__all__ = [
+    "LogRow",
+    "NotADecisionLog",
+    "is_url",
+    "log_source",
+    "log_target",
+    "missing",
+    "read_rows",
+    "replica_name",
+]
 
 
 def log_source(text: str) -> str | Path:
@@ -47,8 +55,9 @@ def replica_name() -> str:
     return env_value("replica") or socket.gethostname()
 
 
-def read_rows(target: str | Path, *, since: float | None = None,
-              tenant: str | None = None) -> Iterator[LogRow]:
+def read_rows(
+    target: str | Path, *, since: float | None = None, tenant: str | None = None
+) -> Iterator[LogRow]:
     """Every row of a SQLite file or a PostgreSQL URL, oldest first, streamed (``since``: from
     that unix time on, ``tenant``: that tenant's only; both filtered in SQL)."""
     if is_url(target):

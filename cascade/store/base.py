@@ -29,9 +29,14 @@ class DecisionStore(Protocol):
 
     def shadowed(self, call: EngineCall, strong: EngineAnswer, stamp: Stamp) -> None: ...
 
-    def label(self, request_id: str, labels: Mapping[str, Label], *,
-              source: str = "feedback", tenant: str = ""
-              ) -> concurrent.futures.Future[LabelOutcome] | None: ...
+    def label(
+        self,
+        request_id: str,
+        labels: Mapping[str, Label],
+        *,
+        source: str = "feedback",
+        tenant: str = "",
+    ) -> concurrent.futures.Future[LabelOutcome] | None: ...
 
     def health(self) -> dict[str, Any]: ...
 

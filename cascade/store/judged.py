@@ -32,16 +32,25 @@ def row_evidence(policy: Policy, row: LogRow, source: Source) -> Labelled | None
         return None
     question = msgspec.convert(row.question, Question)
     if source == "feedback" and row.label is not None:
-        return judged(policy, question, row.cheap.probabilities, row.label.value, source,
-                      row.ts, tenant=row.label.tenant, asked=asked_key(row.id, row.ts))
+        return judged(
+            policy,
+            question,
+            row.cheap.probabilities,
+            row.label.value,
+            source,
+            row.ts,
+            tenant=row.label.tenant,
+            asked=asked_key(row.id, row.ts),
+        )
     if source == "shadow" and row.shadow and row.strong is not None:
         truth = answer_label(question, row.strong.probabilities)
         return judged(policy, question, row.cheap.probabilities, truth, source, row.ts)
     return None
 
 
-def evidence(policy: Policy, rows: Iterable[LogRow],
-             sources: Collection[Source] = SOURCES) -> Iterator[Labelled]:
+def evidence(
+    policy: Policy, rows: Iterable[LogRow], sources: Collection[Source] = SOURCES
+) -> Iterator[Labelled]:
     """Every judged answer of ``rows``, in row order (a row labelled and shadowed gives two)."""
     for row in rows:
         for source in SOURCES:

@@ -12,8 +12,9 @@ from cascade.schema import Question
 from cascade.store.rows import LogRow
 
 
-def store_labels(rows: Mapping[str, LogRow], labels: Mapping[str, Any],
-                 upsert: Callable[[LogRow, Any], object]) -> LabelOutcome:
+def store_labels(
+    rows: Mapping[str, LogRow], labels: Mapping[str, Any], upsert: Callable[[LogRow, Any], object]
+) -> LabelOutcome:
     """Label ``rows`` (the latest row of each question of one tenant's request, by question
     id; empty: no such request) with ``labels`` through ``upsert(row, label)``: every label,
     or none when one names a question not asked or does not fit its question."""
@@ -31,6 +32,13 @@ def store_labels(rows: Mapping[str, LogRow], labels: Mapping[str, Any],
         upsert(row, value)
         if row.label is not None:
             outcome.relabelled.append(qid)
-        outcome.labelled.append(Logged(question=questions[qid], label=value, ts=row.ts, cheap=(
-            None if row.cheap is None else row.cheap.probabilities), decision=row.id))
+        outcome.labelled.append(
+            Logged(
+                question=questions[qid],
+                label=value,
+                ts=row.ts,
+                cheap=(None if row.cheap is None else row.cheap.probabilities),
+                decision=row.id,
+            )
+        )
     return outcome

@@ -95,18 +95,26 @@ CREATE TABLE IF NOT EXISTS audit (  -- schema 6 -> 7 (cascade.audit)
     record text NOT NULL
 );
 """
-INSERT = (f"INSERT INTO decisions (row_key, {', '.join(COLUMNS)}) VALUES "
-          f"({', '.join(['%s'] * (len(COLUMNS) + 1))}) ON CONFLICT (row_key) DO NOTHING")
+INSERT = (
+    f"INSERT INTO decisions (row_key, {', '.join(COLUMNS)}) VALUES "
+    f"({', '.join(['%s'] * (len(COLUMNS) + 1))}) ON CONFLICT (row_key) DO NOTHING"
+)
 # A big batch's rows are copied into a per-connection staging table (COPY: no per-row
 # statement), then moved in their order, each row once by its key.
 STAGED = ", ".join(("row_key", *COLUMNS))
-STAGE = (f"CREATE TEMP TABLE IF NOT EXISTS decisions_stage ON COMMIT DELETE ROWS AS "
-         f"SELECT 0::bigint AS n, {STAGED} FROM decisions WITH NO DATA")
+STAGE = (
+    f"CREATE TEMP TABLE IF NOT EXISTS decisions_stage ON COMMIT DELETE ROWS AS "
+    f"SELECT 0::bigint AS n, {STAGED} FROM decisions WITH NO DATA"
+)
 COPY = f"COPY decisions_stage (n, {STAGED}) FROM STDIN"
-MOVE = (f"INSERT INTO decisions ({STAGED}) SELECT {STAGED} FROM decisions_stage ORDER BY n "
-        "ON CONFLICT (row_key) DO NOTHING")
-INSERT_STATE = ("INSERT INTO states (key, state, ts) VALUES (%s, %s, %s) ON CONFLICT (key) "
-                "DO UPDATE SET ts = greatest(states.ts, excluded.ts)")
+MOVE = (
+    f"INSERT INTO decisions ({STAGED}) SELECT {STAGED} FROM decisions_stage ORDER BY n "
+    "ON CONFLICT (row_key) DO NOTHING"
+)
+INSERT_STATE = (
+    "INSERT INTO states (key, state, ts) VALUES (%s, %s, %s) ON CONFLICT (key) "
+    "DO UPDATE SET ts = greatest(states.ts, excluded.ts)"
+)
 SHADOW_UPDATE = (
     "UPDATE decisions SET strong = %s, strong_tokens = %s, shadow = 1 WHERE id = (SELECT max(id) "
     "FROM decisions WHERE request_id = %s AND tenant = %s AND question_id = %s)"
@@ -116,8 +124,10 @@ SELECT = (
     "l.count, l.tenant FROM decisions d LEFT JOIN labels l ON l.decision = d.id "
     "LEFT JOIN states s ON d.state_mode = 'text' AND s.key = d.state"
 )
-LATEST = (" WHERE d.id IN (SELECT max(id) FROM decisions WHERE tenant = %s AND request_id = %s "
-          "GROUP BY question_id) ORDER BY d.id")
+LATEST = (
+    " WHERE d.id IN (SELECT max(id) FROM decisions WHERE tenant = %s AND request_id = %s "
+    "GROUP BY question_id) ORDER BY d.id"
+)
 UPSERT_LABEL = (
     "INSERT INTO labels (decision, request_id, question_id, label, ts, source, count, tenant) "
     "VALUES (%s, %s, %s, %s, %s, %s, 1, %s) ON CONFLICT (decision) DO UPDATE SET "
@@ -172,8 +182,10 @@ def migrate(url: str) -> tuple[int, int]:
         row = conn.execute("SELECT version FROM cascade_schema").fetchone()
         found = 0 if row is None else int(row[0])
         if found > SCHEMA_VERSION:
-            raise NotADecisionLog(f"{safe_url(url)}: decision store schema {found} is newer "
-                                  f"than this cascade reads ({SCHEMA_VERSION})")
+            raise NotADecisionLog(
+                f"{safe_url(url)}: decision store schema {found} is newer "
+                f"than this cascade reads ({SCHEMA_VERSION})"
+            )
         if found < SCHEMA_VERSION:
             conn.execute(CREATE)
             conn.execute("DELETE FROM cascade_schema")
@@ -181,8 +193,9 @@ def migrate(url: str) -> tuple[int, int]:
     return found, SCHEMA_VERSION
 
 
-def read_rows(url: str, *, since: float | None = None,
-              tenant: str | None = None) -> Iterator[LogRow]:
+def read_rows(
+    url: str, *, since: float | None = None, tenant: str | None = None
+) -> Iterator[LogRow]:
     """Every row, oldest first, through a server-side cursor (a few thousand rows in memory at
     a time); ``since``/``tenant`` filter in SQL."""
     where: list[str] = []
@@ -208,8 +221,10 @@ def read_judged(url: str, *, per_cell: int, shadow: bool) -> list[LogRow]:
     SQL (``JUDGED``): never the whole table."""
     conn, select = _reader(url)
     with conn:
-        return [_decode(values) for values in conn.execute(
-            select + JUDGED.format(judge=JUDGES[shadow]), (per_cell,))]
+        return [
+            _decode(values)
+            for values in conn.execute(select + JUDGED.format(judge=JUDGES[shadow]), (per_cell,))
+        ]
 
 
 def _reader(url: str) -> tuple[psycopg.Connection[Any], str]:
@@ -220,8 +235,9 @@ def _reader(url: str) -> tuple[psycopg.Connection[Any], str]:
     try:
         conn = connect(url)
     except psycopg.OperationalError as exc:
-        raise ConnectionError(f"{safe_url(url)}: cannot connect: "
-                              f"{' '.join(str(exc).split())}") from None
+        raise ConnectionError(
+            f"{safe_url(url)}: cannot connect: {' '.join(str(exc).split())}"
+        ) from None
     try:
         old = _check_version(conn, url) < SCHEMA_VERSION  # not migrated yet: no trace_id
     except BaseException:
@@ -230,13 +246,16 @@ def _reader(url: str) -> tuple[psycopg.Connection[Any], str]:
     return conn, SELECT.replace("d.trace_id", "NULL AS trace_id") if old else SELECT
 
 
-def write_audit(url: str, ts: float, action: str, actor: str, outcome: str, replica: str,
-                record: str) -> None:
+def write_audit(
+    url: str, ts: float, action: str, actor: str, outcome: str, replica: str, record: str
+) -> None:
     """Append one audit record (``cascade.audit``); raises on any failure."""
     with connect(url) as conn:
-        conn.execute("INSERT INTO audit (ts, action, actor, outcome, replica, record) "
-                     "VALUES (%s, %s, %s, %s, %s, %s)",
-                     (ts, action, actor, outcome, replica, record))
+        conn.execute(
+            "INSERT INTO audit (ts, action, actor, outcome, replica, record) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            (ts, action, actor, outcome, replica, record),
+        )
 
 
 def read_audit(url: str, since: float, limit: int) -> list[str]:
@@ -247,13 +266,15 @@ def read_audit(url: str, since: float, limit: int) -> list[str]:
     try:
         conn = connect(url)
     except psycopg.OperationalError as exc:
-        raise ConnectionError(f"{safe_url(url)}: cannot connect: "
-                              f"{' '.join(str(exc).split())}") from None
+        raise ConnectionError(
+            f"{safe_url(url)}: cannot connect: {' '.join(str(exc).split())}"
+        ) from None
     with conn:
         if _check_version(conn, url) < 7:
             return []
-        found = conn.execute("SELECT record FROM audit WHERE ts >= %s ORDER BY id DESC "
-                             "LIMIT %s", (since, limit)).fetchall()
+        found = conn.execute(
+            "SELECT record FROM audit WHERE ts >= %s ORDER BY id DESC LIMIT %s", (since, limit)
+        ).fetchall()
     return [record for (record,) in reversed(found)]
 
 
@@ -264,11 +285,15 @@ def _check_version(conn: psycopg.Connection[Any], url: str) -> int:
         with conn.transaction():
             row = conn.execute("SELECT version FROM cascade_schema").fetchone()
     except psycopg.errors.UndefinedTable:
-        raise NotADecisionLog(f"{safe_url(url)}: no decision store there (run cascade store "
-                              "migrate URL, or serve with it)") from None
+        raise NotADecisionLog(
+            f"{safe_url(url)}: no decision store there (run cascade store "
+            "migrate URL, or serve with it)"
+        ) from None
     if row is None or row[0] > SCHEMA_VERSION:
-        raise NotADecisionLog(f"{safe_url(url)}: decision store schema "
-                              f"{None if row is None else row[0]} is not one this cascade reads")
+        raise NotADecisionLog(
+            f"{safe_url(url)}: decision store schema "
+            f"{None if row is None else row[0]} is not one this cascade reads"
+        )
     return int(row[0])
 
 
@@ -278,7 +303,7 @@ def _decode(values: tuple[Any, ...]) -> LogRow:
     state_text = values[n]
     if raw["state_mode"] == "text":
         raw["state"] = None if state_text is None else _loads(state_text)
-    return decode_row(raw, tuple(values[n + 1:]))
+    return decode_row(raw, tuple(values[n + 1 :]))
 
 
 def _full(row: list[Any]) -> list[Any]:
@@ -300,9 +325,16 @@ class PostgresStore:
     (None: keep everything); ``clock``: unix time, for rows and retention."""
 
     def __init__(
-        self, url: str, *, spool: str | Path, spool_bytes: int = 256 << 20,
-        state_mode: StateMode = "hash", replica: str = "", queue_size: int = 10_000,
-        keep_days: float | None = None, required: bool = True,
+        self,
+        url: str,
+        *,
+        spool: str | Path,
+        spool_bytes: int = 256 << 20,
+        state_mode: StateMode = "hash",
+        replica: str = "",
+        queue_size: int = 10_000,
+        keep_days: float | None = None,
+        required: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         import psycopg
@@ -321,8 +353,12 @@ class PostgresStore:
             if required:
                 raise
             self.reachable = False
-            log.warning("decision store: %s unreachable at boot (%s); rows spool to %s until "
-                        "it answers", safe_url(url), exc, spool)
+            log.warning(
+                "decision store: %s unreachable at boot (%s); rows spool to %s until it answers",
+                safe_url(url),
+                exc,
+                spool,
+            )
         self.spool = Spool(spool, spool_bytes)
         self.written = self.failed = self.errors = self.dropped = self.spooled = 0
         self.last_error: tuple[float, str] | None = None
@@ -335,8 +371,9 @@ class PostgresStore:
         self._next_try = 0.0  # monotonic time of the next connection attempt
         self._next_prune = 0.0
         self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue(maxsize=queue_size)
-        self._pool = ConnectionPool(url, min_size=0, max_size=4, open=True, timeout=2.0,
-                                    kwargs={**TIMEOUTS, **_password()})
+        self._pool = ConnectionPool(
+            url, min_size=0, max_size=4, open=True, timeout=2.0, kwargs={**TIMEOUTS, **_password()}
+        )
         self._labellers = concurrent.futures.ThreadPoolExecutor(4, "decision-labels")
         self._thread = threading.Thread(target=self._run, name="decision-store", daemon=True)
         self._thread.start()
@@ -346,8 +383,12 @@ class PostgresStore:
     async def record(self, call: EngineCall, decision: Decision, latency_s: float) -> None:
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         key = f"{self._boot}:{next(self._seq)}"
-        if not self._put(("record", call, decision, latency_s, self.clock(), key, done),
-                         len(call.questions)) or self.lagging:
+        if (
+            not self._put(
+                ("record", call, decision, latency_s, self.clock(), key, done), len(call.questions)
+            )
+            or self.lagging
+        ):
             return
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)), DURABLE_WAIT_S)
@@ -357,8 +398,14 @@ class PostgresStore:
     def shadowed(self, call: EngineCall, strong: EngineAnswer, stamp: Stamp) -> None:
         self._put(("shadow", call, strong, stamp), len(call.questions))
 
-    def label(self, request_id: str, labels: Mapping[str, Any], *, source: str = "feedback",
-              tenant: str = "") -> concurrent.futures.Future[LabelOutcome] | None:
+    def label(
+        self,
+        request_id: str,
+        labels: Mapping[str, Any],
+        *,
+        source: str = "feedback",
+        tenant: str = "",
+    ) -> concurrent.futures.Future[LabelOutcome] | None:
         return self._labellers.submit(self._label, request_id, dict(labels), source, tenant)
 
     def _put(self, item: tuple[Any, ...], rows: int) -> bool:
@@ -374,11 +421,18 @@ class PostgresStore:
         """``reachable``; ``behind``: rows waiting in the spool (and its bytes), with the
         writer's counts and last failure."""
         return {
-            "backend": "postgresql", "alive": self._thread.is_alive(),
-            "reachable": self.reachable, "behind": self.spool.rows > 0 or self.lagging,
-            "lagging": self.lagging, "spool_rows": self.spool.rows,
-            "spool_bytes": self.spool.size, "written": self.written, "spooled": self.spooled,
-            "failed": self.failed, "dropped_requests": self.dropped, "errors": self.errors,
+            "backend": "postgresql",
+            "alive": self._thread.is_alive(),
+            "reachable": self.reachable,
+            "behind": self.spool.rows > 0 or self.lagging,
+            "lagging": self.lagging,
+            "spool_rows": self.spool.rows,
+            "spool_bytes": self.spool.size,
+            "written": self.written,
+            "spooled": self.spooled,
+            "failed": self.failed,
+            "dropped_requests": self.dropped,
+            "errors": self.errors,
             "last_error": None if self.last_error is None else self.last_error[1],
             "last_error_at": None if self.last_error is None else self.last_error[0],
         }
@@ -393,14 +447,23 @@ class PostgresStore:
 
     # ------------------------------------------------------------ labels (a pool thread)
 
-    def _label(self, request_id: str, labels: dict[str, Any], source: str,
-               tenant: str) -> LabelOutcome:
+    def _label(
+        self, request_id: str, labels: dict[str, Any], source: str, tenant: str
+    ) -> LabelOutcome:
         ts = self.clock()
         with self._pool.connection() as conn, conn.transaction():
-            rows = {row.question_id: row for row in map(
-                _decode, conn.execute(SELECT + LATEST, (tenant, request_id)))}
-            return store_labels(rows, labels, lambda row, value: conn.execute(UPSERT_LABEL, (
-                row.id, request_id, row.question_id, to_json(value), ts, source, tenant)))
+            rows = {
+                row.question_id: row
+                for row in map(_decode, conn.execute(SELECT + LATEST, (tenant, request_id)))
+            }
+            return store_labels(
+                rows,
+                labels,
+                lambda row, value: conn.execute(
+                    UPSERT_LABEL,
+                    (row.id, request_id, row.question_id, to_json(value), ts, source, tenant),
+                ),
+            )
 
     # ------------------------------------------------------------ the writer thread
 
@@ -417,8 +480,10 @@ class PostgresStore:
                 if batch and (self.spool.rows or not self._write(batch, rows)):
                     self._to_spool(batch, rows)
                 elif self._spool_failing and not self.spool.rows:
-                    log.warning("decision store: writing again, spool %s empty; it takes rows "
-                                "again", self.spool.path)
+                    log.warning(
+                        "decision store: writing again, spool %s empty; it takes rows again",
+                        self.spool.path,
+                    )
                     self._spool_failing = False
                 self._prune()
             finally:  # in the store, in the spool, or dropped and counted: nobody waits
@@ -451,8 +516,9 @@ class PostgresStore:
         for item in items:
             if item[0] == "record":
                 call, decision, latency_s, ts, key, _ = item[1:]
-                records, state = request_rows(call, decision, latency_s, ts, self.state_mode,
-                                              self.replica)
+                records, state = request_rows(
+                    call, decision, latency_s, ts, self.state_mode, self.replica
+                )
                 if state is not None:
                     batch.append(["state", [*state, ts]])
                 batch.append(["rows", [[f"{key}:{r[5]}", *r] for r in records]])
@@ -478,8 +544,7 @@ class PostgresStore:
                 with self._conn.transaction(), self._conn.cursor() as cur:
                     _copy(cur, batch)
             else:
-                with (self._conn.pipeline(), self._conn.transaction(),
-                      self._conn.cursor() as cur):
+                with self._conn.pipeline(), self._conn.transaction(), self._conn.cursor() as cur:
                     _insert(cur, batch)
         except Exception as exc:
             self._unreachable(exc)
@@ -498,8 +563,12 @@ class PostgresStore:
         metrics.DECISION_LOG_ERRORS.labels(stage="write").inc()
         metrics.DECISION_STORE_REACHABLE.set(0)
         if self.reachable:  # logged once per outage
-            log.warning("decision store: %s unreachable (%s); rows spool to %s",
-                        safe_url(self.url), exc, self.spool.path)
+            log.warning(
+                "decision store: %s unreachable (%s); rows spool to %s",
+                safe_url(self.url),
+                exc,
+                self.spool.path,
+            )
         self.reachable = False
         self._next_try = time.monotonic() + RETRY_S
         if self._conn is not None:
@@ -520,8 +589,12 @@ class PostgresStore:
             # Logged once until the spool empties: a small batch that fits the last free
             # bytes between two failures does not make the warning flap.
             if not self._spool_failing:
-                log.warning("decision store: spool %s failed (%s); rows are dropped and "
-                            "counted until it takes them again", self.spool.path, exc)
+                log.warning(
+                    "decision store: spool %s failed (%s); rows are dropped and "
+                    "counted until it takes them again",
+                    self.spool.path,
+                    exc,
+                )
             self._spool_failing = True
         outcome = "spooled" if kept else "dropped"
         if kept:
@@ -545,8 +618,12 @@ class PostgresStore:
 
     def _prune(self) -> None:
         """Delete what ``keep_days`` no longer keeps (once an hour)."""
-        if (self.keep_days is None or self._conn is None or not self.reachable
-                or time.monotonic() < self._next_prune):
+        if (
+            self.keep_days is None
+            or self._conn is None
+            or not self.reachable
+            or time.monotonic() < self._next_prune
+        ):
             return
         self._next_prune = time.monotonic() + PRUNE_EVERY_S
         try:

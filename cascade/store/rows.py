@@ -24,10 +24,31 @@ if TYPE_CHECKING:
 StateMode = Literal["text", "hash", "none"]
 
 COLUMNS = (
-    "request_id", "ts", "model", "policy_hash", "checkpoints", "question_id", "type", "band",
-    "question", "state", "state_mode", "cheap", "strong", "final_tier", "reason", "degraded",
-    "shadow", "latency_s", "tenant", "cheap_tokens", "strong_tokens", "calibration_hash",
-    "tenant_policy_hash", "replica", "trace_id",
+    "request_id",
+    "ts",
+    "model",
+    "policy_hash",
+    "checkpoints",
+    "question_id",
+    "type",
+    "band",
+    "question",
+    "state",
+    "state_mode",
+    "cheap",
+    "strong",
+    "final_tier",
+    "reason",
+    "degraded",
+    "shadow",
+    "latency_s",
+    "tenant",
+    "cheap_tokens",
+    "strong_tokens",
+    "calibration_hash",
+    "tenant_policy_hash",
+    "replica",
+    "trace_id",
 )
 
 
@@ -100,7 +121,11 @@ def state_hash(state: Any) -> str:
 
 
 def request_rows(
-    call: EngineCall, decision: Decision, latency_s: float, ts: float, state_mode: StateMode,
+    call: EngineCall,
+    decision: Decision,
+    latency_s: float,
+    ts: float,
+    state_mode: StateMode,
     replica: str,
 ) -> tuple[list[tuple[Any, ...]], tuple[str, str] | None]:
     """The request's rows (``COLUMNS`` order), and in text mode its ``states`` row (key,
@@ -122,26 +147,61 @@ def request_rows(
         route = decision.routes[qid]
         cheap_json = strong_json = None
         if cheap is not None and qid in cheap.results:
-            cheap_json = to_json(CheapEntry(tier=stamp.cheap or "", probabilities=cheap.results[
-                qid].probabilities, checkpoint=checkpoint or cheap.model))
+            cheap_json = to_json(
+                CheapEntry(
+                    tier=stamp.cheap or "",
+                    probabilities=cheap.results[qid].probabilities,
+                    checkpoint=checkpoint or cheap.model,
+                )
+            )
         if strong is not None and qid in strong.results:
-            strong_json = to_json(StrongEntry(tier=stamp.strong or "",
-                                              probabilities=strong.results[qid].probabilities))
-        rows.append((
-            call.request_id, ts, call.model, stamp.policy_hash, weights, qid, question.type,
-            option_band(n_options(question)), to_json(question), state, state_mode, cheap_json,
-            strong_json, route.tier, route.reason, int(qid in decision.degraded), 0, latency_s,
-            stamp.tenant, share(cheap, qid), share(strong, qid), stamp.calibration_hash,
-            stamp.tenant_policy_hash, replica, stamp.trace_id or None,
-        ))
+            strong_json = to_json(
+                StrongEntry(
+                    tier=stamp.strong or "", probabilities=strong.results[qid].probabilities
+                )
+            )
+        rows.append(
+            (
+                call.request_id,
+                ts,
+                call.model,
+                stamp.policy_hash,
+                weights,
+                qid,
+                question.type,
+                option_band(n_options(question)),
+                to_json(question),
+                state,
+                state_mode,
+                cheap_json,
+                strong_json,
+                route.tier,
+                route.reason,
+                int(qid in decision.degraded),
+                0,
+                latency_s,
+                stamp.tenant,
+                share(cheap, qid),
+                share(strong, qid),
+                stamp.calibration_hash,
+                stamp.tenant_policy_hash,
+                replica,
+                stamp.trace_id or None,
+            )
+        )
     return rows, stored
 
 
 def shadow_rows(call: EngineCall, strong: EngineAnswer, stamp: Stamp) -> list[tuple[Any, ...]]:
     """A shadow answer's updates: (strong JSON, token share, request id, tenant, question)."""
     return [
-        (to_json(StrongEntry(tier=stamp.strong or "", probabilities=result.probabilities)),
-         share(strong, qid), call.request_id, stamp.tenant, qid)
+        (
+            to_json(StrongEntry(tier=stamp.strong or "", probabilities=result.probabilities)),
+            share(strong, qid),
+            call.request_id,
+            stamp.tenant,
+            qid,
+        )
         for qid, result in strong.results.items()
     ]
 
@@ -170,6 +230,11 @@ def decode_row(raw: dict[str, Any], label: tuple[Any, ...]) -> LogRow:
     raw["trace_id"] = raw["trace_id"] or ""
     value, ts, source, count, labeller = label
     if value is not None:
-        raw["label"] = {"value": msgspec.json.decode(value), "ts": ts, "source": source,
-                        "count": count, "tenant": labeller or ""}
+        raw["label"] = {
+            "value": msgspec.json.decode(value),
+            "ts": ts,
+            "source": source,
+            "count": count,
+            "tenant": labeller or "",
+        }
     return msgspec.convert(raw, LogRow)

@@ -45,7 +45,7 @@ class Spool:
         try:
             view = memoryview(record)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         except OSError:
             os.ftruncate(fd, self.size)  # no half record stays behind

@@ -146,16 +146,22 @@ PRAGMA user_version = {SCHEMA_VERSION};
 MIGRATE = {
     3: "ALTER TABLE labels ADD COLUMN tenant TEXT NOT NULL DEFAULT '';",
     4: "ALTER TABLE decisions ADD COLUMN calibration_hash TEXT;\n"
-       "ALTER TABLE decisions ADD COLUMN tenant_policy_hash TEXT;\n"
-       "ALTER TABLE decisions ADD COLUMN replica TEXT;",
+    "ALTER TABLE decisions ADD COLUMN tenant_policy_hash TEXT;\n"
+    "ALTER TABLE decisions ADD COLUMN replica TEXT;",
     5: "ALTER TABLE decisions ADD COLUMN trace_id TEXT;",
     6: AUDIT,
 }
 # What a file of an older version has in place of the columns it lacks (by the first version
 # that has them).
-ADDED = {"tenant": (3, "''"), "cheap_tokens": (3, "NULL"), "strong_tokens": (3, "NULL"),
-         "calibration_hash": (5, "NULL"), "tenant_policy_hash": (5, "NULL"),
-         "replica": (5, "NULL"), "trace_id": (6, "NULL")}
+ADDED = {
+    "tenant": (3, "''"),
+    "cheap_tokens": (3, "NULL"),
+    "strong_tokens": (3, "NULL"),
+    "calibration_hash": (5, "NULL"),
+    "tenant_policy_hash": (5, "NULL"),
+    "replica": (5, "NULL"),
+    "trace_id": (6, "NULL"),
+}
 INSERT = f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 INSERT_STATE = "INSERT OR IGNORE INTO states (key, state) VALUES (?, ?)"
 SHADOW_UPDATE = (
@@ -172,8 +178,9 @@ MAX_BATCH = 1024  # queue items per transaction
 COMMIT_WAIT_S = 0.25  # the longest a response waits for its rows' commit
 
 
-def read_rows(path: str | Path, *, since: float | None = None,
-              tenant: str | None = None) -> Iterator[LogRow]:
+def read_rows(
+    path: str | Path, *, since: float | None = None, tenant: str | None = None
+) -> Iterator[LogRow]:
     """Every row of one log file, oldest first (``since``: from that unix time on; ``tenant``:
     that tenant's only; both in SQL), streamed. Rotated files (``FILE.1`` ...) are read by
     passing their own paths. Safe while a gateway is writing (WAL readers see committed rows)."""
@@ -195,15 +202,19 @@ def read_rows(path: str | Path, *, since: float | None = None,
         conn.close()
 
 
-def write_audit(path: str | Path, ts: float, action: str, actor: str, outcome: str,
-                replica: str, record: str) -> None:
+def write_audit(
+    path: str | Path, ts: float, action: str, actor: str, outcome: str, replica: str, record: str
+) -> None:
     """Append one audit record (``cascade.audit``) on a connection of its own; raises on any
     failure (the caller counts it)."""
     conn = sqlite3.connect(path, timeout=5.0)
     try:
         with conn:
-            conn.execute("INSERT INTO audit (ts, action, actor, outcome, replica, record) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", (ts, action, actor, outcome, replica, record))
+            conn.execute(
+                "INSERT INTO audit (ts, action, actor, outcome, replica, record) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (ts, action, actor, outcome, replica, record),
+            )
     finally:
         conn.close()
 
@@ -218,8 +229,9 @@ def read_audit(path: str | Path, since: float, limit: int) -> list[str]:
     try:
         if log_version(conn, path) < 7:
             return []
-        found = conn.execute("SELECT record FROM audit WHERE ts >= ? ORDER BY id DESC LIMIT ?",
-                             (since, limit)).fetchall()
+        found = conn.execute(
+            "SELECT record FROM audit WHERE ts >= ? ORDER BY id DESC LIMIT ?", (since, limit)
+        ).fetchall()
     finally:
         conn.close()
     return [record for (record,) in reversed(found)]
@@ -237,13 +249,14 @@ def log_version(conn: sqlite3.Connection, path: str | Path) -> int:
     if not tables:
         raise NotADecisionLog(f"{path}: not a decision log (no decisions table)")
     if version > SCHEMA_VERSION:
-        raise NotADecisionLog(f"{path}: decision log schema {version} is newer than this "
-                              f"cascade reads ({SCHEMA_VERSION})")
+        raise NotADecisionLog(
+            f"{path}: decision log schema {version} is newer than this "
+            f"cascade reads ({SCHEMA_VERSION})"
+        )
     return int(version)
 
 
-def _where(version: int, since: float | None,
-           tenant: str | None) -> tuple[str, tuple[Any, ...]]:
+def _where(version: int, since: float | None, tenant: str | None) -> tuple[str, tuple[Any, ...]]:
     """The filters as a WHERE clause and its parameters (a file before tenants: tenant "")."""
     found: list[str] = []
     params: list[Any] = []
@@ -258,12 +271,16 @@ def _where(version: int, since: float | None,
 
 def _select(version: int) -> str:
     """The rows of a file of ``version``, each with its label (if the version has labels)."""
-    columns = [f"d.{name}" if ADDED.get(name, (0, ""))[0] <= version
-               else f"{ADDED[name][1]} AS {name}" for name in COLUMNS]
+    columns = [
+        f"d.{name}" if ADDED.get(name, (0, ""))[0] <= version else f"{ADDED[name][1]} AS {name}"
+        for name in COLUMNS
+    ]
     if version >= 3:
         labeller = "l.tenant" if version >= 4 else "''"
-        return (f"SELECT d.id, {', '.join(columns)}, l.label, l.ts, l.source, l.count, "
-                f"{labeller} FROM decisions d LEFT JOIN labels l ON l.decision = d.id")
+        return (
+            f"SELECT d.id, {', '.join(columns)}, l.label, l.ts, l.source, l.count, "
+            f"{labeller} FROM decisions d LEFT JOIN labels l ON l.decision = d.id"
+        )
     return f"SELECT d.id, {', '.join(columns)}, NULL, NULL, NULL, NULL, NULL FROM decisions d"
 
 
@@ -277,12 +294,12 @@ class _RowDecoder:
         self.text: tuple[str | None, Any] = (None, None)  # the last state read
 
     def __call__(self, values: Sequence[Any]) -> LogRow:
-        raw = dict(zip(self.names, values[:len(self.names)], strict=True))
+        raw = dict(zip(self.names, values[: len(self.names)], strict=True))
         if raw["state_mode"] == "text" and raw["state"] is not None:
             if self.text[0] != raw["state"]:
                 self.text = (raw["state"], _stored_state(self.conn, self.version, raw["state"]))
             raw["state"] = self.text[1]
-        return decode_row(raw, tuple(values[len(self.names):]))
+        return decode_row(raw, tuple(values[len(self.names) :]))
 
 
 def _stored_state(conn: sqlite3.Connection, version: int, column: str) -> Any:
@@ -301,8 +318,14 @@ class SqliteStore:
     """
 
     def __init__(
-        self, path: str | Path, *, state_mode: StateMode = "hash", replica: str = "",
-        max_bytes: int = 1 << 30, keep: int = 3, queue_size: int = 10_000,
+        self,
+        path: str | Path,
+        *,
+        state_mode: StateMode = "hash",
+        replica: str = "",
+        max_bytes: int = 1 << 30,
+        keep: int = 3,
+        queue_size: int = 10_000,
     ) -> None:
         self.path = Path(path)
         self.replica = replica
@@ -332,16 +355,23 @@ class SqliteStore:
         except TimeoutError:
             self.lagging = True
 
-    def queue_record(self, call: EngineCall, decision: Decision,
-                     latency_s: float) -> concurrent.futures.Future[None] | None:
+    def queue_record(
+        self, call: EngineCall, decision: Decision, latency_s: float
+    ) -> concurrent.futures.Future[None] | None:
         """``record`` without the wait: the future resolves once the rows are committed (or
         failed); None when the queue was full and the rows were dropped."""
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         item = ("record", call, decision, latency_s, time.time(), done)
         return done if self._put(item) else None
 
-    def label(self, request_id: str, labels: Mapping[str, Any], *, source: str = "feedback",
-              tenant: str = "") -> concurrent.futures.Future[LabelOutcome] | None:
+    def label(
+        self,
+        request_id: str,
+        labels: Mapping[str, Any],
+        *,
+        source: str = "feedback",
+        tenant: str = "",
+    ) -> concurrent.futures.Future[LabelOutcome] | None:
         """Queue ``tenant``'s labels for the latest rows of its request ``request_id`` (question
         id -> label, the shapes of ``cascade eval`` data). The future resolves once they are
         committed, to what was found and stored (nothing when a label does not fit, or the
@@ -372,8 +402,12 @@ class SqliteStore:
         """The writer's state for ``/health``: alive, failing (the last attempt failed), counts
         of rows (written, failed), of requests dropped and of failures, and the last failure."""
         return {
-            "alive": self._thread.is_alive(), "failing": self.failing, "lagging": self.lagging,
-            "written": self.written, "failed": self.failed, "dropped_requests": self.dropped,
+            "alive": self._thread.is_alive(),
+            "failing": self.failing,
+            "lagging": self.lagging,
+            "written": self.written,
+            "failed": self.failed,
+            "dropped_requests": self.dropped,
             "errors": self.errors,
             "last_error": None if self.last_error is None else self.last_error[1],
             "last_error_at": None if self.last_error is None else self.last_error[0],
@@ -402,14 +436,23 @@ class SqliteStore:
             (version,) = conn.execute("PRAGMA user_version").fetchone()
             (tables,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             if tables and version in MIGRATE:
-                log.info("decision log: %s has schema %d; migrating it to %d", self.path,
-                         version, SCHEMA_VERSION)
+                log.info(
+                    "decision log: %s has schema %d; migrating it to %d",
+                    self.path,
+                    version,
+                    SCHEMA_VERSION,
+                )
                 steps = "\n".join(MIGRATE[v] for v in range(version, SCHEMA_VERSION))
-                conn.executescript(f"BEGIN;\n{steps}\nPRAGMA user_version = {SCHEMA_VERSION};"
-                                   "\nCOMMIT;")
+                conn.executescript(
+                    f"BEGIN;\n{steps}\nPRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;"
+                )
             elif tables and version != SCHEMA_VERSION:
-                log.info("decision log: %s has schema %d, not %d; rotating it aside",
-                         self.path, version, SCHEMA_VERSION)
+                log.info(
+                    "decision log: %s has schema %d, not %d; rotating it aside",
+                    self.path,
+                    version,
+                    SCHEMA_VERSION,
+                )
                 if not self._set_aside(conn):
                     raise sqlite3.OperationalError(f"{self.path}: a reader holds it open")
                 conn = self._connect()
@@ -459,8 +502,9 @@ class SqliteStore:
             for item in batch:
                 if item[0] == "record":
                     _, call, decision, latency_s, ts, _ = item
-                    records, state = request_rows(call, decision, latency_s, ts,
-                                                  self.state_mode, self.replica)
+                    records, state = request_rows(
+                        call, decision, latency_s, ts, self.state_mode, self.replica
+                    )
                     if state is not None:
                         conn.execute(INSERT_STATE, state)
                     conn.executemany(INSERT, records)
@@ -542,15 +586,32 @@ class SqliteStore:
             self._conn = None
 
 
-def _store_labels(conn: sqlite3.Connection, request_id: str, labels: dict[str, Any],
-                  source: str, tenant: str, ts: float) -> LabelOutcome:
+def _store_labels(
+    conn: sqlite3.Connection,
+    request_id: str,
+    labels: dict[str, Any],
+    source: str,
+    tenant: str,
+    ts: float,
+) -> LabelOutcome:
     """Label the latest row of each question of ``tenant``'s request ``request_id`` (inside
     the writer's transaction; ``store_labels``). Nothing of another tenant's request is read:
     it is not found, as an id never seen."""
-    latest = ("WHERE d.id IN (SELECT max(id) FROM decisions WHERE request_id = ? AND tenant = ? "
-              "GROUP BY question_id) ORDER BY d.id")
+    latest = (
+        "WHERE d.id IN (SELECT max(id) FROM decisions WHERE request_id = ? AND tenant = ? "
+        "GROUP BY question_id) ORDER BY d.id"
+    )
     decode = _RowDecoder(conn, SCHEMA_VERSION)
-    rows = {row.question_id: row for row in map(
-        decode, conn.execute(f"{_select(SCHEMA_VERSION)} {latest}", (request_id, tenant)))}
-    return store_labels(rows, labels, lambda row, value: conn.execute(UPSERT_LABEL, (
-        row.id, request_id, row.question_id, to_json(value), ts, source, tenant)))
+    rows = {
+        row.question_id: row
+        for row in map(
+            decode, conn.execute(f"{_select(SCHEMA_VERSION)} {latest}", (request_id, tenant))
+        )
+    }
+    return store_labels(
+        rows,
+        labels,
+        lambda row, value: conn.execute(
+            UPSERT_LABEL, (row.id, request_id, row.question_id, to_json(value), ts, source, tenant)
+        ),
+    )

@@ -18,15 +18,23 @@ from cascade.tenants.model import Tenant
 def load_admins(settings: Settings) -> Tenants:
     """Every admin key's digest and name; ``SettingsError`` (unreadable file) or
     ``KeysFileError`` (``FILE:LINE: error:`` lines)."""
-    keys = [(digest(key), Tenant(name=f"admin-env-{n}"))
-            for n, key in enumerate((k for k in settings.admin_keys if k), 1)]
+    keys = [
+        (digest(key), Tenant(name=f"admin-env-{n}"))
+        for n, key in enumerate((k for k in settings.admin_keys if k), 1)
+    ]
     path = settings.admin_keys_file
     if path:
-        text = key_file_text(path, "CASCADE_ADMIN_KEYS_FILE", what="admin keys file",
-                             create="one key per line, or [[tenant]] tables")
+        text = key_file_text(
+            path,
+            "CASCADE_ADMIN_KEYS_FILE",
+            what="admin keys file",
+            create="one key per line, or [[tenant]] tables",
+        )
         parsed = parse(text, path)
-        keys += [(digest(key), Tenant(name=f"admin-{n}"))
-                 for n, key in enumerate(parsed.plain, 1)]
-        keys += [(from_hashed(key), Tenant(name=entry.name))
-                 for entry in parsed.entries for key in entry.keys]
+        keys += [(digest(key), Tenant(name=f"admin-{n}")) for n, key in enumerate(parsed.plain, 1)]
+        keys += [
+            (from_hashed(key), Tenant(name=entry.name))
+            for entry in parsed.entries
+            for key in entry.keys
+        ]
     return Tenants(keys)

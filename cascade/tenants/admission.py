@@ -42,8 +42,11 @@ from cascade.tenants.model import Tenant
 
 log = logging.getLogger("cascade")
 # The header suffix of each limit (OpenAI's names for requests and tokens).
-HEADER = {"requests_per_min": "requests", "input_tokens_per_min": "tokens",
-          "questions_per_min": "questions"}
+HEADER = {
+    "requests_per_min": "requests",
+    "input_tokens_per_min": "tokens",
+    "questions_per_min": "questions",
+}
 
 
 def reset_text(seconds: float) -> str:
@@ -58,9 +61,11 @@ def reset_text(seconds: float) -> str:
 
 def headers(name: str, found: Level) -> dict[str, str]:
     suffix = HEADER[name]
-    return {f"x-ratelimit-limit-{suffix}": str(found.limit),
-            f"x-ratelimit-remaining-{suffix}": str(found.remaining),
-            f"x-ratelimit-reset-{suffix}": reset_text(found.reset_s)}
+    return {
+        f"x-ratelimit-limit-{suffix}": str(found.limit),
+        f"x-ratelimit-remaining-{suffix}": str(found.remaining),
+        f"x-ratelimit-reset-{suffix}": reset_text(found.reset_s),
+    }
 
 
 def _refuses(check: Check, found: Level) -> bool:
@@ -80,8 +85,13 @@ class Grant:
 
 
 class TenantAdmission:
-    def __init__(self, store: LimitStore, *, backend: str = "local",
-                 on_error: Literal["open", "closed"] = "open") -> None:
+    def __init__(
+        self,
+        store: LimitStore,
+        *,
+        backend: str = "local",
+        on_error: Literal["open", "closed"] = "open",
+    ) -> None:
         self.store = store
         self.backend = backend
         self.on_error = on_error
@@ -92,22 +102,24 @@ class TenantAdmission:
         limits = tenant.limits
         checks = {}
         if limits.requests_per_min:
-            checks["requests_per_min"] = Check(f"{tenant.name}:requests",
-                                               limits.requests_per_min)
+            checks["requests_per_min"] = Check(f"{tenant.name}:requests", limits.requests_per_min)
         if limits.input_tokens_per_min:
-            checks["input_tokens_per_min"] = Check(f"{tenant.name}:tokens",
-                                                   limits.input_tokens_per_min, mode="peek")
+            checks["input_tokens_per_min"] = Check(
+                f"{tenant.name}:tokens", limits.input_tokens_per_min, mode="peek"
+            )
         await self._admit(tenant, checks, grant)
 
     async def after_decode(self, tenant: Tenant, questions: int, grant: Grant) -> None:
         limits = tenant.limits
         checks = {}
         if limits.questions_per_min:
-            checks["questions_per_min"] = Check(f"{tenant.name}:questions",
-                                                limits.questions_per_min, cost=questions)
+            checks["questions_per_min"] = Check(
+                f"{tenant.name}:questions", limits.questions_per_min, cost=questions
+            )
         if limits.strong_questions_per_min:
             checks["strong_questions_per_min"] = Check(
-                f"{tenant.name}:strong", limits.strong_questions_per_min, mode="look")
+                f"{tenant.name}:strong", limits.strong_questions_per_min, mode="look"
+            )
         verdict = await self._admit(tenant, checks, grant)
         if verdict is not None and "strong_questions_per_min" in checks:
             found = verdict.levels[list(checks).index("strong_questions_per_min")]
@@ -131,8 +143,9 @@ class TenantAdmission:
                 del self.strong_reserved[tenant.name]
             grant.reserved = 0
 
-    async def _admit(self, tenant: Tenant, checks: dict[str, Check],
-                     grant: Grant) -> Verdict | None:
+    async def _admit(
+        self, tenant: Tenant, checks: dict[str, Check], grant: Grant
+    ) -> Verdict | None:
         if not checks:
             return None
         try:
@@ -150,7 +163,8 @@ class TenantAdmission:
             raise TenantLimited(
                 f"tenant `{tenant.name}` is over its {limit} ({getattr(tenant.limits, limit)}); "
                 f"retry in {math.ceil(verdict.retry_after_s)} s",
-                retry_after=verdict.retry_after_s)
+                retry_after=verdict.retry_after_s,
+            )
         return verdict
 
     def _counted(self, exc: BackendFailed, doing: str) -> None:
@@ -164,15 +178,20 @@ class TenantAdmission:
         if self.on_error == "closed":
             raise Overloaded("the limits backend is unavailable", retry_after=1.0)
 
-    async def charge(self, tenant: Tenant, *, tokens: int, strong: int,
-                     grant: Grant | None = None) -> None:
+    async def charge(
+        self, tenant: Tenant, *, tokens: int, strong: int, grant: Grant | None = None
+    ) -> None:
         """What the answer cost, known only now: input tokens and strong-tier questions, in
         one call; ``grant``'s headers then show the levels after it."""
-        costs = {"input_tokens_per_min": ("tokens", tokens),
-                 "strong_questions_per_min": ("strong", strong)}
-        checks = {name: Check(f"{tenant.name}:{key}", per_min, cost=cost)
-                  for name, (key, cost) in costs.items()
-                  if (per_min := getattr(tenant.limits, name)) and cost > 0}
+        costs = {
+            "input_tokens_per_min": ("tokens", tokens),
+            "strong_questions_per_min": ("strong", strong),
+        }
+        checks = {
+            name: Check(f"{tenant.name}:{key}", per_min, cost=cost)
+            for name, (key, cost) in costs.items()
+            if (per_min := getattr(tenant.limits, name)) and cost > 0
+        }
         if not checks:
             return
         try:
@@ -192,9 +211,12 @@ class TenantAdmission:
         if limit is not None and self.inflight[tenant.name] + count > limit:
             metrics.TENANT_LIMITED.labels(tenant=tenant.name, limit="max_inflight").inc()
             held = self.inflight[tenant.name]
-            raise TenantLimited(f"tenant `{tenant.name}` would have {held + count} states in "
-                                f"flight, over its max_inflight ({limit}; a batch counts its "
-                                "states)", retry_after=1.0)
+            raise TenantLimited(
+                f"tenant `{tenant.name}` would have {held + count} states in "
+                f"flight, over its max_inflight ({limit}; a batch counts its "
+                "states)",
+                retry_after=1.0,
+            )
         self.inflight[tenant.name] += count
         try:
             yield

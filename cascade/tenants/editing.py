@@ -18,17 +18,29 @@ def with_key(text: str, filename: str, name: str, hashed: str) -> str:
     try:
         msgspec.convert(name, Name)
     except msgspec.ValidationError:
-        raise KeysFileError([f"{filename}: error: tenant name `{name}`: letters, digits and "
-                             "_ . - only, 64 at most, starting with a letter or digit"]) from None
+        raise KeysFileError(
+            [
+                f"{filename}: error: tenant name `{name}`: letters, digits and "
+                "_ . - only, 64 at most, starting with a letter or digit"
+            ]
+        ) from None
     if text.strip() and is_old_format(text):
-        raise KeysFileError([f"{filename}: error: the file holds one key per line (the old "
-                             "format); move its keys to [[tenant]] tables first"])
+        raise KeysFileError(
+            [
+                f"{filename}: error: the file holds one key per line (the old "
+                "format); move its keys to [[tenant]] tables first"
+            ]
+        )
     entries = parse(text, filename).entries
     rows = text.splitlines(keepends=True)
     starts = [n for n, row in enumerate(rows) if TENANT_HEADER.match(row)]
     if len(starts) != len(entries):
-        raise KeysFileError([f"{filename}: error: tenants written as inline tables cannot be "
-                             "edited here; write them as [[tenant]] tables"])
+        raise KeysFileError(
+            [
+                f"{filename}: error: tenants written as inline tables cannot be "
+                "edited here; write them as [[tenant]] tables"
+            ]
+        )
     names = [e.name for e in entries]
     if name not in names:
         block = f"\n[[tenant]]\nname = {json.dumps(name)}\nkeys = [{json.dumps(hashed)}]\n"
@@ -50,6 +62,7 @@ def with_key(text: str, filename: str, name: str, hashed: str) -> str:
         out = "".join(rows)
     found = parse(out, filename).entries
     if not any(e.name == name and hashed in e.keys for e in found):  # never write a bad edit
-        raise KeysFileError([f"{filename}: error: could not add the key to tenant `{name}`; "
-                             "edit the file by hand"])
+        raise KeysFileError(
+            [f"{filename}: error: could not add the key to tenant `{name}`; edit the file by hand"]
+        )
     return out

@@ -49,8 +49,12 @@ class Parsed(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def read_text(path: str) -> str:
-    return key_file_text(path, "CASCADE_API_KEYS_FILE", what="API keys file",
-                         create="`cascade keys add NAME --file FILE`, or one key per line")
+    return key_file_text(
+        path,
+        "CASCADE_API_KEYS_FILE",
+        what="API keys file",
+        create="`cascade keys add NAME --file FILE`, or one key per line",
+    )
 
 
 def is_old_format(text: str) -> bool:
@@ -83,8 +87,9 @@ def parse(text: str, filename: str) -> Parsed:
         found = list(_checks(keys_file))
     if found:
         lines = tenant_lines(text)
-        raise KeysFileError([f"{filename}:{locate(lines, path)}: error: {message}"
-                             for path, message in found])
+        raise KeysFileError(
+            [f"{filename}:{locate(lines, path)}: error: {message}" for path, message in found]
+        )
     return Parsed(entries=keys_file.tenant, backend=keys_file.limits, plain=[], toml=True)
 
 
@@ -123,8 +128,9 @@ def _fields(cls: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
     return {f.encode_name: f for f in msgspec.structs.fields(cls)}
 
 
-def _table(value: Any, cls: type[msgspec.Struct], path: KeyPath,
-           what: str) -> Iterator[tuple[KeyPath, str]]:
+def _table(
+    value: Any, cls: type[msgspec.Struct], path: KeyPath, what: str
+) -> Iterator[tuple[KeyPath, str]]:
     if not isinstance(value, dict):
         yield path, f"{what} must be a table"
         return
@@ -154,16 +160,24 @@ def _checks(keys_file: KeysFile) -> Iterator[tuple[KeyPath, str]]:
         names.setdefault(entry.name, i)
         for key in entry.keys:
             if not HASHED.match(key):
-                yield (*path, "keys"), (f"tenant `{entry.name}`: keys hold `sha256:` and 64 hex "
-                                        "digits (`cascade keys add` writes them), never a key")
+                yield (
+                    (*path, "keys"),
+                    (
+                        f"tenant `{entry.name}`: keys hold `sha256:` and 64 hex "
+                        "digits (`cascade keys add` writes them), never a key"
+                    ),
+                )
             elif key in hashes:
-                yield (*path, "keys"), (f"tenant `{entry.name}`: a key of tenant "
-                                        f"`{hashes[key]}` is listed again")
+                yield (
+                    (*path, "keys"),
+                    (f"tenant `{entry.name}`: a key of tenant `{hashes[key]}` is listed again"),
+                )
             hashes.setdefault(key, entry.name)
     backend = keys_file.limits
     if backend.backend == "redis" and not (backend.url or "").startswith(
-            ("redis://", "rediss://", "unix://")):
-        yield ("limits", "backend"), "[limits] backend = \"redis\" needs url = \"redis://HOST:PORT/DB\""
+        ("redis://", "rediss://", "unix://")
+    ):
+        yield ("limits", "backend"), '[limits] backend = "redis" needs url = "redis://HOST:PORT/DB"'
 
 
 def load_tenants(settings: Settings, policy: Policy | None = None) -> Tenants:
@@ -187,10 +201,11 @@ def load_tenants(settings: Settings, policy: Policy | None = None) -> Tenants:
                 if policy is not None:
                     resolved = tenant_policy(base / entry.policy, policy, where=where)
                 elif not (base / entry.policy).is_file():
-                    raise KeysFileError([f"{where}: error: tenant policy {base / entry.policy}: "
-                                         "no such file"])
-            tenant = Tenant(name=entry.name, limits=entry.limits(), policy=resolved,
-                            expires=entry.expires)
+                    raise KeysFileError(
+                        [f"{where}: error: tenant policy {base / entry.policy}: no such file"]
+                    )
+            tenant = Tenant(
+                name=entry.name, limits=entry.limits(), policy=resolved, expires=entry.expires
+            )
             keys += [(from_hashed(k), tenant) for k in entry.keys]
     return Tenants(keys, backend)
-

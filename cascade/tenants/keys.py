@@ -42,8 +42,9 @@ class Tenants:
     """Every key's digest and its tenant, and the ``[limits]`` backend. No keys: auth is off
     and every request is the anonymous tenant, without limits."""
 
-    def __init__(self, keys: list[tuple[bytes, Tenant]],
-                 backend: LimitsBackend | None = None) -> None:
+    def __init__(
+        self, keys: list[tuple[bytes, Tenant]], backend: LimitsBackend | None = None
+    ) -> None:
         self._keys = dict(keys)  # a digest listed twice: its last tenant
         self.backend = backend or LimitsBackend()
 

@@ -54,8 +54,11 @@ class Verdict(msgspec.Struct, frozen=True):
 def level(per_min: int, ahead_s: float) -> Level:
     """A limit whose TAT is ``ahead_s`` from now."""
     used = max(0.0, ahead_s) * per_min / WINDOW_S
-    return Level(limit=per_min, remaining=max(0, math.floor(per_min - used + _EPSILON)),
-                 reset_s=max(0.0, ahead_s))
+    return Level(
+        limit=per_min,
+        remaining=max(0, math.floor(per_min - used + _EPSILON)),
+        reset_s=max(0.0, ahead_s),
+    )
 
 
 class Gcra:

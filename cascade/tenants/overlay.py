@@ -45,28 +45,40 @@ def tenant_policy(path: Path, base: Policy, *, where: str) -> Policy:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise PolicyError([format_finding(str(path), text, Finding(
-            "error", (), f"invalid TOML: {exc}"))]) from None
+        raise PolicyError(
+            [format_finding(str(path), text, Finding("error", (), f"invalid TOML: {exc}"))]
+        ) from None
     if "tiers" in data:
         policy = load_policy(path)
         if policy.tiers != base.tiers:
-            line = min((n for k, n in key_lines(text).items() if k[:1] == ("tiers",)),
-                       default=1)
-            raise PolicyError([f"{path}:{line}: error: a tenant's policy must run the gateway's "
-                               "tiers (the same [tiers] tables), or be an overlay without them"])
+            line = min((n for k, n in key_lines(text).items() if k[:1] == ("tiers",)), default=1)
+            raise PolicyError(
+                [
+                    f"{path}:{line}: error: a tenant's policy must run the gateway's "
+                    "tiers (the same [tiers] tables), or be an overlay without them"
+                ]
+            )
         return policy
     return _overlay(path, text, data, base)
 
 
 def _overlay(path: Path, text: str, data: dict[str, Any], base: Policy) -> Policy:
-    errors = [Finding("error", (key,), f"an overlay cannot set `{key}` (it may set: "
-                      f"{', '.join(OVERLAY_TABLES)}; a whole policy file has [tiers])")
-              for key in data if key not in OVERLAY_TABLES]
+    errors = [
+        Finding(
+            "error",
+            (key,),
+            f"an overlay cannot set `{key}` (it may set: "
+            f"{', '.join(OVERLAY_TABLES)}; a whole policy file has [tiers])",
+        )
+        for key in data
+        if key not in OVERLAY_TABLES
+    ]
     calibration = data.get("calibration")
     if isinstance(calibration, dict) and isinstance(calibration.get("file"), str):
         calibration["file"] = str((path.parent / calibration["file"]).expanduser().resolve())
-    merged = _merge(msgspec.to_builtins(base), {k: v for k, v in data.items()
-                                                 if k in OVERLAY_TABLES})
+    merged = _merge(
+        msgspec.to_builtins(base), {k: v for k, v in data.items() if k in OVERLAY_TABLES}
+    )
     policy, found = (None, []) if errors else check_data(merged)
     errors += [f for f in found if f.severity == "error"]
     if errors or policy is None:

@@ -78,12 +78,22 @@ return out
 
 
 class RedisLimitStore:
-    def __init__(self, url: str, *, timeout_s: float, prefix: str, retry_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float,
+        prefix: str,
+        retry_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
             health_check_interval=0,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)))
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.clock = clock

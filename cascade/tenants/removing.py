@@ -34,19 +34,31 @@ def without_key(text: str, filename: str, name: str, prefix: str) -> tuple[str, 
     found = [k for k in entry.keys if hex_prefix and k[7:].startswith(hex_prefix)]
     if len(found) != 1:
         what = "no key" if not found else f"{len(found)} keys"
-        raise KeysFileError([f"{filename}: error: tenant `{name}` has {what} whose hash starts "
-                             f"with `{prefix}` (see `cascade keys list`)"])
+        raise KeysFileError(
+            [
+                f"{filename}: error: tenant `{name}` has {what} whose hash starts "
+                f"with `{prefix}` (see `cascade keys list`)"
+            ]
+        )
     if len(entry.keys) == 1:
-        raise KeysFileError([f"{filename}: error: `{found[0][:15]}…` is tenant `{name}`'s only "
-                             f"key: remove the tenant instead (`cascade keys remove {name}`)"])
+        raise KeysFileError(
+            [
+                f"{filename}: error: `{found[0][:15]}…` is tenant `{name}`'s only "
+                f"key: remove the tenant instead (`cascade keys remove {name}`)"
+            ]
+        )
     block = "".join(rows[start:end])
     quoted = rf"""(["']){re.escape(found[0])}\1"""
     edited, count = re.subn(rf",\s*{quoted}", "", block, count=1)  # after another item
     if not count:
         edited, count = re.subn(rf"{quoted}\s*,?[ \t]*", "", block, count=1)
     out = "".join(rows[:start]) + edited + "".join(rows[end:])
-    expected = [msgspec.structs.replace(e, keys=[k for k in e.keys if k != found[0]])
-                if e.name == name else e for e in entries]
+    expected = [
+        msgspec.structs.replace(e, keys=[k for k in e.keys if k != found[0]])
+        if e.name == name
+        else e
+        for e in entries
+    ]
     return _checked(out, filename, expected), found[0]
 
 
@@ -54,19 +66,26 @@ def _table(text: str, filename: str, name: str) -> tuple[list[TenantEntry], list
     """The file's tenants, its rows, and the rows ``[start, end)`` of tenant ``name``'s table."""
     parsed: Parsed = parse(text, filename)
     if not parsed.toml:
-        raise KeysFileError([f"{filename}: error: the file holds one key per line (the old "
-                             "format): delete the key's line by hand"])
+        raise KeysFileError(
+            [
+                f"{filename}: error: the file holds one key per line (the old "
+                "format): delete the key's line by hand"
+            ]
+        )
     names = [e.name for e in parsed.entries]
     if name not in names:
         raise KeysFileError([f"{filename}: error: no tenant `{name}`"])
     rows = text.splitlines(keepends=True)
     starts = [n for n, row in enumerate(rows) if TENANT_HEADER.match(row)]
     if len(starts) != len(names):
-        raise KeysFileError([f"{filename}: error: tenants written as inline tables cannot be "
-                             "edited here; write them as [[tenant]] tables"])
+        raise KeysFileError(
+            [
+                f"{filename}: error: tenants written as inline tables cannot be "
+                "edited here; write them as [[tenant]] tables"
+            ]
+        )
     start = starts[names.index(name)]
-    end = next((n for n in range(start + 1, len(rows)) if _TABLE_HEADER.match(rows[n])),
-               len(rows))
+    end = next((n for n in range(start + 1, len(rows)) if _TABLE_HEADER.match(rows[n])), len(rows))
     return parsed.entries, rows, start, end
 
 
@@ -77,6 +96,7 @@ def _checked(out: str, filename: str, expected: list[TenantEntry]) -> str:
     except KeysFileError:
         entries = None
     if entries != expected:
-        raise KeysFileError([f"{filename}: error: could not make this edit safely; edit the "
-                             "file by hand"])
+        raise KeysFileError(
+            [f"{filename}: error: could not make this edit safely; edit the file by hand"]
+        )
     return out

@@ -16,8 +16,7 @@ from cascade.policy.model import Policy
 from cascade.tenants.usage import Tally, UsageBook
 
 
-def record(tenant: str, policy: Policy, decision: Decision,
-           book: UsageBook) -> dict[str, Tally]:
+def record(tenant: str, policy: Policy, decision: Decision, book: UsageBook) -> dict[str, Tally]:
     """The request's tallies by tier (also each answer's ``x-cascade-cost``)."""
     tiers: dict[str, Tally] = {}
     for tier, answer in decision.answers.items():

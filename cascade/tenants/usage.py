@@ -33,8 +33,12 @@ class Tally:
         self.cost += other.cost
 
     def wire(self) -> TierUsage:
-        return TierUsage(requests=self.requests, questions=self.questions,
-                         input_tokens=self.input_tokens, cost=round(self.cost, 6))
+        return TierUsage(
+            requests=self.requests,
+            questions=self.questions,
+            input_tokens=self.input_tokens,
+            cost=round(self.cost, 6),
+        )
 
 
 @dataclass
@@ -46,10 +50,14 @@ class Day:
         total = Tally()
         for tally in self.tiers.values():
             total.add(tally)
-        return UsageFigures(date=None if when is None else when.isoformat(), requests=self.requests,
-                            questions=total.questions, input_tokens=total.input_tokens,
-                            cost=round(total.cost, 6),
-                            tiers={name: t.wire() for name, t in self.tiers.items()})
+        return UsageFigures(
+            date=None if when is None else when.isoformat(),
+            requests=self.requests,
+            questions=total.questions,
+            input_tokens=total.input_tokens,
+            cost=round(total.cost, 6),
+            tiers={name: t.wire() for name, t in self.tiers.items()},
+        )
 
 
 class UsageBook:
@@ -93,6 +101,10 @@ class UsageBook:
         first = datetime(oldest.year, oldest.month, oldest.day, tzinfo=UTC)
         since = max(datetime.fromtimestamp(self.started, UTC), first)
         return UsageReport(
-            tenant=tenant, scope="replica", retained_days=self.days,
+            tenant=tenant,
+            scope="replica",
+            retained_days=self.days,
             since=since.isoformat(timespec="seconds"),
-            days=[day.wire(when) for when, day in sorted(days.items())], total=total.wire(None))
+            days=[day.wire(when) for when, day in sorted(days.items())],
+            total=total.wire(None),
+        )

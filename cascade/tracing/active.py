@@ -28,8 +28,9 @@ class Span(Protocol):
 class Tracing(Protocol):
     """Spans of the current context (contextvars: a task inherits its creator's span)."""
 
-    def span(self, name: str, attributes: Attributes | None = None, *, remote: bool = False
-             ) -> AbstractContextManager[Span]: ...
+    def span(
+        self, name: str, attributes: Attributes | None = None, *, remote: bool = False
+    ) -> AbstractContextManager[Span]: ...
 
     def annotate(self, build: Callable[[], Attributes]) -> None: ...
 
@@ -56,8 +57,9 @@ def current() -> Tracing | None:
     return _active
 
 
-def span(name: str, attributes: Attributes | None = None, *, remote: bool = False
-         ) -> AbstractContextManager[Span | None]:
+def span(
+    name: str, attributes: Attributes | None = None, *, remote: bool = False
+) -> AbstractContextManager[Span | None]:
     """A child span of the current one, current inside the block (``remote``: a client span, a
     call to another process); ``None`` while off. An exception leaving the block is recorded
     on the span and marks it failed."""

@@ -44,6 +44,7 @@ class DecisionView(Protocol):
     @property
     def usage(self) -> EngineUsage: ...
 
+
 MAX_LIST = 64  # values per list attribute (a request has at most a few dozen questions)
 OPERATION = "decide"  # gen_ai.operation.name of a tier call (typed decisions, not chat)
 
@@ -56,9 +57,13 @@ def counts(values: Counter[str]) -> str:
 def tier_call(tier: str, slot: str, call: EngineCall, provider: str) -> dict[str, Any]:
     """A tier call's attributes before it runs; ``slot``: cheap, strong or shadow."""
     return {
-        "gen_ai.operation.name": OPERATION, "gen_ai.provider.name": provider,
-        "gen_ai.request.model": call.model, "cascade.tier": tier, "cascade.slot": slot,
-        "cascade.questions": len(call.questions), "cascade.images": len(call.images),
+        "gen_ai.operation.name": OPERATION,
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": call.model,
+        "cascade.tier": tier,
+        "cascade.slot": slot,
+        "cascade.questions": len(call.questions),
+        "cascade.images": len(call.images),
     }
 
 
@@ -67,19 +72,26 @@ def tier_answer(answer: EngineAnswer) -> dict[str, Any]:
     usage = answer.usage
     cached = getattr(usage, "cached_tokens", 0)
     return {
-        "gen_ai.response.model": answer.model, "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.response.model": answer.model,
+        "gen_ai.usage.input_tokens": usage.input_tokens,
         "cascade.cached_tokens": cached,
-        "cascade.cache": "hit" if cached and cached >= usage.input_tokens else
-                         "partial" if cached else "miss",
-        "cascade.confidence": [max(r.probabilities, default=0.0)
-                               for r in list(answer.results.values())[:MAX_LIST]],
+        "cascade.cache": "hit"
+        if cached and cached >= usage.input_tokens
+        else "partial"
+        if cached
+        else "miss",
+        "cascade.confidence": [
+            max(r.probabilities, default=0.0) for r in list(answer.results.values())[:MAX_LIST]
+        ],
     }
 
 
 def started(call: EngineCall, stamp: StampView) -> dict[str, Any]:
     """A request's attributes as it starts: whose, under which policy version."""
-    found: dict[str, Any] = {"cascade.tenant": stamp.tenant,
-                             "cascade.policy_hash": stamp.policy_hash}
+    found: dict[str, Any] = {
+        "cascade.tenant": stamp.tenant,
+        "cascade.policy_hash": stamp.policy_hash,
+    }
     if call.request_id:
         found["cascade.request_id"] = call.request_id[:128]
     if stamp.tenant_policy_hash:
@@ -91,11 +103,13 @@ def decided(call: EngineCall, decision: DecisionView, outcome: str) -> dict[str,
     """A decided request's attributes (its tenant and policy hash are set when it starts)."""
     reasons = Counter[str](r.reason for r in decision.routes.values() if r.reason is not None)
     found: dict[str, Any] = {
-        "cascade.outcome": outcome, "cascade.questions": len(call.questions),
+        "cascade.outcome": outcome,
+        "cascade.questions": len(call.questions),
         "cascade.route": counts(Counter(r.tier for r in decision.routes.values())),
         "gen_ai.response.model": decision.model,
         "gen_ai.usage.input_tokens": decision.usage.input_tokens,
-        "cascade.escalated": len(decision.escalated), "cascade.degraded": len(decision.degraded),
+        "cascade.escalated": len(decision.escalated),
+        "cascade.degraded": len(decision.degraded),
         "cascade.refused": len(decision.refused),
     }
     if reasons:

@@ -12,8 +12,9 @@ if TYPE_CHECKING:
     from cascade.calls import EngineAnswer, EngineCall
 
 
-async def traced(tier: str, slot: str, provider: str, call: EngineCall,
-                 answering: Awaitable[EngineAnswer]) -> EngineAnswer:
+async def traced(
+    tier: str, slot: str, provider: str, call: EngineCall, answering: Awaitable[EngineAnswer]
+) -> EngineAnswer:
     """``answering`` awaited in a span of ``tier`` (``slot``: cheap, strong or shadow;
     ``provider``: laya, clef or upstream), or bare while tracing is off."""
     if active.current() is None:

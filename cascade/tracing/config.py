@@ -45,14 +45,17 @@ def from_env(environ: Mapping[str, str]) -> OtelTracing | None:
 
     exporter = environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
     if exporter not in EXPORTERS:
-        raise ValueError(f"OTEL_TRACES_EXPORTER={exporter!r}: cascade exports otlp "
-                         "(OTLP/HTTP protobuf) or console")
+        raise ValueError(
+            f"OTEL_TRACES_EXPORTER={exporter!r}: cascade exports otlp "
+            "(OTLP/HTTP protobuf) or console"
+        )
     chosen = ConsoleSpanExporter() if exporter == "console" else OTLPSpanExporter()
     return build(chosen, service_name="" if environ.get("OTEL_SERVICE_NAME") else "cascade")
 
 
-def build(exporter: SpanExporter, *, sampler: Sampler | None = None,
-          service_name: str = "cascade") -> OtelTracing:
+def build(
+    exporter: SpanExporter, *, sampler: Sampler | None = None, service_name: str = "cascade"
+) -> OtelTracing:
     """Tracing that exports to ``exporter`` through a batch processor; ``sampler`` None: the
     SDK's, from ``OTEL_TRACES_SAMPLER`` (default: parent-based, always on). ``service_name``
     "": ``OTEL_SERVICE_NAME``'s."""
@@ -64,7 +67,8 @@ def build(exporter: SpanExporter, *, sampler: Sampler | None = None,
     from cascade.tracing.otel import OtelTracing
 
     named = {"service.name": service_name} if service_name else {}
-    provider = TracerProvider(sampler=sampler, resource=Resource.create(
-        {**named, "service.version": __version__}))
+    provider = TracerProvider(
+        sampler=sampler, resource=Resource.create({**named, "service.version": __version__})
+    )
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return OtelTracing(provider)

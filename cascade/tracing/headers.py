@@ -20,8 +20,9 @@ _TOKEN = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")  # RFC 9110 token character
 
 def timing(entries: Mapping[str, float]) -> str:
     """``name;dur=MS`` entries, comma-separated, from seconds by name."""
-    return ", ".join(f"{_TOKEN.sub('_', name)};dur={seconds * 1000:.3f}"
-                     for name, seconds in entries.items())
+    return ", ".join(
+        f"{_TOKEN.sub('_', name)};dur={seconds * 1000:.3f}" for name, seconds in entries.items()
+    )
 
 
 def slowest(each: Iterable[Mapping[str, float]]) -> dict[str, float]:

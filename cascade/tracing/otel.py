@@ -27,8 +27,9 @@ class OtelTracing:
         self.tracer = provider.get_tracer("cascade", __version__)
 
     @contextmanager
-    def span(self, name: str, attributes: Attributes | None = None, *,
-             remote: bool = False) -> Iterator[Any]:
+    def span(
+        self, name: str, attributes: Attributes | None = None, *, remote: bool = False
+    ) -> Iterator[Any]:
         parent = trace.get_current_span()
         context = parent.get_span_context()
         if context.is_valid and not context.trace_flags.sampled:
@@ -69,12 +70,17 @@ class OtelTracing:
                 await app(scope, receive, send)
                 return
             headers = dict(scope.get("headers") or [])
-            carrier = {name: headers[name.encode()].decode("latin-1")
-                       for name in ("traceparent", "tracestate") if name.encode() in headers}
+            carrier = {
+                name: headers[name.encode()].decode("latin-1")
+                for name in ("traceparent", "tracestate")
+                if name.encode() in headers
+            }
             route = scope.get("path_template") or scope["path"]
             attributes: dict[str, Any] = {
-                "http.request.method": scope["method"], "http.route": route,
-                "url.path": scope["path"], "url.scheme": scope.get("scheme", "http"),
+                "http.request.method": scope["method"],
+                "http.route": route,
+                "url.path": scope["path"],
+                "url.scheme": scope.get("scheme", "http"),
                 "network.protocol.version": scope.get("http_version", "1.1"),
             }
             rid = headers.get(b"x-request-id", b"")[:_MAX_ID].decode("latin-1")
@@ -89,8 +95,11 @@ class OtelTracing:
                 await send(message)
 
             with tracer.start_as_current_span(
-                    f"{scope['method']} {route}", context=propagate.extract(carrier),
-                    kind=SpanKind.SERVER, attributes=attributes) as span:
+                f"{scope['method']} {route}",
+                context=propagate.extract(carrier),
+                kind=SpanKind.SERVER,
+                attributes=attributes,
+            ) as span:
                 await app(scope, receive, sending)
                 span.set_attribute("http.response.status_code", status)
                 if status >= 500:

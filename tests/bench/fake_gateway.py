@@ -61,35 +61,48 @@ class FakeGateway:
         for qid, question in body["questions"].items():
             names = list(question["criteria"])
             confidence = 0.95 if len(names) <= 5 else 0.3
-            top = int(hashlib.sha256(json.dumps([body["state"], qid]).encode()).hexdigest(),
-                      16) % len(names)
+            top = int(
+                hashlib.sha256(json.dumps([body["state"], qid]).encode()).hexdigest(), 16
+            ) % len(names)
             rest = (1 - confidence) / (len(names) - 1)
             p = {n: round(confidence if i == top else rest, 4) for i, n in enumerate(names)}
             strong = not cheap_only and confidence < threshold
             if strong:  # the strong tier's own answer
-                p = {n: round(0.9 if i == 0 else 0.1 / (len(names) - 1), 4)
-                     for i, n in enumerate(names)}
+                p = {
+                    n: round(0.9 if i == 0 else 0.1 / (len(names) - 1), 4)
+                    for i, n in enumerate(names)
+                }
                 reasons[qid] = "low_confidence"
             tiers[qid] = "clef" if strong else "laya"
             choice = max(p, key=p.__getitem__)
-            answers[qid] = {"type": "choice", "choice": choice, "probabilities": p,
-                            "confidence": 0.5, "answer_confidence": max(p.values())}
+            answers[qid] = {
+                "type": "choice",
+                "choice": choice,
+                "probabilities": p,
+                "confidence": 0.5,
+                "answer_confidence": max(p.values()),
+            }
             with self.lock:
                 if cheap_only:
                     self.probes += 1
                 else:
                     self.answered.append(Answer(rid, qid, tiers[qid], names[top], confidence))
-        return {"model": "fake", "answers": answers, "usage": {"input_tokens": 1,
-                                                               "output_tokens": 0},
-                "x_cascade": {"tiers": tiers, "reasons": reasons, "degraded": {}}}
+        return {
+            "model": "fake",
+            "answers": answers,
+            "usage": {"input_tokens": 1, "output_tokens": 0},
+            "x_cascade": {"tiers": tiers, "reasons": reasons, "degraded": {}},
+        }
 
     def metrics(self) -> str:
         t = self.threshold()
-        return ("# TYPE cascade_gate_threshold gauge\n"
-                f'cascade_gate_threshold{{type="choice",band="3-5"}} {t}\n'
-                f'cascade_gate_threshold{{type="choice",band="11+"}} {t}\n'
-                "# TYPE cascade_strong_share gauge\n"
-                f"cascade_strong_share {self.strong_share()}\n")
+        return (
+            "# TYPE cascade_gate_threshold gauge\n"
+            f'cascade_gate_threshold{{type="choice",band="3-5"}} {t}\n'
+            f'cascade_gate_threshold{{type="choice",band="11+"}} {t}\n'
+            "# TYPE cascade_strong_share gauge\n"
+            f"cascade_strong_share {self.strong_share()}\n"
+        )
 
 
 def _handler(fake: FakeGateway) -> type[BaseHTTPRequestHandler]:
@@ -101,8 +114,9 @@ def _handler(fake: FakeGateway) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def _send(self, status: int, body: bytes, kind: str = "application/json",
-                  rid: str | None = None) -> None:
+        def _send(
+            self, status: int, body: bytes, kind: str = "application/json", rid: str | None = None
+        ) -> None:
             self.send_response(status)
             self.send_header("content-type", kind)
             self.send_header("content-length", str(len(body)))

@@ -30,36 +30,85 @@ def _data(path: Path) -> Path:
     """20 easy items (3 options, short) and 20 hard ones (12 options, longer states)."""
     lines = []
     for i in range(20):
-        lines.append({"id": f"easy-{i}", "state": f"short {i}", "questions": {"q": {
-            "type": "choice", "instructions": "Which?", "criteria": {"a": "A", "b": "B",
-                                                                     "c": "C"}}},
-            "gold": {"q": "a"}})
-        lines.append({"id": f"hard-{i}", "state": f"a much longer state, number {i} " * 5,
-                      "questions": {"q": {"type": "choice", "instructions": "Which?",
-                                          "criteria": {f"o{k}": f"O{k}" for k in range(12)}}},
-                      "gold": {"q": "o0"}})
+        lines.append(
+            {
+                "id": f"easy-{i}",
+                "state": f"short {i}",
+                "questions": {
+                    "q": {
+                        "type": "choice",
+                        "instructions": "Which?",
+                        "criteria": {"a": "A", "b": "B", "c": "C"},
+                    }
+                },
+                "gold": {"q": "a"},
+            }
+        )
+        lines.append(
+            {
+                "id": f"hard-{i}",
+                "state": f"a much longer state, number {i} " * 5,
+                "questions": {
+                    "q": {
+                        "type": "choice",
+                        "instructions": "Which?",
+                        "criteria": {f"o{k}": f"O{k}" for k in range(12)},
+                    }
+                },
+                "gold": {"q": "o0"},
+            }
+        )
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
 
-def test_the_bench_against_a_fake_gateway(tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_bench_against_a_fake_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake = FakeGateway(admin_key="adm", ramp_s=1.0)
     with serving(fake) as url:
-        code = main(["bench", "control", "--url", url, "--requests", str(_data(tmp_path / "d")),
-                     "--phase-duration", "1.2", "--window", "0.6", "--scrape-every", "0.1",
-                     "--concurrency", "2", "--mix", "0.2,0.8", "--feedback-share", "1",
-                     "--synthetic-labels", "--with-forced", "--max-strong-share", "0.5",
-                     "--reloads", "2",
-                     "--admin-key", "adm", "--plot", str(tmp_path / "t.png"),
-                     "--json", str(tmp_path / "r.json")])
+        code = main(
+            [
+                "bench",
+                "control",
+                "--url",
+                url,
+                "--requests",
+                str(_data(tmp_path / "d")),
+                "--phase-duration",
+                "1.2",
+                "--window",
+                "0.6",
+                "--scrape-every",
+                "0.1",
+                "--concurrency",
+                "2",
+                "--mix",
+                "0.2,0.8",
+                "--feedback-share",
+                "1",
+                "--synthetic-labels",
+                "--with-forced",
+                "--max-strong-share",
+                "0.5",
+                "--reloads",
+                "2",
+                "--admin-key",
+                "adm",
+                "--plot",
+                str(tmp_path / "t.png"),
+                "--json",
+                str(tmp_path / "r.json"),
+            ]
+        )
     assert code == 0
     table = capsys.readouterr().out
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["items"] == 40 and result["hard_items"] == 20
     assert fake.probes == 40  # each item's cheap answer, once
-    labels = {(fb["request_id"], q): label for fb in fake.feedback
-              for q, label in fb["labels"].items()}
+    labels = {
+        (fb["request_id"], q): label for fb in fake.feedback for q, label in fb["labels"].items()
+    }
     for phase in result["phases"]:
         mine = [a for a in fake.answered if f"-p{phase['phase']}-" in a.rid]
         assert phase["requests"] == phase["questions"] == len(mine) > 10
@@ -94,8 +143,19 @@ def test_the_bench_against_a_fake_gateway(tmp_path: Path,
 
 
 def _answered(t: float, tier: str) -> Answered:
-    return Answered(t=t, phase=1, item="i", qid="q", cell="noul:2", tier=tier, reason=None,
-                    degraded=False, confidence=0.9, correct=None, expected=None)
+    return Answered(
+        t=t,
+        phase=1,
+        item="i",
+        qid="q",
+        cell="noul:2",
+        tier=tier,
+        reason=None,
+        degraded=False,
+        confidence=0.9,
+        correct=None,
+        expected=None,
+    )
 
 
 def test_windows_slide_inside_the_span_and_count_strong_answers() -> None:
@@ -124,8 +184,10 @@ def test_the_oracle_threshold_is_the_lowest_whose_kept_mean_f_reaches_the_target
 def test_synthetic_labels_make_the_cheap_answer_right_with_probability_c() -> None:
     asked = _asked(ChoiceQuestion(criteria=["a", "b", "c", "d"]))
     for c in (0.3, 0.7, 0.95):
-        items = [Item(id=f"i{k}", body={}, questions={"q": asked}, gold={}, hard=False)
-                 for k in range(4000)]
+        items = [
+            Item(id=f"i{k}", body={}, questions={"q": asked}, gold={}, hard=False)
+            for k in range(4000)
+        ]
         labels = [synthetic_label(7, item, "q", Cheap("b", c)) for item in items]
         right = sum(label == "b" for label in labels) / len(labels)
         assert right == pytest.approx(c, abs=0.025)
@@ -151,16 +213,20 @@ def test_with_synthetic_labels_the_less_confident_half_is_hard(tmp_path: Path) -
     replayed = by_confidence(items, run)
     assert [i.id for i in replayed] == [i.id for i in items if not i.forced]
     gated = [i.id for i in items if not i.forced]
-    assert [i.id for i in replayed if i.hard] == gated[:len(gated) // 2]
+    assert [i.id for i in replayed if i.hard] == gated[: len(gated) // 2]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--mix", "2"], "--mix 2: give two shares in [0, 1]"),
-    (["--feedback-share", "1.5"], "--feedback-share 1.5: give a share in [0, 1]"),
-    (["--phase-duration", "0"], "--phase-duration 0.0: must be > 0"),
-    (["--reloads", "2", "--url", "http://127.0.0.1:1"], "--admin-key with --url"),
-])
-def test_bad_flags_are_usage_errors_before_any_traffic(args: list[str], message: str,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mix", "2"], "--mix 2: give two shares in [0, 1]"),
+        (["--feedback-share", "1.5"], "--feedback-share 1.5: give a share in [0, 1]"),
+        (["--phase-duration", "0"], "--phase-duration 0.0: must be > 0"),
+        (["--reloads", "2", "--url", "http://127.0.0.1:1"], "--admin-key with --url"),
+    ],
+)
+def test_bad_flags_are_usage_errors_before_any_traffic(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["bench", "control", *args]) == 2
     assert message in capsys.readouterr().err

@@ -19,11 +19,35 @@ def test_bench_fleet_reports_both_scopes_per_phase(postgres, tmp_path: Path) -> 
     out = tmp_path / "fleet.json"
     with run_redis() as (redis, _):
         done = subprocess.run(
-            [sys.executable, "-m", "cascade", "bench", "fleet", "--replicas", "2",
-             "--redis", redis, "--store", store, "--phase-duration", "4", "--window", "4",
-             "--refit-every", "1", "--clients", "2", "--json", str(out)],
-            capture_output=True, text=True, timeout=600, cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+            [
+                sys.executable,
+                "-m",
+                "cascade",
+                "bench",
+                "fleet",
+                "--replicas",
+                "2",
+                "--redis",
+                redis,
+                "--store",
+                store,
+                "--phase-duration",
+                "4",
+                "--window",
+                "4",
+                "--refit-every",
+                "1",
+                "--clients",
+                "2",
+                "--json",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["bench"] == "fleet" and result["replicas"] == 2
@@ -43,7 +67,11 @@ def test_bench_fleet_reports_both_scopes_per_phase(postgres, tmp_path: Path) -> 
 
 
 def test_bench_fleet_without_a_postgresql_store_says_so() -> None:
-    done = subprocess.run([sys.executable, "-m", "cascade", "bench", "fleet", "--store",
-                           "decisions.sqlite"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "cascade", "bench", "fleet", "--store", "decisions.sqlite"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "bench fleet needs --store postgresql://" in done.stderr

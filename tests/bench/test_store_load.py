@@ -14,16 +14,40 @@ from cascade.store import read_rows
 from tests.servers import Postgres
 
 
-def test_goodput_and_cpu_of_each_store_side_by_side(postgres: Postgres, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]):
+def test_goodput_and_cpu_of_each_store_side_by_side(
+    postgres: Postgres, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     url = postgres.database("bench_load")
     out = tmp_path / "load.json"
-    assert main(["bench", "store", "--load", "--tiers", "fake", "--postgres", url,
-                 "--clients", "2", "--seconds", "1", "--rounds", "2", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "store",
+                "--load",
+                "--tiers",
+                "fake",
+                "--postgres",
+                url,
+                "--clients",
+                "2",
+                "--seconds",
+                "1",
+                "--rounds",
+                "2",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
     assert [(r["clients"], r["store"]) for r in result["rows"]] == [
-        (2, "off"), (2, "sqlite"), (2, "postgresql")]
+        (2, "off"),
+        (2, "sqlite"),
+        (2, "postgresql"),
+    ]
     for row in result["rows"]:
         assert row["ok"] > 0 and row["not_ok"] == 0, row
         assert len(row["goodput_rounds"]) == len(row["cpu_rounds"]) == 2

@@ -23,8 +23,7 @@ QUESTIONS = {
 
 
 def call(state: str = "charged twice", **questions: object) -> EngineCall:
-    return EngineCall(state=state, model="jev-latest",
-                      questions=questions or dict(QUESTIONS))  # type: ignore[arg-type]
+    return EngineCall(state=state, model="jev-latest", questions=questions or dict(QUESTIONS))  # type: ignore[arg-type]
 
 
 def per_question(call: EngineCall) -> EngineAnswer:
@@ -33,17 +32,28 @@ def per_question(call: EngineCall) -> EngineAnswer:
     state = len(msgspec.json.encode(call.state))
     rows = {qid: state + len(msgspec.json.encode(q)) for qid, q in call.questions.items()}
     dropped = {qid: 3 for qid in call.questions if qid.startswith("long")}
-    usage = EngineUsage(input_tokens=sum(rows.values()), state_tokens=state,
-                        state_tokens_dropped=max(dropped.values(), default=0),
-                        truncated_questions=list(dropped), dropped=dropped, row_tokens=rows)
+    usage = EngineUsage(
+        input_tokens=sum(rows.values()),
+        state_tokens=state,
+        state_tokens_dropped=max(dropped.values(), default=0),
+        truncated_questions=list(dropped),
+        dropped=dropped,
+        row_tokens=rows,
+    )
     return EngineAnswer(model="laya-fake", results=answer.results, usage=usage)
 
 
 class Counting(FakeEngine):
     """A fake tier that records the question ids of every call it gets."""
 
-    def __init__(self, name: str, handler: Callable[[EngineCall], EngineAnswer], *,
-                 independent: bool, gate: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        handler: Callable[[EngineCall], EngineAnswer],
+        *,
+        independent: bool,
+        gate: asyncio.Event | None = None,
+    ) -> None:
         super().__init__(name, handler)
         self.independent_questions = independent
         self.asked: list[list[str]] = []
@@ -59,18 +69,20 @@ class Counting(FakeEngine):
 def cheap_policy(**cache: object) -> Policy:
     return msgspec.structs.replace(
         Policy.single_tier("laya", LayaTier(checkpoints=Checkpoints(english="x"))),
-        cache=Cache(**cache))  # type: ignore[arg-type]
+        cache=Cache(**cache),
+    )  # type: ignore[arg-type]
 
 
 def joint_policy(**cache: object) -> Policy:
     return msgspec.structs.replace(
         Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"])),
-        cache=Cache(**cache))  # type: ignore[arg-type]
+        cache=Cache(**cache),
+    )  # type: ignore[arg-type]
 
 
-def gateway(policy: Policy, engine: FakeEngine, *, cache: DecisionCache | None = None,
-            profile: str = "laya") -> Gateway:
+def gateway(
+    policy: Policy, engine: FakeEngine, *, cache: DecisionCache | None = None, profile: str = "laya"
+) -> Gateway:
     store = MemoryStore(max_bytes=policy.cache.max_bytes, ttl_s=policy.cache.ttl_s)
     cache = cache or DecisionCache(policy.cache, store)
-    return Gateway(policy, {engine.name: engine}, cache=cache,
-                   profile=profile)  # type: ignore[arg-type]
+    return Gateway(policy, {engine.name: engine}, cache=cache, profile=profile)  # type: ignore[arg-type]

@@ -44,12 +44,14 @@ def test_a_repeat_is_answered_from_the_cache_with_the_same_answer() -> None:
         assert second.headers["x-cascade-cache"] == "hit"
         assert body(first) == body(second)
         assert first.cached_tokens == 0 and "cached_tokens" not in msgspec.to_builtins(
-            first.response.usage)
+            first.response.usage
+        )
         tokens = first.response.usage.input_tokens
         assert second.cached_tokens == second.response.usage.cached_tokens == tokens
         assert second.response.x_cascade is not None
         assert set(second.response.x_cascade["timings_s"]) == set(
-            first.response.x_cascade["timings_s"])
+            first.response.x_cascade["timings_s"]
+        )
 
     asyncio.run(run())
 
@@ -64,8 +66,9 @@ def test_a_partly_cached_request_runs_only_its_new_questions() -> None:
         outcome = await gw.systemone(call(**QUESTIONS, long=QUESTIONS["urgent"]))
         assert laya.asked[1] == ["urgent", "anger"]  # team and long were cached
         assert outcome.headers["x-cascade-cache"] == "partial"
-        fresh = await gateway(cheap_policy(), Counting("laya", per_question, independent=True)
-                              ).systemone(call(**QUESTIONS, long=QUESTIONS["urgent"]))
+        fresh = await gateway(
+            cheap_policy(), Counting("laya", per_question, independent=True)
+        ).systemone(call(**QUESTIONS, long=QUESTIONS["urgent"]))
         assert body(outcome) == body(fresh)  # usage (tokens, truncation) included
         rows = per_question(call(team=QUESTIONS["team"], long=QUESTIONS["urgent"])).usage
         assert outcome.cached_tokens == outcome.response.usage.cached_tokens == rows.input_tokens
@@ -79,8 +82,9 @@ def test_join_of_split_is_the_answer() -> None:
     split = parts.split(answer)
     assert split is not None
     assert parts.join(call(**QUESTIONS, long=QUESTIONS["urgent"]), split) == answer
-    no_rows = msgspec.structs.replace(answer, usage=msgspec.structs.replace(
-        answer.usage, row_tokens={}))
+    no_rows = msgspec.structs.replace(
+        answer, usage=msgspec.structs.replace(answer.usage, row_tokens={})
+    )
     assert parts.split(no_rows) is None
 
 
@@ -177,7 +181,8 @@ def test_no_cache_computes_and_stores_no_store_neither_reads_nor_writes() -> Non
         assert first.headers["x-cascade-cache"] == "bypass"
         assert (await gw.systemone(call())).headers["x-cascade-cache"] == "miss"
         assert (await gw.systemone(call(), cache="no-cache")).headers["x-cascade-cache"] == (
-            "bypass")
+            "bypass"
+        )
         assert (await gw.systemone(call())).headers["x-cascade-cache"] == "hit"
         assert len(laya.asked) == 3
         other = call("another state")
@@ -224,13 +229,22 @@ def test_without_a_cache_there_is_no_header() -> None:
     assert "x-cascade-cache" not in outcome.headers
 
 
-@pytest.mark.parametrize(("header", "control"), [
-    ("", "use"), ("max-age=0", "no-cache"), ("Max-Age = \"0\"", "no-cache"),
-    ("max-age=00, private", "no-cache"), ("max-age=60", "use"), ("max-age=x", "use"),
-    ("no-cache", "no-cache"), ("No-Cache, max-age=0", "no-cache"),
-    ("no-store", "no-store"), ("no-cache, no-store", "no-store"),
-    ("max-age=0, no-store", "no-store"),
-])
+@pytest.mark.parametrize(
+    ("header", "control"),
+    [
+        ("", "use"),
+        ("max-age=0", "no-cache"),
+        ('Max-Age = "0"', "no-cache"),
+        ("max-age=00, private", "no-cache"),
+        ("max-age=60", "use"),
+        ("max-age=x", "use"),
+        ("no-cache", "no-cache"),
+        ("No-Cache, max-age=0", "no-cache"),
+        ("no-store", "no-store"),
+        ("no-cache, no-store", "no-store"),
+        ("max-age=0, no-store", "no-store"),
+    ],
+)
 def test_cache_control_header(header: str, control: str) -> None:
     assert cache_control(header) == control
 

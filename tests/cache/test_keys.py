@@ -39,8 +39,9 @@ CHANGED_CALLS = {
     "state key order": replace(ORIGINAL, state={"b": 1, "a": 2}),
     "model": replace(ORIGINAL, model="laya-english"),
     "images": replace(ORIGINAL, images=[PNG]),
-    "image bytes": replace(ORIGINAL, images=[Image(data=b"\x89PNG two", mime="image/png",
-                                                   width=1, height=1)]),
+    "image bytes": replace(
+        ORIGINAL, images=[Image(data=b"\x89PNG two", mime="image/png", width=1, height=1)]
+    ),
     "controls": replace(ORIGINAL, controls=Controls(max_len=256)),
 }
 
@@ -79,7 +80,8 @@ def test_a_question_key_depends_on_that_question_alone_a_joint_key_on_the_whole_
     edited_q, _ = both(edited)
     assert edited_q["urgent"] != per_q["urgent"]
     assert {q: k for q, k in edited_q.items() if q != "urgent"} == {
-        q: k for q, k in per_q.items() if q != "urgent"}
+        q: k for q, k in per_q.items() if q != "urgent"
+    }
 
 
 def test_the_question_id_is_part_of_its_key() -> None:

@@ -17,8 +17,13 @@ from tests.engines.test_laya_engine import QUESTIONS, STATES, call
 checkpoints, cache, engine = laya_tests.checkpoints, laya_tests.cache, laya_tests.engine
 
 pytestmark = pytest.mark.anyio
-MANY = {"intent": {"type": "choice", "instructions": "Which?",
-                   "criteria": [f"intent_{i}" for i in range(45)]}}
+MANY = {
+    "intent": {
+        "type": "choice",
+        "instructions": "Which?",
+        "criteria": [f"intent_{i}" for i in range(45)],
+    }
+}
 
 
 @pytest.mark.parametrize("state", [*STATES[:4], "Need help " * 40])
@@ -34,5 +39,4 @@ async def test_laya_answers_split_and_join_exactly(engine: LayaEngine, state: ob
         part = (parts.split(alone) or {})[qid]
         expected = split[qid]
         assert msgspec.structs.replace(part, result=expected.result) == expected
-        assert part.result.probabilities == pytest.approx(expected.result.probabilities,
-                                                          abs=1e-5)
+        assert part.result.probabilities == pytest.approx(expected.result.probabilities, abs=1e-5)

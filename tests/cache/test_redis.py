@@ -29,9 +29,23 @@ REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"  # Debian's redi
 @pytest.fixture
 def redis_url(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            REDIS,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -88,12 +102,14 @@ def test_entries_expire_in_redis(redis_url: str) -> None:
 
 @pytest.mark.slow
 def test_redis_down_is_a_counted_miss_never_a_5xx() -> None:
-    policy = cheap_policy(backend="redis", url=f"redis://127.0.0.1:{free_port()}/0",
-                          timeout_s=0.2, retry_s=0.5)
+    policy = cheap_policy(
+        backend="redis", url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2, retry_s=0.5
+    )
     engine = Counting("laya", per_question, independent=True)
     get, put = errors("get"), errors("put")
-    with TestClient(create_app(Settings(), gateway(policy, engine,
-                                                   cache=build_cache(policy.cache)))) as c:
+    with TestClient(
+        create_app(Settings(), gateway(policy, engine, cache=build_cache(policy.cache)))
+    ) as c:
         started = time.monotonic()
         responses = [c.post("/v1/systemone", json=BODY) for _ in range(3)]
         took = time.monotonic() - started
@@ -114,8 +130,9 @@ def test_a_hung_redis_is_bounded_by_the_timeout() -> None:
     port = listener.getsockname()[1]
 
     async def run() -> float:
-        store = RedisCacheStore(f"redis://127.0.0.1:{port}/0", ttl_s=60, timeout_s=0.2,
-                                retry_s=0.01)
+        store = RedisCacheStore(
+            f"redis://127.0.0.1:{port}/0", ttl_s=60, timeout_s=0.2, retry_s=0.01
+        )
         try:
             started = time.monotonic()
             assert await store.get_many(["k"]) == [None]

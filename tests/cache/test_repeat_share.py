@@ -8,8 +8,9 @@ from cascade.bench.load import DEFAULT_BODY, Load, fresh, matrix_table
 
 
 def sent(share: float, n: int = 400) -> list[str]:
-    load = Load("http://127.0.0.1:1", [{"model": "m", **DEFAULT_BODY}], 1, 1.0,
-                repeat_share=share, seed=3)
+    load = Load(
+        "http://127.0.0.1:1", [{"model": "m", **DEFAULT_BODY}], 1, 1.0, repeat_share=share, seed=3
+    )
     return [json.dumps(load.take(), sort_keys=True) for _ in range(n)]
 
 
@@ -28,10 +29,17 @@ def test_fresh_marks_every_kind_of_state() -> None:
 
 def test_the_matrix_table_shows_ratios_to_the_first_server() -> None:
     def run(url: str, share: float, goodput: float, p50: float) -> dict:
-        return {"url": url, "repeat_share": share, "ok": 10, "goodput_per_s": goodput,
-                "routes": {"/v1/systemone": {"p50_ms": p50, "p99_ms": p50 * 2}},
-                "cache": {"hit": 5, "miss": 5}, "load_average": 1.0, "cache_metrics": {},
-                "rss_mib": {}}
+        return {
+            "url": url,
+            "repeat_share": share,
+            "ok": 10,
+            "goodput_per_s": goodput,
+            "routes": {"/v1/systemone": {"p50_ms": p50, "p99_ms": p50 * 2}},
+            "cache": {"hit": 5, "miss": 5},
+            "load_average": 1.0,
+            "cache_metrics": {},
+            "rss_mib": {},
+        }
 
     table = matrix_table({"runs": [run("off", 0.5, 2.0, 100.0), run("on", 0.5, 4.0, 50.0)]})
     on = table.splitlines()[2]

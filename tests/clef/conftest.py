@@ -38,25 +38,38 @@ class StandInProcessor:
 
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         config = json.loads((path / "preprocessor_config.json").read_text())
-        keep = ("size", "patch_size", "temporal_patch_size", "merge_size", "image_mean",
-                "image_std", "do_rescale", "rescale_factor", "do_normalize", "resample")
+        keep = (
+            "size",
+            "patch_size",
+            "temporal_patch_size",
+            "merge_size",
+            "image_mean",
+            "image_std",
+            "do_rescale",
+            "rescale_factor",
+            "do_normalize",
+            "resample",
+        )
         self.image_processor = Qwen2VLImageProcessorPil(**{k: config[k] for k in keep})
         self.image_token_id = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
 
-    def __call__(self, text: list[str], images: Any = None, videos: Any = None,
-                 return_tensors: str = "pt") -> dict[str, Any]:
+    def __call__(
+        self, text: list[str], images: Any = None, videos: Any = None, return_tensors: str = "pt"
+    ) -> dict[str, Any]:
         assert videos is None
-        features = self.image_processor([img.convert("RGB") for img in images],
-                                        return_tensors="pt")
-        merge = self.image_processor.merge_size ** 2
+        features = self.image_processor([img.convert("RGB") for img in images], return_tensors="pt")
+        merge = self.image_processor.merge_size**2
         pieces = text[0].split(IMAGE_PAD)
         expanded = pieces[0]
         for thw, rest in zip(features["image_grid_thw"], pieces[1:], strict=True):
             expanded += IMAGE_PAD * (int(thw.prod()) // merge) + rest
         ids = self.tokenizer([expanded], return_tensors="pt").input_ids
-        return {"input_ids": ids, "mm_token_type_ids": (ids == self.image_token_id).long(),
-                "pixel_values": features["pixel_values"],
-                "image_grid_thw": features["image_grid_thw"]}
+        return {
+            "input_ids": ids,
+            "mm_token_type_ids": (ids == self.image_token_id).long(),
+            "pixel_values": features["pixel_values"],
+            "image_grid_thw": features["image_grid_thw"],
+        }
 
 
 @pytest.fixture(scope="session")
@@ -72,10 +85,11 @@ def reference(tiny_release: Path) -> Any:
     from clef_finetune._vendor import joint_schema_model as jsm
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("transformers.AutoProcessor.from_pretrained",
-                      lambda path, **_: StandInProcessor(Path(path)))
-        model, processor = jsm.load_release_model(tiny_release, device="cpu",
-                                                  dtype=torch.float32)
+        patch.setattr(
+            "transformers.AutoProcessor.from_pretrained",
+            lambda path, **_: StandInProcessor(Path(path)),
+        )
+        model, processor = jsm.load_release_model(tiny_release, device="cpu", dtype=torch.float32)
     return jsm, model, processor
 
 

@@ -20,12 +20,10 @@ from tests.clef.test_parity import _png
 
 
 def call(case: dict[str, Any], **kwargs: Any) -> EngineCall:
-    return EngineCall(state=case["state"], questions=questions(case), model="clef-flash",
-                      **kwargs)
+    return EngineCall(state=case["state"], questions=questions(case), model="clef-flash", **kwargs)
 
 
-def with_engine(release: Path, body: Callable[[ClefEngine], Awaitable[Any]],
-                **kwargs: Any) -> Any:
+def with_engine(release: Path, body: Callable[[ClefEngine], Awaitable[Any]], **kwargs: Any) -> Any:
     async def main() -> Any:
         engine = ClefEngine("clef", release, device="cpu", **kwargs)
         await engine.start()
@@ -117,8 +115,11 @@ def test_image_tokens_count_and_change_the_answer(tiny_release):
     plain, pictured = call(CASES["string-state"]), call(CASES["string-state"], images=[image])
 
     async def body(engine: ClefEngine):
-        return (engine.count_tokens(pictured), await engine.answer(pictured),
-                await engine.answer(plain))
+        return (
+            engine.count_tokens(pictured),
+            await engine.answer(pictured),
+            await engine.answer(plain),
+        )
 
     counted, with_image, without = with_engine(tiny_release, body)
     assert with_image.usage.input_tokens == counted > without.usage.input_tokens
@@ -138,9 +139,11 @@ def test_not_started_and_demo(tiny_release):
 
 
 def test_modules_import_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; "
-            "import cascade.engines.clef, cascade.cli.bench, cascade.cli.make_tiny, "
-            "cascade.clef.runner, cascade.bench.clef, cascade.clef.media")
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; "
+        "import cascade.engines.clef, cascade.cli.bench, cascade.cli.make_tiny, "
+        "cascade.clef.runner, cascade.bench.clef, cascade.clef.media"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

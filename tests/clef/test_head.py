@@ -42,8 +42,11 @@ def test_padded_batch_matches_reference_head(reference, tiny_release, seed):
     for row, n in enumerate(lengths):
         mask[row, :n] = 1
     records = [
-        [Q(1, (2, 5), ((6, 8), (8, 11), (12, 13), (13, 20))), Q(0, (21, 22), ((23, 25), (25, 30))),
-         Q(2, (31, 35), ((36, 37), (38, 40), (41, 50)))],
+        [
+            Q(1, (2, 5), ((6, 8), (8, 11), (12, 13), (13, 20))),
+            Q(0, (21, 22), ((23, 25), (25, 30))),
+            Q(2, (31, 35), ((36, 37), (38, 40), (41, 50))),
+        ],
         [Q(0, (0, 3), ((3, 5), (6, 9)))],
         [Q(2, (1, 2), ((2, 4), (4, 5), (5, 7), (7, 9), (9, 12))), Q(1, (12, 14), ((15, 22),))],
     ]
@@ -66,5 +69,10 @@ class _Record:
 def test_spans_outside_the_row_are_refused(tiny_release):
     head = JointSchemaHead(**json.loads((tiny_release / "joint_head_config.json").read_text()))
     with pytest.raises(ValueError, match="outside"):
-        head(torch.zeros(1, 4, 64), torch.zeros(1, 4, dtype=torch.long), torch.tensor([4]),
-             [[Q(0, (0, 1), ((1, 9),))]], torch.zeros(10, 64))
+        head(
+            torch.zeros(1, 4, 64),
+            torch.zeros(1, 4, dtype=torch.long),
+            torch.tensor([4]),
+            [[Q(0, (0, 1), ((1, 9),))]],
+            torch.zeros(10, 64),
+        )

@@ -32,8 +32,9 @@ def _encoder(release: Path) -> ImageEncoder:
     return ImageEncoder(release, lambda text: [0] * len(text), image_token_id=1)
 
 
-@pytest.mark.parametrize(("width", "height", "fmt"),
-                         [(201, 1, "PNG"), (1, 300, "PNG"), (300, 1, "JPEG")])
+@pytest.mark.parametrize(
+    ("width", "height", "fmt"), [(201, 1, "PNG"), (1, 300, "PNG"), (300, 1, "JPEG")]
+)
 def test_an_image_the_processor_refuses_is_a_422_naming_it(
     tiny_release: Path, width: int, height: int, fmt: str
 ) -> None:
@@ -45,11 +46,13 @@ def test_an_image_the_processor_refuses_is_a_422_naming_it(
         assert exc.value.items[0]["loc"] == ["body", "images", 1]
 
 
-def test_the_in_process_tier_answers_such_an_image_with_a_client_error(
-    tiny_release: Path
-) -> None:
-    call = EngineCall(state="look", questions={"q": NoulQuestion(instructions="ok?")},
-                      model="clef-flash", images=[_image(201, 1)])
+def test_the_in_process_tier_answers_such_an_image_with_a_client_error(tiny_release: Path) -> None:
+    call = EngineCall(
+        state="look",
+        questions={"q": NoulQuestion(instructions="ok?")},
+        model="clef-flash",
+        images=[_image(201, 1)],
+    )
 
     async def body(engine):  # noqa: ANN001
         with pytest.raises(ValidationFailed):
@@ -87,8 +90,11 @@ before = peak_mib()
 encoder.encode([image] * 4)
 print(peak_mib() - before)
 """
-    grown = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                               check=True, timeout=300).stdout.split()[-1])
+    grown = int(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+        ).stdout.split()[-1]
+    )
     # One 16 MP RGB image is 48 MB: four held at once (and their arrays) were about 400 MB.
     assert grown < 120, f"encoding four 16 MP images grew the process by {grown} MiB"
 
@@ -101,14 +107,21 @@ def _request_images(*datas: bytes) -> list[Image]:
     from cascade.request.images import collect_images
     from cascade.schema import LIMITS, envelope_decoder
 
-    env = envelope_decoder.decode(msgspec.json.encode({
-        "state": "s", "questions": {"q": {"type": "noul"}},
-        "images": [base64.b64encode(data).decode() for data in datas]}))
+    env = envelope_decoder.decode(
+        msgspec.json.encode(
+            {
+                "state": "s",
+                "questions": {"q": {"type": "noul"}},
+                "images": [base64.b64encode(data).decode() for data in datas],
+            }
+        )
+    )
     return collect_images(env, {}, LIMITS)
 
 
-def test_a_request_decodes_each_image_once(tiny_release: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_decodes_each_image_once(
+    tiny_release: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     progressive = io.BytesIO()
     PILImage.new("RGB", (64, 48), (9, 99, 199)).save(progressive, "JPEG", progressive=True)
     png = _image(40, 30, noise=True).data
@@ -128,17 +141,21 @@ def test_a_request_decodes_each_image_once(tiny_release: Path,
 
 
 def test_data_corrupt_inside_the_stream_is_the_tiers_422_naming_the_image(
-    tiny_release: Path
+    tiny_release: Path,
 ) -> None:
     import struct
     import zlib
 
     png = _image(40, 30).data
     start = png.index(b"IDAT") - 4
-    length = struct.unpack(">I", png[start:start + 4])[0]
+    length = struct.unpack(">I", png[start : start + 4])[0]
     garbage = b"IDAT" + b"\x78\x9c" + b"\xff" * (length - 2)  # a valid CRC over bad deflate
-    broken = png[:start + 4] + garbage + struct.pack(">I", zlib.crc32(garbage)) + \
-        png[start + 12 + length:]
+    broken = (
+        png[: start + 4]
+        + garbage
+        + struct.pack(">I", zlib.crc32(garbage))
+        + png[start + 12 + length :]
+    )
     images = _request_images(png, broken)  # the gateway checks headers and CRCs only
     with pytest.raises(ValidationFailed, match="unreadable image") as exc:
         _encoder(tiny_release).encode(images)

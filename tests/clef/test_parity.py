@@ -21,8 +21,9 @@ from tests.clef.clef_cases import CASES, LONG_STATE, QUESTIONS, questions, reque
 
 
 def encoder(loaded, **kwargs) -> PromptEncoder:
-    return PromptEncoder(lambda texts: loaded.tokenizer(texts, add_special_tokens=False)
-                         .input_ids, **kwargs)
+    return PromptEncoder(
+        lambda texts: loaded.tokenizer(texts, add_special_tokens=False).input_ids, **kwargs
+    )
 
 
 def reference_probs(reference, req, **kwargs) -> tuple[object, list[list[float]]]:
@@ -30,8 +31,9 @@ def reference_probs(reference, req, **kwargs) -> tuple[object, list[list[float]]
     jsm, model, processor = reference
     record = jsm.encode_record(processor.tokenizer, req, processor=processor, **kwargs)
     with torch.inference_mode():
-        logits = model(jsm.collate_records([record], processor.tokenizer.pad_token_id,
-                                           torch.device("cpu")))[0]
+        logits = model(
+            jsm.collate_records([record], processor.tokenizer.pad_token_id, torch.device("cpu"))
+        )[0]
     return record, [q.float().softmax(-1).tolist() for q in logits]
 
 
@@ -65,8 +67,9 @@ def test_answers_match_reference(reference, loaded, name):
     encoded = encoder(loaded).encode(case["state"], questions(case))
     (ours,) = ClefRunner(loaded).run_batch([Job(encoded)])
     _, ref = reference_probs(reference, request(case))
-    np.testing.assert_allclose(np.concatenate(in_prompt_order(encoded, ours)),
-                               np.concatenate(ref), atol=1e-5)
+    np.testing.assert_allclose(
+        np.concatenate(in_prompt_order(encoded, ours)), np.concatenate(ref), atol=1e-5
+    )
 
 
 def test_systemone_answers_and_usage_match(reference, loaded):
@@ -83,15 +86,18 @@ def test_systemone_answers_and_usage_match(reference, loaded):
     assert answers["team"]["choice"] == ids[int(np.argmax(team))]
     assert list(answers["team"]["probabilities"].values()) == pytest.approx(team, abs=1e-4)
     assert answers["urgent"]["noul"] == pytest.approx(urgent[1], abs=1e-4)  # [P(false), P(true)]
-    assert list(answers["severity"]["probabilities"].values()) == pytest.approx(severity,
-                                                                                  abs=1e-4)
+    assert list(answers["severity"]["probabilities"].values()) == pytest.approx(severity, abs=1e-4)
 
 
 def test_answers_depend_on_the_state(loaded):
     """The tiny release is discriminating: different states move the probabilities."""
     runner, enc = ClefRunner(loaded), encoder(loaded)
-    a, b = runner.run_batch([Job(enc.encode(case["state"], questions(case)))
-                             for case in (CASES["string-state"], CASES["array-state"])])
+    a, b = runner.run_batch(
+        [
+            Job(enc.encode(case["state"], questions(case)))
+            for case in (CASES["string-state"], CASES["array-state"])
+        ]
+    )
     assert max(abs(x - y) for x, y in zip(a[0], b[0], strict=True)) > 1e-3
 
 
@@ -110,15 +116,17 @@ def test_truncate_mode_equals_reference_truncation(reference, loaded):
     full = encoder(loaded).encode(case["state"], questions(case))
     limit = len(full.input_ids) - 100
     encoded = encoder(loaded, max_length=limit, overlong="truncate").encode(
-        case["state"], questions(case))
+        case["state"], questions(case)
+    )
     record, ref = reference_probs(reference, request(case), max_length=limit)
     assert encoded.input_ids == record.input_ids
     assert len(encoded.input_ids) == limit
     assert encoded.state_dropped == 100
     assert encoded.state_tokens == full.state_tokens - 100
     (ours,) = ClefRunner(loaded).run_batch([Job(encoded)])
-    np.testing.assert_allclose(np.concatenate(in_prompt_order(encoded, ours)),
-                               np.concatenate(ref), atol=1e-5)
+    np.testing.assert_allclose(
+        np.concatenate(in_prompt_order(encoded, ours)), np.concatenate(ref), atol=1e-5
+    )
 
 
 def test_reject_mode_reports_token_counts(loaded):
@@ -131,7 +139,8 @@ def test_reject_mode_reports_token_counts(loaded):
 def test_schema_too_long_is_refused_even_when_truncating(loaded):
     with pytest.raises(TokensExceeded, match="before the state"):
         encoder(loaded, max_length=50, overlong="truncate").encode(
-            "x", questions({"questions": QUESTIONS}))
+            "x", questions({"questions": QUESTIONS})
+        )
 
 
 def _png(seed: int, size: tuple[int, int]) -> tuple[PILImage.Image, Image]:
@@ -145,20 +154,24 @@ def _png(seed: int, size: tuple[int, int]) -> tuple[PILImage.Image, Image]:
 def test_image_request_matches_reference(reference, loaded):
     from cascade.clef.media import ImageEncoder
 
-    pils, images = zip(*(_png(i, size) for i, size in enumerate([(70, 50), (40, 90)])),
-                       strict=True)
+    pils, images = zip(*(_png(i, size) for i, size in enumerate([(70, 50), (40, 90)])), strict=True)
     case = CASES["string-state"]
     tokenize = loaded.tokenizer
-    media_encoder = ImageEncoder(loaded.path, lambda t: tokenize(t, add_special_tokens=False)
-                                 .input_ids, tokenize.convert_tokens_to_ids("<|image_pad|>"))
+    media_encoder = ImageEncoder(
+        loaded.path,
+        lambda t: tokenize(t, add_special_tokens=False).input_ids,
+        tokenize.convert_tokens_to_ids("<|image_pad|>"),
+    )
     media = media_encoder.encode(list(images))
     assert media_encoder.count(list(images)) == len(media.input_ids)
     encoded = encoder(loaded).encode(case["state"], questions(case), media.input_ids)
     (ours,) = ClefRunner(loaded).run_batch([Job(encoded, media)])
     record, ref = reference_probs(reference, {**request(case), "images": list(pils)})
     assert encoded.input_ids == record.input_ids
-    np.testing.assert_allclose(np.concatenate(in_prompt_order(encoded, ours)),
-                               np.concatenate(ref), atol=1e-5)
+    np.testing.assert_allclose(
+        np.concatenate(in_prompt_order(encoded, ours)), np.concatenate(ref), atol=1e-5
+    )
     (text_only,) = ClefRunner(loaded).run_batch(
-        [Job(encoder(loaded).encode(case["state"], questions(case)))])
+        [Job(encoder(loaded).encode(case["state"], questions(case)))]
+    )
     assert max(abs(x - y) for x, y in zip(ours[0], text_only[0], strict=True)) > 1e-3

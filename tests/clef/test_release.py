@@ -45,12 +45,17 @@ def test_locate_finds_a_hub_cache_snapshot(tiny_release, tmp_path):
     assert release.resolve_release("Cloudflare/clef-flash", cache_dir=tmp_path / "hub") == snapshot
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda t: t.pop("field_norm.bias"), "missing field_norm.bias"),
-    (lambda t: t.update(extra=torch.zeros(1)), "unexpected extra"),
-    (lambda t: t.update({"type_embedding.weight": torch.zeros(4, 32)}),
-     r"type_embedding.weight has shape \[4, 32\], expected \[3, 32\]"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.pop("field_norm.bias"), "missing field_norm.bias"),
+        (lambda t: t.update(extra=torch.zeros(1)), "unexpected extra"),
+        (
+            lambda t: t.update({"type_embedding.weight": torch.zeros(4, 32)}),
+            r"type_embedding.weight has shape \[4, 32\], expected \[3, 32\]",
+        ),
+    ],
+)
 def test_mismatched_head_tensors_are_named(tiny_release, tmp_path, edit, message):
     bad = copy_release(tiny_release, tmp_path / "bad")
     tensors = load_file(bad / "joint_head.safetensors")
@@ -80,8 +85,12 @@ def test_tiny_release_is_real_and_discriminating(tiny_release):
     tokenizer_config = json.loads((tiny_release / "tokenizer_config.json").read_text())
     assert tokenizer_config["pad_token"] == "<|endoftext|>"
     assert tokenizer_config["eos_token"] == "<|im_end|>"
-    for name in ("preprocessor_config.json", "video_preprocessor_config.json",
-                 "tokenizer.json", "model.safetensors"):
+    for name in (
+        "preprocessor_config.json",
+        "video_preprocessor_config.json",
+        "tokenizer.json",
+        "model.safetensors",
+    ):
         assert (tiny_release / name).is_file()
     head = load_file(tiny_release / "joint_head.safetensors")
     assert head["residual_gate"].item() != 0 and head["joint_logit_scale"].item() != 0
@@ -99,9 +108,31 @@ def test_make_tiny_cli_is_deterministic(tmp_path, capsys):
 
 def test_bench_cli_on_the_cpu(tiny_release, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    assert main(["bench", "clef", "--shape", "tiny", "--release", str(tiny_release),
-                 "--device", "cpu", "--tokens", "64,256", "--repeats", "2",
-                 "--concurrency", "2", "--requests", "4", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "clef",
+                "--shape",
+                "tiny",
+                "--release",
+                str(tiny_release),
+                "--device",
+                "cpu",
+                "--tokens",
+                "64,256",
+                "--repeats",
+                "2",
+                "--concurrency",
+                "2",
+                "--requests",
+                "4",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
     assert "throughput, 2 concurrent" in printed
@@ -122,8 +153,7 @@ def test_bench_random_bf16_path_runs_with_a_mini_shape(monkeypatch):
 
     text = {**tiny.TEXT, "rope_parameters": bench.FLASH_TEXT["rope_parameters"]}
     monkeypatch.setitem(bench.SHAPES, "mini", (text, tiny.VISION, tiny.HEAD))
-    result = bench.run("mini", device="cpu", tokens=(64,), repeats=1, concurrency=2,
-                       requests=2)
+    result = bench.run("mini", device="cpu", tokens=(64,), repeats=1, concurrency=2, requests=2)
     assert result["dtype"] == "bfloat16"
     assert result["latency"][0]["ours"]["p50_ms"] > 0
     assert "throughput, 2 concurrent" in bench.table(result)

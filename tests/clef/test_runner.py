@@ -61,10 +61,20 @@ def test_empty_question_id_is_a_validation_error(loaded):
 
 def test_laya_label_lists_encode_like_criteria_without_descriptions(loaded):
     encoder = PromptEncoder(lambda t: loaded.tokenizer(t, add_special_tokens=False).input_ids)
-    as_list = encoder.encode("s", questions({"questions": {
-        "pick": {"type": "choice", "criteria": ["zeta", "alpha", 3]}}}))
-    as_dict = encoder.encode("s", questions({"questions": {
-        "pick": {"type": "choice", "criteria": {"zeta": None, "alpha": None, "3": None}}}}))
+    as_list = encoder.encode(
+        "s",
+        questions({"questions": {"pick": {"type": "choice", "criteria": ["zeta", "alpha", 3]}}}),
+    )
+    as_dict = encoder.encode(
+        "s",
+        questions(
+            {
+                "questions": {
+                    "pick": {"type": "choice", "criteria": {"zeta": None, "alpha": None, "3": None}}
+                }
+            }
+        ),
+    )
     assert as_list == as_dict
     (question,) = as_list.questions
     assert question.option_ids == ("3", "alpha", "zeta")

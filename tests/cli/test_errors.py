@@ -23,12 +23,19 @@ checkpionts = { english = "./tiny" }
 """
 
 
-def cascade(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cascade(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     environ |= {"PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "cascade", *args], capture_output=True,
-                          text=True, env=environ, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cascade", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def refused(run: subprocess.CompletedProcess[str], status: int, *named: str) -> str:
@@ -70,47 +77,89 @@ def test_debug_log_level_keeps_the_traceback(bad_policy: Path) -> None:
     assert "Traceback" in run.stderr and "PolicyError" in run.stderr
 
 
-@pytest.mark.parametrize(("args", "status", "named"), [
-    (["serve", "--laya", "/nonexistent"], 1, ["/nonexistent"]),
-    (["serve", "--clef", "/nonexistent"], 1, ["/nonexistent"]),
-    (["serve", "--demo", "--log-level", "verbose"], 2, ["--log-level", "verbose"]),
-    (["serve", "--demo", "--port", "99999"], 2, ["--port", "99999"]),
-    (["serve", "--demo", "--profile", "fast"], 2, ["--profile", "fast"]),
-    (["serve", "--calibration", "/missing.toml", "--demo"], 1, ["/missing.toml"]),
-    (["engine", "clef", "--checkpoint", "/nonexistent"], 1, ["/nonexistent"]),
-    (["export", "laya", "/nonexistent"], 1, ["/nonexistent"]),
-    (["policy", "check", "/missing.toml"], 1, ["/missing.toml"]),
-    (["route", "/missing.jsonl", "--policy", "/missing.toml"], 1, ["/missing.toml"]),
-    (["eval", "/missing.jsonl", "--demo", "--out", "OUT"], 1, ["/missing.jsonl"]),
-    (["eval", "data.jsonl", "--out", "OUT"], 2, ["--policy", "--demo"]),
-    (["eval", "data.jsonl", "--demo", "--out", "OUT", "--cost", "laya"], 2, ["--cost"]),
-    (["calibrate", "/missing.jsonl", "--demo", "--out", "c.toml", "--target-escalation",
-      "0.3"], 1, ["/missing.jsonl"]),
-    (["calibrate", "data.jsonl", "--demo", "--out", "c.toml", "--target-escalation", "3"],
-     2, ["target", "3"]),
-    (["distill", "/missing.jsonl", "--demo", "--out", "new"], 2, ["/missing.jsonl"]),
-    (["bench", "load", "--url", "http://127.0.0.1:9", "--repeat-share", "2"], 2,
-     ["--repeat-share", "2"]),
-    (["bench", "load", "--url", "http://127.0.0.1:9", "--duration", "1"], 1,
-     ["--url http://127.0.0.1:9", "start the server"]),
-    (["bench", "laya", "--sample", "/missing.jsonl"], 1, ["--sample", "/missing.jsonl"]),
-    (["bench", "clef", "--shape", "tiny", "--tokens", "many"], 2, ["--tokens", "many"]),
-    (["completion", "fish"], 2, ["fish", "bash"]),
-])
-def test_a_mistake_is_a_few_lines_naming_it(args: list[str], status: int, named: list[str],
-                                            tmp_path: Path, demo_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "status", "named"),
+    [
+        (["serve", "--laya", "/nonexistent"], 1, ["/nonexistent"]),
+        (["serve", "--clef", "/nonexistent"], 1, ["/nonexistent"]),
+        (["serve", "--demo", "--log-level", "verbose"], 2, ["--log-level", "verbose"]),
+        (["serve", "--demo", "--port", "99999"], 2, ["--port", "99999"]),
+        (["serve", "--demo", "--profile", "fast"], 2, ["--profile", "fast"]),
+        (["serve", "--calibration", "/missing.toml", "--demo"], 1, ["/missing.toml"]),
+        (["engine", "clef", "--checkpoint", "/nonexistent"], 1, ["/nonexistent"]),
+        (["export", "laya", "/nonexistent"], 1, ["/nonexistent"]),
+        (["policy", "check", "/missing.toml"], 1, ["/missing.toml"]),
+        (["route", "/missing.jsonl", "--policy", "/missing.toml"], 1, ["/missing.toml"]),
+        (["eval", "/missing.jsonl", "--demo", "--out", "OUT"], 1, ["/missing.jsonl"]),
+        (["eval", "data.jsonl", "--out", "OUT"], 2, ["--policy", "--demo"]),
+        (["eval", "data.jsonl", "--demo", "--out", "OUT", "--cost", "laya"], 2, ["--cost"]),
+        (
+            [
+                "calibrate",
+                "/missing.jsonl",
+                "--demo",
+                "--out",
+                "c.toml",
+                "--target-escalation",
+                "0.3",
+            ],
+            1,
+            ["/missing.jsonl"],
+        ),
+        (
+            ["calibrate", "data.jsonl", "--demo", "--out", "c.toml", "--target-escalation", "3"],
+            2,
+            ["target", "3"],
+        ),
+        (["distill", "/missing.jsonl", "--demo", "--out", "new"], 2, ["/missing.jsonl"]),
+        (
+            ["bench", "load", "--url", "http://127.0.0.1:9", "--repeat-share", "2"],
+            2,
+            ["--repeat-share", "2"],
+        ),
+        (
+            ["bench", "load", "--url", "http://127.0.0.1:9", "--duration", "1"],
+            1,
+            ["--url http://127.0.0.1:9", "start the server"],
+        ),
+        (["bench", "laya", "--sample", "/missing.jsonl"], 1, ["--sample", "/missing.jsonl"]),
+        (["bench", "clef", "--shape", "tiny", "--tokens", "many"], 2, ["--tokens", "many"]),
+        (["completion", "fish"], 2, ["fish", "bash"]),
+    ],
+)
+def test_a_mistake_is_a_few_lines_naming_it(
+    args: list[str], status: int, named: list[str], tmp_path: Path, demo_dir: Path
+) -> None:
     (tmp_path / "data.jsonl").write_text('{"id": "1", "state": "hi", "questions": {}}\n')
-    refused(cascade(*args, env={"CASCADE_DEMO_DIR": str(demo_dir), "HF_HUB_OFFLINE": "1",
-                                "HF_HUB_CACHE": str(tmp_path / "hub")}, cwd=tmp_path),
-            status, *named)
+    refused(
+        cascade(
+            *args,
+            env={
+                "CASCADE_DEMO_DIR": str(demo_dir),
+                "HF_HUB_OFFLINE": "1",
+                "HF_HUB_CACHE": str(tmp_path / "hub"),
+            },
+            cwd=tmp_path,
+        ),
+        status,
+        *named,
+    )
 
 
-@pytest.mark.parametrize(("variable", "value"), [
-    ("CASCADE_PORT", "abc"), ("CASCADE_PORT", "70000"), ("CASCADE_LOG_LEVEL", "verbose"),
-    ("CASCADE_PROFILE", "fast"), ("CASCADE_MAX_INFLIGHT", "many"), ("CASCADE_DEMO", "maybe"),
-])
-def test_a_bad_environment_value_names_its_variable(variable: str, value: str,
-                                                    demo_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CASCADE_PORT", "abc"),
+        ("CASCADE_PORT", "70000"),
+        ("CASCADE_LOG_LEVEL", "verbose"),
+        ("CASCADE_PROFILE", "fast"),
+        ("CASCADE_MAX_INFLIGHT", "many"),
+        ("CASCADE_DEMO", "maybe"),
+    ],
+)
+def test_a_bad_environment_value_names_its_variable(
+    variable: str, value: str, demo_dir: Path
+) -> None:
     env = {"CASCADE_DEMO": "1", variable: value, "CASCADE_DEMO_DIR": str(demo_dir)}
     out = refused(cascade("serve", env=env), 1, f"{variable}={value}")
     assert "$." not in out  # not msgspec's JSON path
@@ -118,9 +167,15 @@ def test_a_bad_environment_value_names_its_variable(variable: str, value: str,
 
 
 def test_a_missing_keys_file_is_reported_before_anything_loads(demo_dir: Path) -> None:
-    refused(cascade("serve", "--demo", env={"CASCADE_API_KEYS_FILE": "/missing/keys",
-                                            "CASCADE_DEMO_DIR": str(demo_dir)}),
-            1, "CASCADE_API_KEYS_FILE=/missing/keys")
+    refused(
+        cascade(
+            "serve",
+            "--demo",
+            env={"CASCADE_API_KEYS_FILE": "/missing/keys", "CASCADE_DEMO_DIR": str(demo_dir)},
+        ),
+        1,
+        "CASCADE_API_KEYS_FILE=/missing/keys",
+    )
     assert not demo_dir.exists()
 
 
@@ -129,9 +184,16 @@ def test_a_taken_port_is_reported_at_once_and_nothing_is_loaded(demo_dir: Path) 
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         start = time.monotonic()
-        out = refused(cascade("serve", "--demo", "--port", str(port),
-                              env={"CASCADE_DEMO_DIR": str(demo_dir)}),
-                      1, f"port {port}", "--port", "CASCADE_PORT", "Nothing was loaded")
+        out = refused(
+            cascade(
+                "serve", "--demo", "--port", str(port), env={"CASCADE_DEMO_DIR": str(demo_dir)}
+            ),
+            1,
+            f"port {port}",
+            "--port",
+            "CASCADE_PORT",
+            "Nothing was loaded",
+        )
         elapsed = time.monotonic() - start
     assert "DEMO MODE" not in out
     assert not demo_dir.exists()  # the demo's tiny checkpoints were never written

@@ -22,8 +22,9 @@ FROM_ENVIRONMENT = {"cascade serve", "cascade engine clef"}
 OTHER_VARIABLES = {"CASCADE_CACHE"}  # read where it is used (the export and distill caches)
 
 
-def commands(parser: argparse.ArgumentParser, name: str = "cascade"
-             ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+def commands(
+    parser: argparse.ArgumentParser, name: str = "cascade"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     yield name, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -53,7 +54,9 @@ def test_flags_name_their_environment_variable_and_only_real_ones() -> None:
                 assert f"CASCADE_{action.dest.upper()}" in action.help, flag
             for variable in re.findall(r"CASCADE_[A-Z_]+", action.help or ""):
                 assert variable in OTHER_VARIABLES or variable[8:].lower() in FIELDS, (
-                    flag, variable)
+                    flag,
+                    variable,
+                )
 
 
 def test_calibrate_describes_its_own_policy_flag() -> None:
@@ -70,8 +73,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh"])
-def test_completion_scripts_know_every_command(shell: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_completion_scripts_know_every_command(
+    shell: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["completion", shell]) == 0
     script = capsys.readouterr().out
     words = ["serve", "calibrate", "distill", "completion", "clef", "check"]
@@ -81,6 +85,5 @@ def test_completion_scripts_know_every_command(shell: str,
         assert word in script, (shell, word)
     interpreter = shutil.which(shell)
     if shell == "bash" and interpreter:  # the script is valid bash
-        checked = subprocess.run([interpreter, "-n"], input=script, text=True,
-                                 capture_output=True)
+        checked = subprocess.run([interpreter, "-n"], input=script, text=True, capture_output=True)
         assert checked.returncode == 0, checked.stderr

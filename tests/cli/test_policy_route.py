@@ -44,10 +44,21 @@ def requests(path: Path) -> Path:
     lines = [
         {"id": "1", "source": "a", "state": "refund please", "questions": {"u": noul}},
         {"id": "2", "source": "a", "state": "refund please " * 300, "questions": {"u": noul}},
-        {"id": "3", "source": "b", "state": "where is it", "questions": {
-            "c": choice, "wide": {"type": "choice", "criteria": [f"o{i}" for i in range(9)]}}},
-        {"id": "4", "source": "b", "state": "Где мой заказ? Я жду уже неделю.",
-         "questions": {"u": noul}},
+        {
+            "id": "3",
+            "source": "b",
+            "state": "where is it",
+            "questions": {
+                "c": choice,
+                "wide": {"type": "choice", "criteria": [f"o{i}" for i in range(9)]},
+            },
+        },
+        {
+            "id": "4",
+            "source": "b",
+            "state": "Где мой заказ? Я жду уже неделю.",
+            "questions": {"u": noul},
+        },
         {"id": "5", "source": "b", "state": "look", "images": ["aGk="], "questions": {"u": noul}},
         {"id": "6", "source": "c", "state": "hi", "model": "gpt-4", "questions": {"u": noul}},
         {"id": "7", "source": "c", "state": "hi", "questions": {"s": {"type": "score"}}},
@@ -66,8 +77,10 @@ def test_policy_check_reports_lines_and_fails_on_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text(TWO_TIER.replace('strong = "clef"', 'strong = "gpu"')
-                   + '[thresholds.confidence]\nchoice = { "2" = 0.3 }\n')
+    bad.write_text(
+        TWO_TIER.replace('strong = "clef"', 'strong = "gpu"')
+        + '[thresholds.confidence]\nchoice = { "2" = 0.3 }\n'
+    )
     warn = tmp_path / "warn.toml"
     warn.write_text(TWO_TIER + '[thresholds.confidence]\nchoice = { "2" = 0.3 }\n')
     assert main(["policy", "check", str(bad)]) == 1
@@ -91,13 +104,17 @@ def test_route_splits_a_request_file(bundle: Path, capsys: pytest.CaptureFixture
     assert got["requests"] == 5 and got["questions"] == 6
     assert got["requests_by_route"] == {"cheap": 2, "strong": 2, "split": 1}
     assert got["questions_by_tier"] == {"laya": 3, "clef": 3}
-    assert got["reasons"] == {"cheap": 3, "state_too_long": 1, "too_many_options": 1,
-                              "images": 1}
+    assert got["reasons"] == {"cheap": 3, "state_too_long": 1, "too_many_options": 1, "images": 1}
     # the Cyrillic state runs on the multilingual checkpoint
     assert got["checkpoints"] == {"english": 2, "multilingual": 1}
     assert got["refused"] == {"api_usage_error": 1, "invalid_request_error": 1}
-    assert got["sources"]["b"] == {"requests": 3, "questions": 4, "cheap": 2, "strong": 2,
-                                   "refused": 0}
+    assert got["sources"]["b"] == {
+        "requests": 3,
+        "questions": 4,
+        "cheap": 2,
+        "strong": 2,
+        "refused": 0,
+    }
     assert f"{path}:6: refused: unknown model `gpt-4`" in out.err
 
 
@@ -107,8 +124,10 @@ def test_route_prints_tables_and_honours_an_english_only_bundle(
     path = requests(tmp_path / "requests.jsonl")
     english = tmp_path / "english-only"
     make_tiny(english)
-    assert main(["route", str(path), "--policy", str(bundle / "policy.toml"),
-                 "--laya", str(english)]) == 0
+    assert (
+        main(["route", str(path), "--policy", str(bundle / "policy.toml"), "--laya", str(english)])
+        == 0
+    )
     table = capsys.readouterr().out
     assert table.startswith("5 requests, 6 questions (pre-routing only")
     assert "  script                           1    16.7" in table
@@ -131,9 +150,11 @@ def test_route_refuses_broken_lines_instead_of_crashing(
     bundle: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = bundle / "broken.jsonl"
-    path.write_text('{"state": "x", "questions": {"q": {"type": "noul"\n'
-                    '{"state": "x", "questions": {"q": {"type": "box"}}}\n'
-                    '{"state": "x", "questions": {"q": {"type": "noul", "instructions": "ok"}}}\n')
+    path.write_text(
+        '{"state": "x", "questions": {"q": {"type": "noul"\n'
+        '{"state": "x", "questions": {"q": {"type": "box"}}}\n'
+        '{"state": "x", "questions": {"q": {"type": "noul", "instructions": "ok"}}}\n'
+    )
     assert main(["route", str(path), "--policy", str(bundle / "policy.toml"), "--json"]) == 0
     out = capsys.readouterr()
     got = json.loads(out.out)

@@ -24,8 +24,13 @@ import pytest
 from tests.servers import free_port, wait_http
 
 CASCADE = Path(sys.executable).parent / "cascade"
-ANGER = {"anger": {"type": "score", "instructions": "How angry?",
-                   "criteria": ["calm", "upset", "furious"]}}
+ANGER = {
+    "anger": {
+        "type": "score",
+        "instructions": "How angry?",
+        "criteria": ["calm", "upset", "furious"],
+    }
+}
 BANNER = "DEMO: tiny RANDOM weights"
 
 
@@ -43,9 +48,11 @@ def _policy(path: Path, laya: Path, clef: Path | None) -> Path:
     text = f'[tiers.laya]\nkind = "laya"\ncheckpoints = {{ english = "{laya}" }}\n'
     if clef is not None:
         text += f'[tiers.clef]\nkind = "clef"\nrelease = "{clef}"\ndevice = "cpu"\n'
-    text += ('[models]\ncascade = ["jev-latest"]\ncheap_only = ["laya"]\n'
-             + ('strong_only = ["clef-flash"]\n[route]\ncheap = "laya"\nstrong = "clef"\n'
-                if clef is not None else '[route]\ncheap = "laya"\n'))
+    text += '[models]\ncascade = ["jev-latest"]\ncheap_only = ["laya"]\n' + (
+        'strong_only = ["clef-flash"]\n[route]\ncheap = "laya"\nstrong = "clef"\n'
+        if clef is not None
+        else '[route]\ncheap = "laya"\n'
+    )
     path.write_text(text)
     return path
 
@@ -55,38 +62,62 @@ def _data(path: Path, n: int) -> Path:
     teams = {"billing": "Payments", "tech": "Bugs", "sales": "Sales"}
     lines = []
     for i in range(n):
-        state = f"ticket {i}: " + " ".join(rng.choice(["refund", "crash", "price", "login"])
-                                           for _ in range(6))
-        questions = {"urgent": {"type": "noul", "instructions": "Is it urgent?"},
-                     "team": {"type": "choice", "instructions": "Which team?", "criteria": teams},
-                     **ANGER}
-        gold = {"urgent": rng.random() < 0.5, "team": rng.choice(list(teams)),
-                "anger": rng.choice(ANGER["anger"]["criteria"])}
-        lines.append(json.dumps({"id": f"t{i}", "state": state, "questions": questions,
-                                 "gold": gold, "source": "synthetic"}))
+        state = f"ticket {i}: " + " ".join(
+            rng.choice(["refund", "crash", "price", "login"]) for _ in range(6)
+        )
+        questions = {
+            "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+            "team": {"type": "choice", "instructions": "Which team?", "criteria": teams},
+            **ANGER,
+        }
+        gold = {
+            "urgent": rng.random() < 0.5,
+            "team": rng.choice(list(teams)),
+            "anger": rng.choice(ANGER["anger"]["criteria"]),
+        }
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"t{i}",
+                    "state": state,
+                    "questions": questions,
+                    "gold": gold,
+                    "source": "synthetic",
+                }
+            )
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith("CASCADE_") or k == "CASCADE_CACHE"}
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith("CASCADE_") or k == "CASCADE_CACHE"
+    }
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
     root = tmp_path_factory.mktemp("random-labels")
     for kind in ("laya", "clef"):
-        subprocess.run([str(CASCADE), "make-tiny", kind, str(root / kind)], check=True,
-                       env=_env(), capture_output=True)
+        subprocess.run(
+            [str(CASCADE), "make-tiny", kind, str(root / kind)],
+            check=True,
+            env=_env(),
+            capture_output=True,
+        )
     real = root / "real"
     shutil.copytree(root / "laya", real)
     config = json.loads((real / "rl_agent_config.json").read_text())
     (real / "rl_agent_config.json").write_text(json.dumps(config | {"model_name": "english"}))
-    return Tiny(laya=root / "laya", clef=root / "clef", real=real,
-                policy=_policy(root / "policy.toml", root / "laya", root / "clef"),
-                real_policy=_policy(root / "real.toml", real, None),
-                data=_data(root / "data.jsonl", 40))
+    return Tiny(
+        laya=root / "laya",
+        clef=root / "clef",
+        real=real,
+        policy=_policy(root / "policy.toml", root / "laya", root / "clef"),
+        real_policy=_policy(root / "real.toml", real, None),
+        data=_data(root / "data.jsonl", 40),
+    )
 
 
 class Served:
@@ -94,8 +125,11 @@ class Served:
         self.url, self.log = url, log
 
     def answer(self) -> httpx.Response:
-        return httpx.post(self.url + "/v1/systemone", timeout=120,
-                          json={"model": "jev-latest", "state": "hello", "questions": ANGER})
+        return httpx.post(
+            self.url + "/v1/systemone",
+            timeout=120,
+            json={"model": "jev-latest", "state": "hello", "questions": ANGER},
+        )
 
 
 @contextlib.contextmanager
@@ -103,8 +137,12 @@ def serving(args: list[str], log: Path) -> Iterator[Served]:
     """``cascade ARGS --port N`` on loopback until it is ready; stopped afterwards."""
     url = f"http://127.0.0.1:{free_port()}"
     with log.open("wb") as out:
-        proc = subprocess.Popen([str(CASCADE), *args, "--port", url.rsplit(":", 1)[1]],
-                                env=_env(), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(CASCADE), *args, "--port", url.rsplit(":", 1)[1]],
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             wait_http(url + "/health", timeout_s=300, proc=proc)
             deadline = time.monotonic() + 300
@@ -135,20 +173,20 @@ def _labels(served: Served) -> dict[str, object]:
         "health": health["demo"] is True and "warning" in health,
         "tiers": all(tier["demo"] for tier in health["tiers"].values()),
         "metrics": 'demo="true"' in build,
-        "log": "DEMO MODE" in served.log.read_text() and "DEMO (random weights)" in
-               served.log.read_text(),
+        "log": "DEMO MODE" in served.log.read_text()
+        and "DEMO (random weights)" in served.log.read_text(),
     }
 
 
-@pytest.mark.parametrize("entry", ["serve --laya", "serve --clef", "serve --policy",
-                                   "engine clef"])
-def test_serve_labels_random_weights_as_demo_does(entry: str, tiny: Tiny, tmp_path: Path
-                                                  ) -> None:
+@pytest.mark.parametrize("entry", ["serve --laya", "serve --clef", "serve --policy", "engine clef"])
+def test_serve_labels_random_weights_as_demo_does(entry: str, tiny: Tiny, tmp_path: Path) -> None:
     """Before: ``model`` "english", ``demo: false`` everywhere, nothing in the log."""
-    args = {"serve --laya": ["serve", "--laya", str(tiny.laya)],
-            "serve --clef": ["serve", "--clef", str(tiny.clef)],
-            "serve --policy": ["serve", "--policy", str(tiny.policy)],
-            "engine clef": ["engine", "clef", "--checkpoint", str(tiny.clef)]}[entry]
+    args = {
+        "serve --laya": ["serve", "--laya", str(tiny.laya)],
+        "serve --clef": ["serve", "--clef", str(tiny.clef)],
+        "serve --policy": ["serve", "--policy", str(tiny.policy)],
+        "engine clef": ["engine", "clef", "--checkpoint", str(tiny.clef)],
+    }[entry]
     with serving(args, tmp_path / "serve.log") as served:
         labels = _labels(served)
     assert labels == dict.fromkeys(labels, True), labels
@@ -163,22 +201,35 @@ def test_serve_does_not_label_weights_without_the_marker(tiny: Tiny, tmp_path: P
 
 
 def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(CASCADE), *map(str, args)], env=_env(), capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [str(CASCADE), *map(str, args)], env=_env(), capture_output=True, text=True, timeout=600
+    )
 
 
 def _last_json(stdout: str) -> dict:
     """The JSON object the command printed (``bench laya`` prints a table: then {})."""
-    return next((json.loads(line) for line in reversed(stdout.splitlines())
-                 if line.startswith("{")), {})
+    return next(
+        (json.loads(line) for line in reversed(stdout.splitlines()) if line.startswith("{")), {}
+    )
 
 
 def _written(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-COMMANDS = ["eval", "eval --url", "calibrate", "distill", "route", "bench laya", "bench clef",
-            "bench load", "bench soak", "bench tenants", "bench control"]
+COMMANDS = [
+    "eval",
+    "eval --url",
+    "calibrate",
+    "distill",
+    "route",
+    "bench laya",
+    "bench clef",
+    "bench load",
+    "bench soak",
+    "bench tenants",
+    "bench control",
+]
 
 
 @pytest.fixture(scope="module")
@@ -191,39 +242,166 @@ def random_server(tiny: Tiny, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_prints_and_writes_the_label(command: str, tiny: Tiny, tmp_path: Path,
-                                                   request: pytest.FixtureRequest) -> None:
+def test_every_command_prints_and_writes_the_label(
+    command: str, tiny: Tiny, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """Each command on random tiers (none with ``--demo``): a DEMO banner on stderr, and the
     label in its JSON and in the files it writes. Before: nothing said DEMO."""
     out, report = tmp_path / "out", tmp_path / "report.json"
-    url = request.getfixturevalue("random_server") if command.startswith(
-        ("bench load", "bench soak", "bench tenants", "bench control")) or "--url" in command \
+    url = (
+        request.getfixturevalue("random_server")
+        if command.startswith(("bench load", "bench soak", "bench tenants", "bench control"))
+        or "--url" in command
         else ""
+    )
     args: list[str | Path] = {
-        "eval": ["eval", tiny.data, "--policy", tiny.policy, "--out", out, "--no-progress",
-                 "--json"],
-        "eval --url": ["eval", tiny.data, "--url", url, "--model", "laya", "--out", out,
-                       "--no-progress", "--json"],
-        "calibrate": ["calibrate", tiny.data, "--policy", tiny.policy, "--out", out,
-                      "--target-escalation", "0.3", "--min-cell", "5", "--no-progress",
-                      "--json"],
-        "distill": ["distill", tiny.data, "--policy", tiny.policy, "--out", out, "--run-dir",
-                    tmp_path / "run", "--epochs", "1", "--no-progress", "--json"],
+        "eval": [
+            "eval",
+            tiny.data,
+            "--policy",
+            tiny.policy,
+            "--out",
+            out,
+            "--no-progress",
+            "--json",
+        ],
+        "eval --url": [
+            "eval",
+            tiny.data,
+            "--url",
+            url,
+            "--model",
+            "laya",
+            "--out",
+            out,
+            "--no-progress",
+            "--json",
+        ],
+        "calibrate": [
+            "calibrate",
+            tiny.data,
+            "--policy",
+            tiny.policy,
+            "--out",
+            out,
+            "--target-escalation",
+            "0.3",
+            "--min-cell",
+            "5",
+            "--no-progress",
+            "--json",
+        ],
+        "distill": [
+            "distill",
+            tiny.data,
+            "--policy",
+            tiny.policy,
+            "--out",
+            out,
+            "--run-dir",
+            tmp_path / "run",
+            "--epochs",
+            "1",
+            "--no-progress",
+            "--json",
+        ],
         "route": ["route", tiny.data, "--policy", tiny.policy, "--json"],
-        "bench laya": ["bench", "laya", "--shape", "tiny", "--repeat", "1", "--requests", "2",
-                       "--clients", "1", "--json", report],
-        "bench clef": ["bench", "clef", "--shape", "tiny", "--release", tiny.clef, "--device",
-                       "cpu", "--tokens", "64", "--repeats", "1", "--requests", "2",
-                       "--concurrency", "1", "--json", report],
-        "bench load": ["bench", "load", "--url", url, "--duration", "1", "--concurrency", "1",
-                       "--model", "laya", "--json", report],
-        "bench soak": ["bench", "soak", "--url", url, "--duration", "1", "--window", "1",
-                       "--honest", "1", "--json", report],
-        "bench tenants": ["bench", "tenants", "--url", url, "--quiet-key", "q", "--flood-key",
-                          "f", "--requests", "2", "--rate", "2", "--json", report],
-        "bench control": ["bench", "control", "--url", url, "--phase-duration", "1",
-                          "--concurrency", "1", "--window", "1", "--scrape-every", "0.5",
-                          "--plot", tmp_path / "control.png", "--json", report],
+        "bench laya": [
+            "bench",
+            "laya",
+            "--shape",
+            "tiny",
+            "--repeat",
+            "1",
+            "--requests",
+            "2",
+            "--clients",
+            "1",
+            "--json",
+            report,
+        ],
+        "bench clef": [
+            "bench",
+            "clef",
+            "--shape",
+            "tiny",
+            "--release",
+            tiny.clef,
+            "--device",
+            "cpu",
+            "--tokens",
+            "64",
+            "--repeats",
+            "1",
+            "--requests",
+            "2",
+            "--concurrency",
+            "1",
+            "--json",
+            report,
+        ],
+        "bench load": [
+            "bench",
+            "load",
+            "--url",
+            url,
+            "--duration",
+            "1",
+            "--concurrency",
+            "1",
+            "--model",
+            "laya",
+            "--json",
+            report,
+        ],
+        "bench soak": [
+            "bench",
+            "soak",
+            "--url",
+            url,
+            "--duration",
+            "1",
+            "--window",
+            "1",
+            "--honest",
+            "1",
+            "--json",
+            report,
+        ],
+        "bench tenants": [
+            "bench",
+            "tenants",
+            "--url",
+            url,
+            "--quiet-key",
+            "q",
+            "--flood-key",
+            "f",
+            "--requests",
+            "2",
+            "--rate",
+            "2",
+            "--json",
+            report,
+        ],
+        "bench control": [
+            "bench",
+            "control",
+            "--url",
+            url,
+            "--phase-duration",
+            "1",
+            "--concurrency",
+            "1",
+            "--window",
+            "1",
+            "--scrape-every",
+            "0.5",
+            "--plot",
+            tmp_path / "control.png",
+            "--json",
+            report,
+        ],
     }[command]
     done = _run(*args)
     assert done.returncode in ((0, 1) if command == "distill" else (0,)), done.stderr[-3000:]
@@ -243,12 +421,23 @@ def test_every_command_prints_and_writes_the_label(command: str, tiny: Tiny, tmp
 
 
 @pytest.mark.parametrize("command", ["eval", "route"])
-def test_commands_do_not_label_weights_without_the_marker(command: str, tiny: Tiny,
-                                                          tmp_path: Path) -> None:
+def test_commands_do_not_label_weights_without_the_marker(
+    command: str, tiny: Tiny, tmp_path: Path
+) -> None:
     args: list[str | Path] = (
-        ["eval", tiny.data, "--policy", tiny.real_policy, "--out", tmp_path / "out",
-         "--no-progress", "--json"] if command == "eval" else
-        ["route", tiny.data, "--policy", tiny.real_policy, "--json"])
+        [
+            "eval",
+            tiny.data,
+            "--policy",
+            tiny.real_policy,
+            "--out",
+            tmp_path / "out",
+            "--no-progress",
+            "--json",
+        ]
+        if command == "eval"
+        else ["route", tiny.data, "--policy", tiny.real_policy, "--json"]
+    )
     done = _run(*args)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "DEMO" not in done.stderr

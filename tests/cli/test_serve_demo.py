@@ -25,8 +25,13 @@ CASCADE = Path(sys.executable).parent / "cascade"
 README = Path(__file__).parents[2] / "README.md"
 # The warnings a demo is meant to log: it serves random weights.
 DEMO_LABELS = ("DEMO MODE: serving TINY RANDOM checkpoints", "laya: DEMO mode, tiny RANDOM")
-ANGER = {"anger": {"type": "score", "instructions": "How angry?",
-                   "criteria": ["calm", "upset", "furious"]}}
+ANGER = {
+    "anger": {
+        "type": "score",
+        "instructions": "How angry?",
+        "criteria": ["calm", "upset", "furious"],
+    }
+}
 
 
 class Demo:
@@ -42,14 +47,19 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     """The CLI's demo gateway on loopback (a fresh demo directory), and what it logged until
     it was ready."""
     work = tmp_path_factory.mktemp("serve-demo")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("CASCADE_") or k == "CASCADE_CACHE"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("CASCADE_") or k == "CASCADE_CACHE"
+    }
     env["CASCADE_DEMO_DIR"] = str(work / "demo")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen([str(CASCADE), "serve", "--demo", "--port", str(port)],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(CASCADE), "serve", "--demo", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             wait_http(url + "/health", timeout_s=300, proc=proc)
             deadline = time.monotonic() + 120
@@ -113,7 +123,9 @@ def quickstart_examples() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(request body, printed response) of each example in README's Quickstart, the bodies
     as the shell would build them (a ``python3 -c`` producer is run)."""
     text = README.read_text()
-    section = text[text.index("## Quickstart"):text.index("\n## ", text.index("## Quickstart") + 3)]
+    section = text[
+        text.index("## Quickstart") : text.index("\n## ", text.index("## Quickstart") + 3)
+    ]
     blocks = re.findall(r"```(\w*)\n(.*?)```", section, re.S)
     examples = []
     for (_, code), (next_lang, printed) in zip(blocks, blocks[1:], strict=False):
@@ -122,8 +134,12 @@ def quickstart_examples() -> list[tuple[dict[str, Any], dict[str, Any]]]:
         code = code.removeprefix("$ ")  # a console block's prompt
         producer = re.match(r"python3 -c '(.*?)' \|", code, re.S)
         if producer:
-            out = subprocess.run([sys.executable, "-c", producer.group(1)], check=True,
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, "-c", producer.group(1)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             body = json.loads(out)
         else:
             body = json.loads(re.search(r"-d '(.*?)'", code, re.S).group(1))  # type: ignore[union-attr]
@@ -145,6 +161,7 @@ def test_the_readme_examples_route_as_printed(demo: Demo) -> None:
         assert got["model"] == printed["model"]
         for qid, answer in printed["answers"].items():
             assert got["answers"][qid]["answer_confidence"] == pytest.approx(
-                answer["answer_confidence"], abs=1e-3)
+                answer["answer_confidence"], abs=1e-3
+            )
         tiers += list(got["x_cascade"]["tiers"].values())
     assert tiers == ["laya", "clef"]

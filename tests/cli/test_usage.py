@@ -53,8 +53,9 @@ clef = 50.0
 
 
 def _call(rid: str, state: str) -> EngineCall:
-    return EngineCall(state=state, model="jev-latest", request_id=rid,
-                      questions={"u": NOUL, "t": TEAM})
+    return EngineCall(
+        state=state, model="jev-latest", request_id=rid, questions={"u": NOUL, "t": TEAM}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,19 +63,26 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """acme: two requests, u escalated in each; zeta: one; one request with no tenant."""
     path = tmp_path_factory.mktemp("usage") / "d.db"
     policy = Policy(
-        tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-               "clef": ClefTier(release="x")},
+        tiers={
+            "laya": LayaTier(checkpoints=Checkpoints(english="x")),
+            "clef": ClefTier(release="x"),
+        },
         route=Route(cheap="laya", strong="clef"),
         thresholds=Thresholds(confidence=TypeBands(noul=Bands(two=0.999))),  # u escalates
     )
     writer = SqliteStore(path)
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
-                      decisions=writer)
+    gateway = Gateway(
+        policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")}, decisions=writer
+    )
 
     async def serve() -> None:
         await gateway.start()
-        for rid, state, tenant in (("a1", "one", "acme"), ("a2", "two two", "acme"),
-                                   ("z1", "three", "zeta"), ("n1", "four", "")):
+        for rid, state, tenant in (
+            ("a1", "one", "acme"),
+            ("a2", "two two", "acme"),
+            ("z1", "three", "zeta"),
+            ("n1", "four", ""),
+        ):
             await gateway.systemone(_call(rid, state), tenant=tenant)
         await gateway.aclose()
 
@@ -103,12 +111,23 @@ def test_spend_per_tenant_and_tier_as_json(log: Path, capsys: pytest.CaptureFixt
     acme_cheap = sum(_tokens(s)[0] for s in ("one", "two two"))
     acme_strong = sum(_tokens(s)[1] for s in ("one", "two two"))
     assert rows[("acme", "laya")] == {
-        "tenant": "acme", "tier": "laya", "requests": 2, "questions": 4, "final": 2,
-        "input_tokens": pytest.approx(acme_cheap), "cost": pytest.approx(acme_cheap / 1000)}
+        "tenant": "acme",
+        "tier": "laya",
+        "requests": 2,
+        "questions": 4,
+        "final": 2,
+        "input_tokens": pytest.approx(acme_cheap),
+        "cost": pytest.approx(acme_cheap / 1000),
+    }
     assert rows[("acme", "clef")] == {
-        "tenant": "acme", "tier": "clef", "requests": 2, "questions": 2, "final": 2,
+        "tenant": "acme",
+        "tier": "clef",
+        "requests": 2,
+        "questions": 2,
+        "final": 2,
         "input_tokens": pytest.approx(acme_strong),
-        "cost": pytest.approx(acme_strong * 20 / 1000, abs=1e-4)}
+        "cost": pytest.approx(acme_strong * 20 / 1000, abs=1e-4),
+    }
     total = {r["tier"]: r for r in report["total"]}
     assert total["laya"]["requests"] == 4 and total["clef"]["questions"] == 4
     assert report["prices_per_1k_tokens"] == {"laya": 1.0, "clef": 20.0}
@@ -119,8 +138,16 @@ def test_the_table_names_each_tenant_and_tier(log: Path, capsys: pytest.CaptureF
     assert main(["usage", "--from-log", str(log)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"8 rows of {log}; cost per 1000 input tokens: laya 1, clef 20")
-    assert out[1].split() == ["tenant", "tier", "requests", "questions", "final", "input",
-                              "tokens", "cost"]
+    assert out[1].split() == [
+        "tenant",
+        "tier",
+        "requests",
+        "questions",
+        "final",
+        "input",
+        "tokens",
+        "cost",
+    ]
     lines = {tuple(line.split()[:2]): line.split()[2:] for line in out[2:]}
     assert lines[("acme", "laya")][:3] == ["2", "4", "2"]
     assert lines[("zeta", "clef")][:3] == ["1", "1", "1"]
@@ -128,13 +155,13 @@ def test_the_table_names_each_tenant_and_tier(log: Path, capsys: pytest.CaptureF
     assert lines[("(all)", "laya")][:3] == ["4", "8", "4"]
 
 
-def test_tenant_since_and_policy_prices(log: Path, tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]):
+def test_tenant_since_and_policy_prices(
+    log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     report = _json(capsys, "--from-log", str(log), "--tenant", "zeta")
     assert {r["tenant"] for r in report["rows"]} == {"zeta"} and report["log_rows"] == 2
     assert _json(capsys, "--from-log", str(log), "--since", "1h")["log_rows"] == 8
-    assert _json(capsys, "--from-log", str(log), "--since", str(time.time() + 60))[
-        "rows"] == []
+    assert _json(capsys, "--from-log", str(log), "--since", str(time.time() + 60))["rows"] == []
     policy = tmp_path / "p.toml"
     policy.write_text(POLICY_TOML)
     priced = _json(capsys, "--from-log", str(log), "--policy", str(policy), "--cost", "clef=10")
@@ -156,16 +183,29 @@ def test_since_reads_ages_dates_and_unix_seconds():
         since_of("yesterday", now)
 
 
-@pytest.mark.parametrize(("make", "argv", "status", "says"), [
-    (None, ["--from-log", "{tmp}/missing.db"], 1, "missing.db: no such file"),
-    ("text", ["--from-log", "{tmp}/f.db"], 1, "f.db: not a decision log"),
-    ("sqlite", ["--from-log", "{tmp}/f.db"], 1, "f.db: not a decision log (no decisions table)"),
-    ("sqlite", ["--from-log", "{tmp}/f.db", "--since", "last week"], 2, "--since 'last week'"),
-    ("sqlite", ["--from-log", "{tmp}/f.db", "--cost", "clef"], 2, "--cost wants TIER=PRICE"),
-])
-def test_mistakes_are_one_line_without_a_traceback(tmp_path: Path, make: str | None,
-                                                   argv: list[str], status: int, says: str,
-                                                   capsys: pytest.CaptureFixture[str]):
+@pytest.mark.parametrize(
+    ("make", "argv", "status", "says"),
+    [
+        (None, ["--from-log", "{tmp}/missing.db"], 1, "missing.db: no such file"),
+        ("text", ["--from-log", "{tmp}/f.db"], 1, "f.db: not a decision log"),
+        (
+            "sqlite",
+            ["--from-log", "{tmp}/f.db"],
+            1,
+            "f.db: not a decision log (no decisions table)",
+        ),
+        ("sqlite", ["--from-log", "{tmp}/f.db", "--since", "last week"], 2, "--since 'last week'"),
+        ("sqlite", ["--from-log", "{tmp}/f.db", "--cost", "clef"], 2, "--cost wants TIER=PRICE"),
+    ],
+)
+def test_mistakes_are_one_line_without_a_traceback(
+    tmp_path: Path,
+    make: str | None,
+    argv: list[str],
+    status: int,
+    says: str,
+    capsys: pytest.CaptureFixture[str],
+):
     if make == "text":
         (tmp_path / "f.db").write_text("these are my notes\n" * 20)
     elif make == "sqlite":

@@ -32,15 +32,20 @@ KINDS: dict[str, Question] = {
 
 
 def policy(**control: object) -> Policy:
-    return Policy(tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-                         "clef": ClefTier(release="x")},
-                  route=Route(cheap="laya", strong="clef"),
-                  thresholds=Thresholds(confidence=CONFIGURED),
-                  control=Control(**control))  # type: ignore[arg-type]
+    return Policy(
+        tiers={
+            "laya": LayaTier(checkpoints=Checkpoints(english="x")),
+            "clef": ClefTier(release="x"),
+        },
+        route=Route(cheap="laya", strong="clef"),
+        thresholds=Thresholds(confidence=CONFIGURED),
+        control=Control(**control),
+    )  # type: ignore[arg-type]
 
 
-def decided(control: LiveControl, kind: str, confidence: float, *,
-            escalate: bool = True) -> Decision:
+def decided(
+    control: LiveControl, kind: str, confidence: float, *, escalate: bool = True
+) -> Decision:
     """One request of ``kind`` whose cheap answer has max p ``confidence``, through the flow
     with the controller's gate, told back to the controller."""
     call = EngineCall(state="s", model="jev-latest", questions={"q": KINDS[kind]})
@@ -53,11 +58,15 @@ def decided(control: LiveControl, kind: str, confidence: float, *,
         else:
             n = len(q.criteria)  # type: ignore[union-attr]
             p = [confidence, 1 - confidence] if n == 2 else [1.0 / n] * n
-        return EngineAnswer(model=ask.tier, results={"q": QuestionResult(
-            type=q.type, probabilities=p)}, usage=EngineUsage(input_tokens=1))
+        return EngineAnswer(
+            model=ask.tier,
+            results={"q": QuestionResult(type=q.type, probabilities=p)},
+            usage=EngineUsage(input_tokens=1),
+        )
 
-    decision = run(decide(control.policy, call, previews=False,
-                          gate=control.gate(escalate=escalate)), reply)
+    decision = run(
+        decide(control.policy, call, previews=False, gate=control.gate(escalate=escalate)), reply
+    )
     control.decided(call, decision)
     return decision
 
@@ -70,9 +79,13 @@ class Clock:
         return self.now
 
 
-def replay(control: LiveControl, clock: Clock, phases: list[tuple[float, float, dict[str, tuple[
-        float, float, float]]]], seed: int = 0,
-        each: Callable[[float], None] | None = None) -> list[tuple[float, bool]]:
+def replay(
+    control: LiveControl,
+    clock: Clock,
+    phases: list[tuple[float, float, dict[str, tuple[float, float, float]]]],
+    seed: int = 0,
+    each: Callable[[float], None] | None = None,
+) -> list[tuple[float, bool]]:
     """Phases of (seconds, requests a second, {kind: (share, lowest, highest confidence)});
     ``(time, answered strong)`` of every request."""
     rng = random.Random(seed)
@@ -99,8 +112,9 @@ def replay(control: LiveControl, clock: Clock, phases: list[tuple[float, float, 
     return out
 
 
-def max_window_share(events: list[tuple[float, bool]], window_s: float = 300.0,
-                     since: float = 0.0) -> float:
+def max_window_share(
+    events: list[tuple[float, bool]], window_s: float = 300.0, since: float = 0.0
+) -> float:
     """The highest strong share over every ``window_s`` window ending on a whole second."""
     times = [t for t, _ in events]
     strong = [0]

@@ -2,6 +2,7 @@
 reference fills, after it closed (counting into the window), the reference's close (20,000
 confidences per cell) and one scrape (``psi``). Run from the repository root:
 ``python tests/control/measure_drift.py``."""
+
 import random
 import timeit
 
@@ -27,23 +28,30 @@ POLICY = Policy(
     thresholds=Thresholds(confidence=TypeBands(choice=Bands(three_five=0.6), noul=Bands(two=0.7))),
     drift=Drift(reference_s=3600.0, min_count=300, window_s=600.0),
 )
-CALL = EngineCall(state="where is my refund?", model="jev-latest", questions={
-    "intent": ChoiceQuestion(criteria=["billing", "tech", "account"]), "urgent": NoulQuestion(),
-    "mood": ScoreQuestion(criteria=["calm", "annoyed", "angry"])})
+CALL = EngineCall(
+    state="where is my refund?",
+    model="jev-latest",
+    questions={
+        "intent": ChoiceQuestion(criteria=["billing", "tech", "account"]),
+        "urgent": NoulQuestion(),
+        "mood": ScoreQuestion(criteria=["calm", "annoyed", "angry"]),
+    },
+)
 
 
 def decisions(n: int, seed: int = 0) -> list:
     rng = random.Random(seed)
     out = []
     for _ in range(n):
+
         def reply(ask):
             results = {}
             for qid, q in ask.call.questions.items():
                 k = 2 if q.type == "noul" else 3
                 p = [rng.random() + 0.05 for _ in range(k)]
                 results[qid] = QuestionResult(type=q.type, probabilities=[x / sum(p) for x in p])
-            return EngineAnswer(model=ask.tier, results=results,
-                                usage=EngineUsage(input_tokens=3))
+            return EngineAnswer(model=ask.tier, results=results, usage=EngineUsage(input_tokens=3))
+
         out.append(run(decide(POLICY, CALL, previews=False), reply))
     return out
 
@@ -66,6 +74,7 @@ def main() -> None:
         monitor.observe(POLICY, ds[n % len(ds)])
         n += 1
         clock.now += 0.001
+
     per = 20_000
     boot = min(timeit.repeat(observe, number=per, repeat=3)) / per * 1e6
     for cell in monitor.cells.values():  # a full reservoir per cell, as after a busy boot
@@ -78,9 +87,11 @@ def main() -> None:
     close = (timeit.default_timer() - close_start) / len(monitor.cells) * 1e3
     window = min(timeit.repeat(observe, number=per, repeat=3)) / per * 1e6
     scrape = min(timeit.repeat(monitor.psi, number=200, repeat=3)) / 200 * 1e6
-    print(f"drift observer: {boot:.2f} µs/request filling the boot reference, "
-          f"{window:.2f} µs/request counting the window; closing a 20,000-value reference "
-          f"{close:.2f} ms per cell; a scrape (psi, 3 cells) {scrape:.1f} µs")
+    print(
+        f"drift observer: {boot:.2f} µs/request filling the boot reference, "
+        f"{window:.2f} µs/request counting the window; closing a 20,000-value reference "
+        f"{close:.2f} ms per cell; a scrape (psi, 3 cells) {scrape:.1f} µs"
+    )
 
 
 main()

@@ -68,13 +68,16 @@ def test_histogram_selects_the_edges_a_full_sort_gives() -> None:
                     edges.append(edge)
         found = histogram(values, 10)
         assert found.edges == edges
-        assert found.counts == [sum(lo <= v < hi for v in values) for lo, hi in zip(
-            [-1.0, *edges], [*edges, 2.0], strict=True)]
+        assert found.counts == [
+            sum(lo <= v < hi for v in values)
+            for lo, hi in zip([-1.0, *edges], [*edges, 2.0], strict=True)
+        ]
 
 
 def test_psi_stays_low_on_an_unshifted_sample_and_crosses_025_on_a_shifted_one() -> None:
     rng = random.Random(1)
     reference = histogram(draw(rng, 5, 2, 2000), 10)
+
     def against(a: float, b: float, n: int) -> float:
         return psi(reference.counts, counted(reference.edges, draw(rng, a, b, n)))
 
@@ -91,8 +94,10 @@ def test_psi_stays_low_on_an_unshifted_sample_and_crosses_025_on_a_shifted_one()
 
 def _calibrated(snapshot: dict[str, Histogram], **drift: object) -> Policy:
     return msgspec.structs.replace(
-        POLICY, calibration=Calibration(snapshot=snapshot),
-        drift=Drift(**{"window_s": 120.0, "min_count": 300, **drift}))  # type: ignore[arg-type]
+        POLICY,
+        calibration=Calibration(snapshot=snapshot),
+        drift=Drift(**{"window_s": 120.0, "min_count": 300, **drift}),
+    )  # type: ignore[arg-type]
 
 
 def test_the_calibration_snapshot_is_the_reference_and_the_window_slides() -> None:
@@ -129,8 +134,9 @@ def test_a_cell_too_small_in_the_snapshot_or_boot_reference_falls_back_to_the_bo
     for value in draw(rng, 5, 2, 400):
         monitor.add(cell, value)
     assert monitor.psi()[cell] < 0.1
-    forced = DriftMonitor(_calibrated({"noul:2": histogram(draw(rng, 5, 2, 900), 10)},
-                                      reference="boot"), clock=clock)
+    forced = DriftMonitor(
+        _calibrated({"noul:2": histogram(draw(rng, 5, 2, 900), 10)}, reference="boot"), clock=clock
+    )
     forced.add(cell, 0.8)
     assert forced.cells[cell].reference is None  # reference = "boot" ignores the snapshot
 
@@ -175,8 +181,11 @@ def test_a_new_drift_table_or_snapshot_starts_over() -> None:
     policy = _calibrated({}, reference_s=1.0, min_count=1)
     monitor = DriftMonitor(policy, clock=clock)
     urgent = call(questions={"urgent": WIDE["urgent"]})
-    answer = EngineAnswer(model="m", usage=EngineUsage(input_tokens=1), results={
-        "urgent": QuestionResult(type="noul", probabilities=[0.2, 0.8])})
+    answer = EngineAnswer(
+        model="m",
+        usage=EngineUsage(input_tokens=1),
+        results={"urgent": QuestionResult(type="noul", probabilities=[0.2, 0.8])},
+    )
     decision = run(decide(policy, urgent, previews=False), lambda ask: answer)
     monitor.observe(policy, decision)
     assert list(monitor.cells) == [("noul", "2")]
@@ -189,14 +198,16 @@ def test_a_new_drift_table_or_snapshot_starts_over() -> None:
 def test_the_gateway_feeds_the_monitor_and_its_app_exports_the_psi() -> None:
     clock = Clock()
     policy = msgspec.structs.replace(
-        POLICY, drift=Drift(window_s=60.0, reference_s=5.0, min_count=20, bins=5))
+        POLICY, drift=Drift(window_s=60.0, reference_s=5.0, min_count=20, bins=5)
+    )
     choice = ChoiceQuestion(criteria=["a", "b", "c"])
 
     def cheap(c: EngineCall) -> EngineAnswer:
         return answered("laya", c)
 
-    gateway = Gateway(policy, {"laya": FakeEngine("laya", cheap), "clef": FakeEngine("clef")},
-                      clock=clock)
+    gateway = Gateway(
+        policy, {"laya": FakeEngine("laya", cheap), "clef": FakeEngine("clef")}, clock=clock
+    )
 
     async def ask(n: int, state: str) -> None:
         for i in range(n):
@@ -214,8 +225,9 @@ def test_the_gateway_feeds_the_monitor_and_its_app_exports_the_psi() -> None:
 def test_the_drift_table_is_checked_with_file_and_line(tmp_path: Path) -> None:
     good = (Path(__file__).parents[2] / "policies" / "default.toml").read_text()
     path = tmp_path / "p.toml"
-    path.write_text(good + '\n[drift]\nwindow_s = 600.0\nbins = 1\nmin_count = 0\n'
-                    'reference = "boot"\n')
+    path.write_text(
+        good + '\n[drift]\nwindow_s = 600.0\nbins = 1\nmin_count = 0\nreference = "boot"\n'
+    )
     lines = good.count("\n") + 1
     with pytest.raises(PolicyError) as info:
         load_policy(path)
@@ -225,7 +237,7 @@ def test_the_drift_table_is_checked_with_file_and_line(tmp_path: Path) -> None:
     ]
     path.write_text(good + '\n[drift]\nwindow_s = 600.0\nreference = "boot"\n')
     assert load_policy(path).drift == Drift(window_s=600.0, reference="boot")
-    path.write_text(good + '\n[drift]\nwindow = 600.0\n')
+    path.write_text(good + "\n[drift]\nwindow = 600.0\n")
     with pytest.raises(PolicyError, match=r"unknown key `window` \(known: bins, min_count"):
         load_policy(path)
 
@@ -233,8 +245,12 @@ def test_the_drift_table_is_checked_with_file_and_line(tmp_path: Path) -> None:
 def test_a_snapshot_written_into_a_policy_is_checked_too(tmp_path: Path) -> None:
     good = (Path(__file__).parents[2] / "policies" / "default.toml").read_text()
     path = tmp_path / "p.toml"
-    path.write_text(good + '\n[calibration.snapshot."noul:2"]\nedges = [0.9, 0.6]\n'
-                    'counts = [1, 2, 3]\n')
-    with pytest.raises(PolicyError, match=r"p.toml:\d+: error: snapshot noul:2: edges must be "
-                       "finite and strictly ascending"):
+    path.write_text(
+        good + '\n[calibration.snapshot."noul:2"]\nedges = [0.9, 0.6]\ncounts = [1, 2, 3]\n'
+    )
+    with pytest.raises(
+        PolicyError,
+        match=r"p.toml:\d+: error: snapshot noul:2: edges must be "
+        "finite and strictly ascending",
+    ):
         load_policy(path)

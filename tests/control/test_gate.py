@@ -26,7 +26,9 @@ def test_a_cut_under_the_confidence_keeps_it_cheap_flagged_budget() -> None:
     assert not any(isinstance(a, TierCall) and a.tier == "clef" for a in asked)
     assert decision.tiers == dict.fromkeys(QUESTIONS, "laya")
     assert {q: r.reason for q, r in decision.routes.items() if r.reason} == {
-        "intent": "budget", "urgent": "budget"}
+        "intent": "budget",
+        "urgent": "budget",
+    }
     assert decision.escalated == {} and decision.degraded == {}
 
 
@@ -56,7 +58,10 @@ def test_escalate_false_keeps_every_gate_escalation_but_not_pre_routed_ones() ->
     assert shape(asked)[-1] == ("clef", ["big"])  # too many options: still strong
     assert decision.tiers == {"intent": "laya", "urgent": "laya", "mood": "laya", "big": "clef"}
     assert {q: r.reason for q, r in decision.routes.items() if r.reason} == {
-        "intent": "budget", "urgent": "budget", "big": "too_many_options"}
+        "intent": "budget",
+        "urgent": "budget",
+        "big": "too_many_options",
+    }
     assert decision.escalated == {}
     _, reply = tiers(low=LOW)
     images = run(decide(POLICY, call(images=[IMAGE]), previews=True, gate=gate), reply)
@@ -65,21 +70,25 @@ def test_escalate_false_keeps_every_gate_escalation_but_not_pre_routed_ones() ->
 
 def test_a_whole_request_escalation_takes_the_flagged_answers_along() -> None:
     policy = with_(escalate="request")
-    gate = msgspec.structs.replace(Gate.of(policy), budget=TypeBands(
-        noul=Bands(two=0.6), choice=Bands(three_five=0.2)))
+    gate = msgspec.structs.replace(
+        Gate.of(policy), budget=TypeBands(noul=Bands(two=0.6), choice=Bands(three_five=0.2))
+    )
     _, reply = tiers(low=LOW)
     decision = run(decide(policy, call(), previews=True, gate=gate), reply)
-    assert decision.escalated == {"intent": "whole_request", "urgent": "low_confidence",
-                                  "mood": "whole_request"}
+    assert decision.escalated == {
+        "intent": "whole_request",
+        "urgent": "low_confidence",
+        "mood": "whole_request",
+    }
     _, reply = tiers(low=LOW)
-    kept = run(decide(policy, call(), previews=True, gate=Gate.of(policy, escalate=False)),
-               reply)
+    kept = run(decide(policy, call(), previews=True, gate=Gate.of(policy, escalate=False)), reply)
     assert kept.escalated == {} and kept.tiers == dict.fromkeys(QUESTIONS, "laya")
 
 
 def test_a_request_kept_by_the_budget_can_still_be_shadowed() -> None:
     policy = msgspec.structs.replace(POLICY, shadow=Shadow(fraction=1.0))
     _, reply = tiers(low=LOW)
-    decision = run(decide(policy, call(), previews=True,
-                          gate=Gate.of(policy, escalate=False)), reply)
+    decision = run(
+        decide(policy, call(), previews=True, gate=Gate.of(policy, escalate=False)), reply
+    )
     assert decision.shadow is not None and decision.shadow.tier == "clef"

@@ -23,8 +23,13 @@ YES_NO = ChoiceQuestion(criteria=["yes", "no"])
 def unsure(call: EngineCall) -> EngineAnswer:
     """max p from the state (a number in [0.5, 1]): the confidence the test asks for."""
     c = float(str(call.state))
-    return EngineAnswer(model="laya-fake", usage=EngineUsage(input_tokens=1), results={
-        q: QuestionResult(type="choice", probabilities=[c, 1 - c]) for q in call.questions})
+    return EngineAnswer(
+        model="laya-fake",
+        usage=EngineUsage(input_tokens=1),
+        results={
+            q: QuestionResult(type="choice", probabilities=[c, 1 - c]) for q in call.questions
+        },
+    )
 
 
 def ask(gateway: Gateway, confidence: float, **kw: object):  # type: ignore[no-untyped-def]
@@ -34,8 +39,11 @@ def ask(gateway: Gateway, confidence: float, **kw: object):  # type: ignore[no-u
 
 def test_a_binding_budget_flags_answers_budget_and_moves_the_metrics() -> None:
     clock = Clock()
-    gateway = Gateway(policy(max_strong_share=0.2), {"laya": FakeEngine("laya", unsure),
-                                                      "clef": FakeEngine("clef")}, clock=clock)
+    gateway = Gateway(
+        policy(max_strong_share=0.2),
+        {"laya": FakeEngine("laya", unsure), "clef": FakeEngine("clef")},
+        clock=clock,
+    )
     flagged = metrics.BUDGET_FLAGGED.labels(type="choice")
     escalations = metrics.ESCALATIONS.labels(reason="budget", type="choice")
     before, before_esc = flagged._value.get(), escalations._value.get()
@@ -83,7 +91,8 @@ def test_escalate_false_keeps_the_answer_cheap_without_a_control_table() -> None
 def test_shadow_answers_teach_the_refit_with_a_strong_teacher() -> None:
     teach = msgspec.structs.replace(
         policy(target_accuracy=0.9, teacher="feedback+shadow", min_labels=5),
-        shadow=Shadow(fraction=1.0, max_concurrent=64))
+        shadow=Shadow(fraction=1.0, max_concurrent=64),
+    )
     gateway = Gateway(teach, {"laya": FakeEngine("laya", unsure), "clef": FakeEngine("clef")})
 
     async def run() -> None:

@@ -75,8 +75,13 @@ def test_overload_counts_like_a_long_wait_and_protected_cells_are_never_cut() ->
     now = 0.0
     for i in range(600):
         now = i * 0.1
-        pacer.record(now, answered=1, strong=int(i % 2 == 0), forced=0,
-                     gated=[(("choice", "2"), 0.5 + (i % 50) / 100)])
+        pacer.record(
+            now,
+            answered=1,
+            strong=int(i % 2 == 0),
+            forced=0,
+            gated=[(("choice", "2"), 0.5 + (i % 50) / 100)],
+        )
     assert pacer.pace(now, {("choice", "2"): 0.8}).cuts == {}
     pacer.overloaded(now)
     assert ("choice", "2") in pacer.pace(now, {("choice", "2"): 0.8}).cuts
@@ -92,11 +97,13 @@ def test_answers_of_a_cheap_only_model_are_not_gated_traffic() -> None:
     call = EngineCall(state="s", model="laya", questions={"q": KINDS["choice"]})
 
     def reply(ask: object) -> EngineAnswer:
-        return EngineAnswer(model="laya", usage=EngineUsage(input_tokens=1), results={
-            "q": QuestionResult(type="choice", probabilities=[0.5, 0.5])})
+        return EngineAnswer(
+            model="laya",
+            usage=EngineUsage(input_tokens=1),
+            results={"q": QuestionResult(type="choice", probabilities=[0.5, 0.5])},
+        )
 
-    control.decided(call, run(decide(cheap_only, call, previews=False, gate=control.gate()),
-                              reply))
+    control.decided(call, run(decide(cheap_only, call, previews=False, gate=control.gate()), reply))
     assert control.pacer is not None
     (only,) = control.pacer._bins
     assert (only.answered, only.strong, only.gated) == (1, 0, 0)

@@ -28,8 +28,9 @@ def test_the_snapshot_cuts_hold_the_budget_from_the_first_request() -> None:
     rng = random.Random(3)
     traffic = [rng.uniform(0.5, 0.82) for _ in range(150)]  # the thresholds send 99 % strong
     snapshot = {"choice:2": histogram([rng.uniform(0.5, 0.82) for _ in range(2000)], 10)}
-    calibrated = msgspec.structs.replace(policy(max_strong_share=0.2),
-                                         calibration=Calibration(snapshot=snapshot))
+    calibrated = msgspec.structs.replace(
+        policy(max_strong_share=0.2), calibration=Calibration(snapshot=snapshot)
+    )
     clock = Clock()
     share = _first(LiveControl(calibrated, clock=clock), clock, traffic)
     assert 0.1 <= share <= 0.22  # unpaced: 0.99

@@ -20,14 +20,23 @@ from tests.control.load import Clock, decided, policy, replay
 TARGET = 0.9
 
 
-def labels(n: int, rng: random.Random, *, qtype: str = "choice", lo: float = 0.5,
-           source: str = "feedback") -> list[Labelled]:
+def labels(
+    n: int, rng: random.Random, *, qtype: str = "choice", lo: float = 0.5, source: str = "feedback"
+) -> list[Labelled]:
     """max p uniform on [lo, 1], right with probability max p."""
     out = []
     for _ in range(n):
         c = rng.uniform(lo, 1.0)
-        out.append(Labelled(type=qtype, band="2", confidence=c, correct=rng.random() < c,  # type: ignore[arg-type]
-                            source=source, ts=0.0))  # type: ignore[arg-type]
+        out.append(
+            Labelled(
+                type=qtype,
+                band="2",
+                confidence=c,
+                correct=rng.random() < c,  # type: ignore[arg-type]
+                source=source,
+                ts=0.0,
+            )
+        )  # type: ignore[arg-type]
     return out
 
 
@@ -49,8 +58,10 @@ def test_the_fitted_threshold_is_the_analytic_one(seed: int) -> None:
     refit.observe(labels(2000, random.Random(seed)))
     (fitted,) = refit.fit()
     want = analytic(2000)
-    print(f"seed {seed}: fitted {fitted.threshold:.4f}, analytic {want:.4f} "
-          f"(population 0.8), n={fitted.n} kept={fitted.kept} bound={fitted.bound:.4f}")
+    print(
+        f"seed {seed}: fitted {fitted.threshold:.4f}, analytic {want:.4f} "
+        f"(population 0.8), n={fitted.n} kept={fitted.kept} bound={fitted.bound:.4f}"
+    )
     assert fitted.cell == ("choice", "2") and fitted.n == 2000 and not fitted.pooled
     assert abs(fitted.threshold - want) < 0.05  # its spread over seeds is 0.02
     assert fitted.bound >= TARGET
@@ -104,10 +115,19 @@ def test_clamps_bound_the_refit_and_an_uncertifiable_cell_escalates_everything()
     assert hopeless.fit()[0].threshold == 1.0
 
 
-def _judged(correct: bool, *, tenant: str = "", asked: str | None = None,
-            confidence: float = 0.6) -> Labelled:
-    return Labelled(type="noul", band="2", confidence=confidence, correct=correct,
-                    source="feedback", ts=0.0, tenant=tenant, asked=asked)
+def _judged(
+    correct: bool, *, tenant: str = "", asked: str | None = None, confidence: float = 0.6
+) -> Labelled:
+    return Labelled(
+        type="noul",
+        band="2",
+        confidence=confidence,
+        correct=correct,
+        source="feedback",
+        ts=0.0,
+        tenant=tenant,
+        asked=asked,
+    )
 
 
 def test_a_relabel_replaces_the_questions_earlier_label_never_adds_to_it() -> None:
@@ -124,8 +144,9 @@ def test_a_relabel_replaces_the_questions_earlier_label_never_adds_to_it() -> No
 
 def test_no_tenant_makes_up_more_than_its_share_of_a_cells_evidence() -> None:
     mallory = [_judged(True, tenant="mallory", asked=f"m{i}") for i in range(100)]
-    honest = [_judged(i % 4 != 0, tenant="honest", asked=f"h{i}", confidence=0.95)
-              for i in range(20)]
+    honest = [
+        _judged(i % 4 != 0, tenant="honest", asked=f"h{i}", confidence=0.95) for i in range(20)
+    ]
     assert capped(mallory, 0.5) == [] and capped(mallory, 1.0) == mallory
     kept = capped(honest + mallory, 0.5)
     assert kept == honest + mallory[-20:]  # mallory's most recent, as many as the others'
@@ -143,8 +164,10 @@ def test_no_tenant_makes_up_more_than_its_share_of_a_cells_evidence() -> None:
 def _conflict(prefer: str) -> tuple[LiveControl, list[tuple[float, bool]], Clock]:
     """A refit to ~0.83 on choice:2, then traffic the budget cannot afford at that threshold."""
     clock = Clock()
-    control = LiveControl(policy(max_strong_share=0.1, target_accuracy=TARGET, prefer=prefer,
-                                 refit_interval_s=30.0), clock=clock)
+    control = LiveControl(
+        policy(max_strong_share=0.1, target_accuracy=TARGET, prefer=prefer, refit_interval_s=30.0),
+        clock=clock,
+    )
     control.observe(labels(2000, random.Random(6)))
     events = replay(control, clock, [(400, 10, {"choice": (1.0, 0.5, 1.0)})])
     return control, events, clock

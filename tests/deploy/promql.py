@@ -56,8 +56,14 @@ def exported_names(labelled: str | None = None) -> set[str]:
     control = metrics.ControlGauges(lambda: {("noul", "2"): 0.5}, lambda: 0.0)
     cache = metrics.CacheGauges(lambda: (0, 0))
     config = metrics.ConfigInfo(lambda: ("p", "c"))
-    for family in [*gauges.collect(), *drift.collect(), *inflight.collect(),
-                   *control.collect(), *cache.collect(), *config.collect()]:
+    for family in [
+        *gauges.collect(),
+        *drift.collect(),
+        *inflight.collect(),
+        *control.collect(),
+        *cache.collect(),
+        *config.collect(),
+    ]:
         if labelled is None or all(labelled in s.labels for s in family.samples):
             names.update(sample.name for sample in family.samples)
     return names
@@ -69,8 +75,12 @@ def referenced_names(expr: str) -> set[str]:
 
 
 def recorded_names() -> set[str]:
-    return {rule["record"] for group in load_yaml(RULES)["groups"] for rule in group["rules"]
-            if "record" in rule}
+    return {
+        rule["record"]
+        for group in load_yaml(RULES)["groups"]
+        for rule in group["rules"]
+        if "record" in rule
+    }
 
 
 def load_yaml(path: Path) -> Any:
@@ -89,13 +99,19 @@ def panels(board: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def dashboard_exprs(board: Mapping[str, Any]) -> list[tuple[dict[str, Any], Expr]]:
-    return [(panel, Expr(f"panel {panel['title']!r} {target['refId']}", target["expr"]))
-            for panel in panels(board) for target in panel.get("targets", [])]
+    return [
+        (panel, Expr(f"panel {panel['title']!r} {target['refId']}", target["expr"]))
+        for panel in panels(board)
+        for target in panel.get("targets", [])
+    ]
 
 
 def rule_exprs() -> list[Expr]:
-    return [Expr(f"rule {rule.get('alert') or rule.get('record')}", rule["expr"])
-            for group in load_yaml(RULES)["groups"] for rule in group["rules"]]
+    return [
+        Expr(f"rule {rule.get('alert') or rule.get('record')}", rule["expr"])
+        for group in load_yaml(RULES)["groups"]
+        for rule in group["rules"]
+    ]
 
 
 def adapter_exprs(matchers: str, group_by: str) -> list[Expr]:
@@ -104,8 +120,12 @@ def adapter_exprs(matchers: str, group_by: str) -> list[Expr]:
     out = []
     for rule in load_yaml(ADAPTER)["rules"]["custom"]:
         series = rule["seriesQuery"].split("{")[0]
-        query = (rule["metricsQuery"].replace("<<.Series>>", series)
-                 .replace("<<.LabelMatchers>>", matchers).replace("<<.GroupBy>>", group_by))
+        query = (
+            rule["metricsQuery"]
+            .replace("<<.Series>>", series)
+            .replace("<<.LabelMatchers>>", matchers)
+            .replace("<<.GroupBy>>", group_by)
+        )
         out.append(Expr(f"adapter {rule['name']['as']}", query))
     return out
 
@@ -121,8 +141,9 @@ def expand(expr: str, variables: Mapping[str, Sequence[str]], rate_interval: str
     """Grafana's substitution of ``$__rate_interval`` and of the dashboard's variables."""
     out = expr.replace("$__rate_interval", rate_interval)
     for name in sorted(variables, key=len, reverse=True):
-        out = re.sub(rf"\${name}\b|\$\{{{name}\}}", lambda _, n=name: variable_regex(variables[n]),
-                     out)
+        out = re.sub(
+            rf"\${name}\b|\$\{{{name}\}}", lambda _, n=name: variable_regex(variables[n]), out
+        )
     if "$" in out:
         raise ValueError(f"unexpanded variable in {out!r}")
     return out

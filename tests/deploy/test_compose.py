@@ -63,10 +63,16 @@ def test_profiles(compose: dict[str, Any]) -> None:
     services = compose["services"]
     profiles = {name: tuple(s.get("profiles", ())) for name, s in services.items()}
     assert profiles == {
-        "gateway": ("gpu",), "clef": ("gpu",), "demo": ("demo",), "ollama": ("ollama",),
-        "gateway-ollama": ("ollama",), "postgres": ("fleet",), "fleet-a": ("fleet",),
+        "gateway": ("gpu",),
+        "clef": ("gpu",),
+        "demo": ("demo",),
+        "ollama": ("ollama",),
+        "gateway-ollama": ("ollama",),
+        "postgres": ("fleet",),
+        "fleet-a": ("fleet",),
         "fleet-b": ("fleet",),
-        "prometheus": (), "grafana": (),
+        "prometheus": (),
+        "grafana": (),
     }
     # The demo needs no GPU: nothing reserves one.
     assert "deploy" not in services["demo"] and "--demo" in services["demo"]["entrypoint"]
@@ -98,7 +104,8 @@ def test_mounted_files_exist_and_agree(compose: dict[str, Any]) -> None:
     assert "./deploy/prometheus:/etc/prometheus:ro" in services["prometheus"]["volumes"]
     # Grafana's dashboard provider reads the folder the dashboards are mounted at.
     (provider,) = promql.load_yaml(
-        promql.DEPLOY / "grafana" / "provisioning" / "dashboards" / "cascade.yml")["providers"]
+        promql.DEPLOY / "grafana" / "provisioning" / "dashboards" / "cascade.yml"
+    )["providers"]
     mounts = dict(v.split(":")[:2] for v in services["grafana"]["volumes"])
     assert mounts["./deploy/grafana/dashboards"] == provider["options"]["path"]
     assert mounts["./deploy/grafana/provisioning"] == "/etc/grafana/provisioning"
@@ -146,8 +153,7 @@ def test_demo_builds_on_a_cpu_base_image(compose: dict[str, Any]) -> None:
     dockerfile = (promql.REPO / demo["build"]["dockerfile"]).read_text()
     bases = re.findall(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
     assert bases == ["python:3.11-slim"], bases
-    commands = [c for c in dockerfile.replace("\\\n", " ").splitlines()
-                if not c.startswith("#")]
+    commands = [c for c in dockerfile.replace("\\\n", " ").splitlines() if not c.startswith("#")]
     assert not re.search(r"cuda|nvidia", "\n".join(commands), re.IGNORECASE)
     # The serving lock with hashes, and its torch is the CPU build.
     (install,) = [c for c in commands if "pip install" in c and "deploy/lock/serve.txt" in c]

@@ -58,8 +58,10 @@ def test_dashboard_reads_every_exported_metric_family() -> None:
     read = set().union(*(promql.referenced_names(e) for e in exprs))
     exported = promql.exported_names()
     assert read <= exported, read - exported
-    families = {name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
-                for name in exported}
+    families = {
+        name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+        for name in exported
+    }
     unread = {f for f in families if not any(n.startswith(f) for n in read)}
     assert unread == set()
 

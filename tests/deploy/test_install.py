@@ -69,13 +69,20 @@ def make_pip_calls(lock: str, work: Path) -> tuple[list[list[str]], Path]:
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)  # the recipe's `test -x $(BIN)/python`
     pip = bin_dir / "pip"
-    pip.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                   f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    pip.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+    )
     pip.chmod(0o755)
     make = shutil.which("make")
     assert make is not None, "make is not installed (the Quickstart needs it)"
-    subprocess.run([make, "-B", f"VENV={venv}", f"BIN={bin_dir}", f"{venv}/.installed-{lock}"],
-                   cwd=REPO, check=True, env=stock_environment(), capture_output=True)
+    subprocess.run(
+        [make, "-B", f"VENV={venv}", f"BIN={bin_dir}", f"{venv}/.installed-{lock}"],
+        cwd=REPO,
+        check=True,
+        env=stock_environment(),
+        capture_output=True,
+    )
     return [json.loads(line) for line in calls.read_text().splitlines()], venv
 
 
@@ -100,7 +107,8 @@ def test_the_lock_installs_with_a_stock_pip(lock: str, tmp_path: Path) -> None:
     assert local_pins == {pin: h for pin, h in locked.items() if "+" in pin}
     for pin, hashes in local_pins.items():
         assert hashes and hashes <= PUBLISHED.get(pin, set()), (
-            f"{pin} in {lock_path.name} is not a wheel {TORCH_INDEX} publishes")
+            f"{pin} in {lock_path.name} is not a wheel {TORCH_INDEX} publishes"
+        )
 
     # The second call, on PyPI alone with a stock configuration: every other pin resolves,
     # with the lock's hashes checked.
@@ -112,12 +120,27 @@ def test_the_lock_installs_with_a_stock_pip(lock: str, tmp_path: Path) -> None:
     args = [str(rest) if a == pypi[pypi.index("-r") + 1] else a for a in pypi]
     report = tmp_path / "report.json"
     run = subprocess.run(
-        [sys.executable, "-m", "pip", *args, "--dry-run", "--ignore-installed", "--report",
-         str(report)], cwd=REPO, env=stock_environment(), capture_output=True, text=True,
-        timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            *args,
+            "--dry-run",
+            "--ignore-installed",
+            "--report",
+            str(report),
+        ],
+        cwd=REPO,
+        env=stock_environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
-    resolved = {canonical(item["metadata"]["name"], item["metadata"]["version"])
-                for item in json.loads(report.read_text())["install"]}
+    resolved = {
+        canonical(item["metadata"]["name"], item["metadata"]["version"])
+        for item in json.loads(report.read_text())["install"]
+    }
     normalized = {canonical(*pin.split("==")) for pin in locked if "+" not in pin}
     assert resolved == normalized
     assert (venv / f".installed-{lock}").exists()

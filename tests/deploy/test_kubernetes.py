@@ -34,8 +34,11 @@ OPERATOR_GROUP = "monitoring.coreos.com/"
 WITH_OPERATOR = ("gpu",)
 VALIDATE = Path(sys.executable).parent / "kubernetes-validate"
 # Pod volume sources that name another object of the overlay: (its kind, the naming field).
-REFERENCES = {"configMap": ("ConfigMap", "name"), "secret": ("Secret", "secretName"),
-              "persistentVolumeClaim": ("PersistentVolumeClaim", "claimName")}
+REFERENCES = {
+    "configMap": ("ConfigMap", "name"),
+    "secret": ("Secret", "secretName"),
+    "persistentVolumeClaim": ("PersistentVolumeClaim", "claimName"),
+}
 # The Kubernetes versions docs/deploy.md says the manifests are validated against: 1.29 (an old
 # release still widely run) and kubernetes-validate's newest schemas.
 VERSIONS = ("1.29", "1.37")
@@ -45,7 +48,9 @@ def render(path: Path) -> list[dict[str, Any]]:
     """Plain ``kubectl kustomize`` (docs/deploy.md)."""
     result = subprocess.run(
         [require_tool("kubectl"), "kustomize", str(path)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
@@ -71,7 +76,9 @@ def validate(docs: list[dict[str, Any]], tmp_path: Path, version: str) -> str:
     path.write_text(yaml.safe_dump_all(docs))
     result = subprocess.run(
         [str(VALIDATE), "--strict", "--quiet", "-k", version, str(path)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     out = (result.stdout + result.stderr).strip()
     return out or (f"exit status {result.returncode}" if result.returncode else "")
@@ -79,16 +86,36 @@ def validate(docs: list[dict[str, Any]], tmp_path: Path, version: str) -> str:
 
 def test_overlays_render(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert OVERLAYS == ["cpu-demo", "gpu"]
-    common = ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Namespace",
-              "PodDisruptionBudget", "Secret", "Secret", "Secret", "Service"]
+    common = [
+        "ConfigMap",
+        "Deployment",
+        "HorizontalPodAutoscaler",
+        "Namespace",
+        "PodDisruptionBudget",
+        "Secret",
+        "Secret",
+        "Secret",
+        "Service",
+    ]
     # cpu-demo brings its decision store (components/postgres); gpu names an external one.
     assert kinds(rendered["cpu-demo"]) == sorted(common + ["Service", "StatefulSet"])
     assert kinds(rendered["gpu"]) == sorted(
-        common + ["Deployment", "HorizontalPodAutoscaler", "PersistentVolumeClaim",
-                  "PodDisruptionBudget", "PrometheusRule", "Service", "ServiceMonitor",
-                  "StatefulSet", "Service"])  # the fleet's Redis (components/fleet)
-    assert {d["metadata"].get("namespace") for d in rendered["gpu"]
-            if d["kind"] != "Namespace"} == {"cascade"}
+        common
+        + [
+            "Deployment",
+            "HorizontalPodAutoscaler",
+            "PersistentVolumeClaim",
+            "PodDisruptionBudget",
+            "PrometheusRule",
+            "Service",
+            "ServiceMonitor",
+            "StatefulSet",
+            "Service",
+        ]
+    )  # the fleet's Redis (components/fleet)
+    assert {
+        d["metadata"].get("namespace") for d in rendered["gpu"] if d["kind"] != "Namespace"
+    } == {"cascade"}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -123,8 +150,11 @@ def test_service_monitor_scrapes_every_service(rendered: dict[str, list[dict[str
         wanted = monitor["spec"]["selector"]["matchLabels"]
         (endpoint,) = monitor["spec"]["endpoints"]
         assert endpoint["path"] == "/metrics"
-        services = [d for d in docs if d["kind"] == "Service"
-                    and wanted.items() <= d["metadata"]["labels"].items()]
+        services = [
+            d
+            for d in docs
+            if d["kind"] == "Service" and wanted.items() <= d["metadata"]["labels"].items()
+        ]
         for service in services:
             assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
         # job = Service name: the jobs the alert rules and the dashboard expect.
@@ -152,7 +182,8 @@ def admin_key_file(docs: list[dict[str, Any]]) -> tuple[str, str]:
 
 
 def test_the_gateway_reads_an_admin_key_in_every_overlay(
-        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
     for docs in rendered.values():
         name, _ = admin_key_file(docs)
         assert name.startswith("cascade-admin-keys")
@@ -174,8 +205,9 @@ def test_workloads_are_wired(rendered: dict[str, list[dict[str, Any]]]) -> None:
                 assert (target["kind"], target["name"]) == ("Deployment", name)
             pod = workload["spec"]["template"]["spec"]
             volumes = {v["name"]: v for v in pod["volumes"]}
-            volumes |= {c["metadata"]["name"]: c for c in workload["spec"].get(
-                "volumeClaimTemplates", [])}
+            volumes |= {
+                c["metadata"]["name"]: c for c in workload["spec"].get("volumeClaimTemplates", [])
+            }
             for container in pod["containers"] + pod.get("initContainers", []):
                 assert container["resources"]["requests"]["memory"], container["name"]
                 assert container["resources"]["requests"]["cpu"], container["name"]
@@ -198,8 +230,11 @@ def test_gateway_exports_laya_into_a_shared_cache(rendered: dict[str, Any]) -> N
         for init in exports:
             init_env = {e["name"]: e["value"] for e in init["env"]}
             assert init_env["CASCADE_CACHE"] == env["CASCADE_CACHE"]
-            cache_mount = next(m for m in init["volumeMounts"]
-                               if init_env["CASCADE_CACHE"].startswith(m["mountPath"]))
+            cache_mount = next(
+                m
+                for m in init["volumeMounts"]
+                if init_env["CASCADE_CACHE"].startswith(m["mountPath"])
+            )
             assert mounts[cache_mount["mountPath"]] == cache_mount["name"]
         assert gateway["readinessProbe"]["httpGet"]["path"] == "/ready"
         assert gateway["livenessProbe"]["httpGet"]["path"] == "/health"
@@ -213,8 +248,15 @@ def test_clef_engine_gets_a_gpu_and_time_to_load(rendered: dict[str, Any]) -> No
     startup = clef["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
     assert clef["readinessProbe"]["httpGet"]["path"] == "/ready"
-    policy = one(docs, "ConfigMap", next(d["metadata"]["name"] for d in docs
-                                         if d["metadata"]["name"].startswith("cascade-policy")))
+    policy = one(
+        docs,
+        "ConfigMap",
+        next(
+            d["metadata"]["name"]
+            for d in docs
+            if d["metadata"]["name"].startswith("cascade-policy")
+        ),
+    )
     assert 'urls = ["http://cascade-clef:8100"]' in policy["data"]["policy.toml"]
 
 
@@ -232,8 +274,15 @@ def test_queue_wait_autoscaling_uses_the_adapter_metric(rendered: dict[str, Any]
 
 def test_policy_passes_cascade_policy_check() -> None:
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "cascade"), "policy", "check",
-         str(K8S / "base" / "policy.toml")], capture_output=True, text=True, timeout=120,
+        [
+            str(Path(sys.executable).parent / "cascade"),
+            "policy",
+            "check",
+            str(K8S / "base" / "policy.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -268,14 +317,18 @@ def test_cpu_demo_instructions_read_the_deployed_key(
     field = re.search(r"jsonpath='\{\.items\[0\]\.data\.([\w-]+)\}'", text)
     assert selector and field, text
     docs = rendered["cpu-demo"]
-    (secret,) = [d for d in docs if d["kind"] == "Secret"
-                 and d["metadata"].get("labels", {}).get(selector[1]) == selector[2]]
+    (secret,) = [
+        d
+        for d in docs
+        if d["kind"] == "Secret" and d["metadata"].get("labels", {}).get(selector[1]) == selector[2]
+    ]
     keys = base64.b64decode(secret["data"][field[1]]).decode().splitlines()
     assert [k for k in keys if k and not k.startswith("#")]
     pod = one(docs, "Deployment", "cascade-gateway")["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
-    mount = next(m["mountPath"] for m in pod["containers"][0]["volumeMounts"]
-                 if m["name"] == "api-keys")
+    mount = next(
+        m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"] == "api-keys"
+    )
     assert env["CASCADE_API_KEYS_FILE"] == f"{mount}/{field[1]}"
 
 
@@ -299,10 +352,16 @@ def test_grace_period_covers_prestop_drain_and_grace_with_slack(
             for container in pod["containers"]:
                 sleep = container["lifecycle"]["preStop"]["exec"]["command"]
                 assert sleep[0] == "sleep", sleep
-                needed = (float(sleep[1]) + seconds(container, "CASCADE_DRAIN_S")
-                          + seconds(container, "CASCADE_GRACE_S") + 10)
+                needed = (
+                    float(sleep[1])
+                    + seconds(container, "CASCADE_DRAIN_S")
+                    + seconds(container, "CASCADE_GRACE_S")
+                    + 10
+                )
                 assert needed <= pod["terminationGracePeriodSeconds"], (
-                    deployment["metadata"]["name"], needed)
+                    deployment["metadata"]["name"],
+                    needed,
+                )
                 checked += 1
     assert checked == 3  # two gateways and the gpu overlay's engine
 
@@ -329,7 +388,8 @@ def decision_store(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
 
 
 def test_gateways_share_a_decision_store_from_a_secret(
-        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
     """Every overlay's replicas log to one PostgreSQL URL read from a Secret; none keeps a
     decision log of its own on a pod volume."""
     for name, docs in rendered.items():
@@ -345,7 +405,8 @@ def test_gateways_share_a_decision_store_from_a_secret(
 
 
 def test_postgres_component_is_a_small_non_root_statefulset(
-        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
     docs = rendered["cpu-demo"]
     secret, url = decision_store(docs)
     statefulset = one(docs, "StatefulSet", "cascade-postgres")
@@ -376,13 +437,15 @@ def test_postgres_component_is_a_small_non_root_statefulset(
     service = one(docs, "Service", "cascade-postgres")
     assert spec["serviceName"] == "cascade-postgres"
     (port,) = service["spec"]["ports"]
-    assert url == (f"postgresql://{env['POSTGRES_USER']}@cascade-postgres:{port['port']}/"
-                   f"{env['POSTGRES_DB']}")
+    assert url == (
+        f"postgresql://{env['POSTGRES_USER']}@cascade-postgres:{port['port']}/{env['POSTGRES_DB']}"
+    )
     assert port["targetPort"] in {p["name"] for p in container["ports"]}
 
 
 def test_the_fleet_meets_on_its_redis_and_reloads_mounted_files_in_place(
-        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
     """components/fleet (the gpu overlay's): the gateways name the Redis Service it adds, watch
     their files, and mount the policy as a directory with unsuffixed names, so an edit reaches
     the pods as a ..data swap (a subPath mount is never updated); Redis is not scraped."""
@@ -395,7 +458,8 @@ def test_the_fleet_meets_on_its_redis_and_reloads_mounted_files_in_place(
     service = one(docs, "Service", host)
     redis = one(docs, "StatefulSet", host)
     assert service["spec"]["selector"].items() <= (
-        redis["spec"]["template"]["metadata"]["labels"].items())
+        redis["spec"]["template"]["metadata"]["labels"].items()
+    )
     (container,) = redis["spec"]["template"]["spec"]["containers"]
     named = {p["name"]: p["containerPort"] for p in container["ports"]}
     (served,) = service["spec"]["ports"]
@@ -404,14 +468,20 @@ def test_the_fleet_meets_on_its_redis_and_reloads_mounted_files_in_place(
     assert not monitor.items() <= service["metadata"].get("labels", {}).items()
     for docs in rendered.values():
         gateway = one(docs, "Deployment", "cascade-gateway")["spec"]["template"]["spec"][
-            "containers"][0]
-        policy_file = gateway["args"][gateway["args"].index("--policy") + 1] if (
-            "--policy" in gateway["args"]) else None
+            "containers"
+        ][0]
+        policy_file = (
+            gateway["args"][gateway["args"].index("--policy") + 1]
+            if ("--policy" in gateway["args"])
+            else None
+        )
         for mount in gateway["volumeMounts"]:
             assert "subPath" not in mount, mount
         if policy_file is not None:
-            assert any(policy_file.startswith(m["mountPath"] + "/")
-                       and m["name"] == "policy" for m in gateway["volumeMounts"])
+            assert any(
+                policy_file.startswith(m["mountPath"] + "/") and m["name"] == "policy"
+                for m in gateway["volumeMounts"]
+            )
     names = {d["metadata"]["name"] for d in rendered["gpu"] if d["kind"] in ("ConfigMap", "Secret")}
     assert {"cascade-policy", "cascade-api-keys", "cascade-admin-keys"} <= names
 
@@ -421,12 +491,14 @@ def keda_render(tmp_path: Path) -> list[dict[str, Any]]:
     root = os.path.relpath(K8S, tmp_path)
     (tmp_path / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: cascade\n"
-        f"resources: [{root}/overlays/gpu]\ncomponents: [{root}/components/keda]\n")
+        f"resources: [{root}/overlays/gpu]\ncomponents: [{root}/components/keda]\n"
+    )
     return render(tmp_path)
 
 
 def test_keda_scales_the_gateway_in_place_of_its_hpa(
-        rendered: dict[str, list[dict[str, Any]]], tmp_path: Path) -> None:
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
     """KEDA's CRD schema is not available offline: its ScaledObject is checked structurally
     (as the CRD requires: string metadata, a scale target) and on what it reads (metrics
     cascade exports, the overlay's namespace); test_live_queries.py evaluates its queries. The
@@ -442,7 +514,9 @@ def test_keda_scales_the_gateway_in_place_of_its_hpa(
     assert hpas == {"cascade-clef"}  # KEDA owns the gateway's HPA
     base = one(rendered["gpu"], "HorizontalPodAutoscaler", "cascade-gateway")["spec"]
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (
-        base["minReplicas"], base["maxReplicas"])
+        base["minReplicas"],
+        base["maxReplicas"],
+    )
     types = [t["type"] for t in spec["triggers"]]
     assert types.count("prometheus") == 2 and "cpu" in types
     exported = promql.exported_names()
@@ -456,7 +530,6 @@ def test_keda_scales_the_gateway_in_place_of_its_hpa(
         assert promql.referenced_names(meta["query"]) <= exported, meta["query"]
         assert 'namespace="cascade"' in meta["query"], meta["query"]
         assert 'job="cascade-gateway"' in meta["query"], meta["query"]
-    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {
-        "cascade"}
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {"cascade"}
     builtin = [d for d in docs if d["kind"] not in CRDS | {"ScaledObject"}]
     assert validate(builtin, tmp_path, VERSIONS[-1]) == ""

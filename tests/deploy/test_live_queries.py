@@ -36,18 +36,29 @@ JOB = "cascade-gateway"
 # (off in the demo) and tenants' 429s (the demo has no tenant limits); every other target must
 # return series.
 MIN_WITH_SERIES = 0.8
-MAY_BE_EMPTY = ("cascade_degraded_answers_total", "cascade:escalation_ratio",
-                "cascade_shadow_choice_agreement", "cascade_confidence_psi",
-                "cascade_fleet_confidence_psi", "cascade_cache_",
-                "cascade_tenant_rate_limited_total",
-                "cascade_novelty_flags_total")  # the demo's calibration has no reference set
+MAY_BE_EMPTY = (
+    "cascade_degraded_answers_total",
+    "cascade:escalation_ratio",
+    "cascade_shadow_choice_agreement",
+    "cascade_confidence_psi",
+    "cascade_fleet_confidence_psi",
+    "cascade_cache_",
+    "cascade_tenant_rate_limited_total",
+    "cascade_novelty_flags_total",
+)  # the demo's calibration has no reference set
 
 QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team?",
-             "criteria": {"billing": "Payments", "technical": "Bugs", "sales": None}},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "Payments", "technical": "Bugs", "sales": None},
+    },
     "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-    "anger": {"type": "score", "instructions": "How angry?",
-              "criteria": ["calm", "upset", "furious"]},
+    "anger": {
+        "type": "score",
+        "instructions": "How angry?",
+        "criteria": ["calm", "upset", "furious"],
+    },
 }
 
 
@@ -61,13 +72,23 @@ def png_b64() -> str:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``cascade serve --demo`` on loopback, through the CLI, in a directory of its own."""
     work = tmp_path_factory.mktemp("demo")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("CASCADE_") or k == "CASCADE_CACHE"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("CASCADE_") or k == "CASCADE_CACHE"
+    }
     env |= {"CASCADE_DEMO_DIR": str(work / "demo"), "CASCADE_LOG_LEVEL": "warning"}
     url = f"http://127.0.0.1:{free_port()}"
     port = url.rsplit(":", 1)[1]
-    cmd = [str(CASCADE), "serve", "--demo", "--host", "127.0.0.1", "--port", port,
-           "--decision-log", str(work / "decisions.db")]  # its panel reads the log's metric
+    cmd = [
+        str(CASCADE),
+        "serve",
+        "--demo",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--decision-log",
+        str(work / "decisions.db"),
+    ]  # its panel reads the log's metric
     with run_process(cmd, ready_url=url + "/health", env=env, timeout_s=180):
         deadline = time.monotonic() + 60
         while httpx.get(url + "/ready").status_code != 200:
@@ -92,9 +113,14 @@ def prometheus(demo: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield url
 
 
-STATES = ["I was charged twice for my March invoice", "The app crashes when I upload a photo",
-          "Can I get a quote for 40 seats?", "Refund please, this is the third time!",
-          "Password reset link never arrives", "Love the product, just saying thanks"]
+STATES = [
+    "I was charged twice for my March invoice",
+    "The app crashes when I upload a photo",
+    "Can I get a quote for 40 seats?",
+    "Refund please, this is the third time!",
+    "Password reset link never arrives",
+    "Love the product, just saying thanks",
+]
 
 
 def traffic(url: str) -> int:
@@ -112,12 +138,18 @@ def traffic(url: str) -> int:
     short: list[tuple[str, dict[str, Any]]] = []
     for i in range(60):
         state = STATES[i % len(STATES)] + (" Also, again." * (i % 4))
-        short.append(("/v1/systemone", {"model": "jev-latest", "state": state,
-                                        "questions": mixes[i % 3]}))
-    heavy = [("/v1/systemone", {"state": STATES[0] + ". " + " ".join(STATES) * 20,
-                                "questions": QUESTIONS})] * 4
-    heavy += [("/v1/systemone", {"state": "photo", "questions": QUESTIONS,
-                                 "images": [png_b64()]})] * 2
+        short.append(
+            ("/v1/systemone", {"model": "jev-latest", "state": state, "questions": mixes[i % 3]})
+        )
+    heavy = [
+        (
+            "/v1/systemone",
+            {"state": STATES[0] + ". " + " ".join(STATES) * 20, "questions": QUESTIONS},
+        )
+    ] * 4
+    heavy += [
+        ("/v1/systemone", {"state": "photo", "questions": QUESTIONS, "images": [png_b64()]})
+    ] * 2
     bodies: list[tuple[str, dict[str, Any]]] = []
     for i, body in enumerate(short):
         bodies.append(body)
@@ -128,8 +160,9 @@ def traffic(url: str) -> int:
 
     def post(numbered: tuple[int, tuple[str, dict[str, Any]]]) -> int:
         i, (route, body) = numbered
-        return httpx.post(url + route, json=body, headers={"x-request-id": f"deploy-{i}"},
-                          timeout=60).status_code
+        return httpx.post(
+            url + route, json=body, headers={"x-request-id": f"deploy-{i}"}, timeout=60
+        ).status_code
 
     with ThreadPoolExecutor(4) as pool:
         codes = list(pool.map(post, enumerate(bodies)))
@@ -139,8 +172,12 @@ def traffic(url: str) -> int:
 
 def gateway_total(url: str) -> float:
     text = httpx.get(url + "/metrics").text
-    return sum(s.value for family in text_string_to_metric_families(text)
-               for s in family.samples if s.name == "cascade_requests_total")
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "cascade_requests_total"
+    )
 
 
 def api(prom: str, path: str, **params: Any) -> Any:
@@ -254,8 +291,9 @@ def test_keda_trigger_queries_evaluate_to_one_value(scraped: str) -> None:
     """components/keda's Prometheus queries, with the Kubernetes namespace matcher dropped (this
     Prometheus scrapes the demo directly): each is one number KEDA can compare."""
     scaled = promql.load_yaml(promql.DEPLOY / "k8s" / "components" / "keda" / "scaledobject.yaml")
-    queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"]
-               if t["type"] == "prometheus"]
+    queries = [
+        t["metadata"]["query"] for t in scaled["spec"]["triggers"] if t["type"] == "prometheus"
+    ]
     assert len(queries) == 2
     for query in queries:
         assert ', namespace="cascade"' in query

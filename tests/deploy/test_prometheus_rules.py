@@ -13,8 +13,13 @@ from tests.servers import require_tool
 
 
 def promtool(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([require_tool("promtool"), *map(str, args)], capture_output=True,
-                          text=True, timeout=60, cwd=cwd)
+    return subprocess.run(
+        [require_tool("promtool"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
 
 
 def test_promtool_check_rules() -> None:
@@ -51,10 +56,18 @@ def test_every_rule_is_unit_tested_firing_and_not_firing() -> None:
     alerts = {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
     records = {r["record"] for g in groups for r in g["rules"] if "record" in r}
     tests = promql.load_yaml(promql.RULE_TESTS)["tests"]
-    fires = {t["alertname"] for case in tests for t in case.get("alert_rule_test", [])
-             if t.get("exp_alerts")}
-    silent = {t["alertname"] for case in tests for t in case.get("alert_rule_test", [])
-              if not t.get("exp_alerts")}
+    fires = {
+        t["alertname"]
+        for case in tests
+        for t in case.get("alert_rule_test", [])
+        if t.get("exp_alerts")
+    }
+    silent = {
+        t["alertname"]
+        for case in tests
+        for t in case.get("alert_rule_test", [])
+        if not t.get("exp_alerts")
+    }
     exprs = " ".join(t["expr"] for case in tests for t in case.get("promql_expr_test", []))
     assert alerts - fires == set(), "alerts never tested firing"
     assert alerts - silent == set(), "alerts never tested not firing"

@@ -44,8 +44,7 @@ def test_compose_gives_the_gateways_the_admin_key_prometheus_sends() -> None:
     assert len(sent.read_text().split()) == 1  # the whole file is the token
 
 
-def test_prometheus_scrapes_with_the_admin_key_and_not_with_a_client_key(
-        tmp_path: Path) -> None:
+def test_prometheus_scrapes_with_the_admin_key_and_not_with_a_client_key(tmp_path: Path) -> None:
     job = gateway_job()
     sent = CONFIG.parent / job["authorization"]["credentials_file"]
     keys = tmp_path / "keys.toml"

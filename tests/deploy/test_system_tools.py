@@ -25,8 +25,9 @@ def test_missing_node_and_npm_are_named_as_debian_packages(tmp_path: Path) -> No
     os.symlink(sort, tmp_path / "sort")
     bash = shutil.which("bash")
     assert bash is not None
-    run = subprocess.run([bash, str(SCRIPT)], env={"PATH": str(tmp_path)},
-                         capture_output=True, text=True, timeout=30)
+    run = subprocess.run(
+        [bash, str(SCRIPT)], env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=30
+    )
     assert run.returncode == 1
     assert "which are not installed: nodejs npm." in run.stderr, run.stderr
     assert "sudo apt-get install nodejs npm" in run.stderr

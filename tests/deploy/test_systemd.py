@@ -41,8 +41,12 @@ def verify(tmp_path: Path, edit: dict[str, str] | None = None, units: Path = SYS
             text = text.replace(old, new)
         (tmp_path / unit).write_text(text)
         paths.append(str(tmp_path / unit))
-    result = subprocess.run([require_tool("systemd-analyze"), "verify", *paths],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [require_tool("systemd-analyze"), "verify", *paths],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     out = (result.stdout + result.stderr).strip()
     return out or (f"exit status {result.returncode}" if result.returncode else "")
 
@@ -77,9 +81,14 @@ def test_units_load_models_restart_and_are_hardened() -> None:
         assert minutes(d["TimeoutStartSec"][0]) >= 15, unit  # model loading
         assert d["Restart"] == ["on-failure"] and d["EnvironmentFile"][0].startswith("/etc/")
         assert "/ready" in d["ExecStartPost"][0]  # start completes when the server is ready
-        for key, value in (("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"),
-                           ("ProtectHome", "yes"), ("PrivateTmp", "yes"),
-                           ("CapabilityBoundingSet", ""), ("RestrictNamespaces", "yes")):
+        for key, value in (
+            ("NoNewPrivileges", "yes"),
+            ("ProtectSystem", "strict"),
+            ("ProtectHome", "yes"),
+            ("PrivateTmp", "yes"),
+            ("CapabilityBoundingSet", ""),
+            ("RestrictNamespaces", "yes"),
+        ):
             assert d[key] == [value], (unit, key)
         assert d["User"] == ["cascade"]
     assert directives("cascade-gateway.service")["PrivateDevices"] == ["yes"]
@@ -108,8 +117,11 @@ SYSTEM = ("/bin/", "/usr/")
 def install(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """``install.sh`` with DESTDIR=root (so no useradd, chown or systemctl on this machine)."""
     result = subprocess.run(
-        ["sh", str(INSTALL)], env={**os.environ, "DESTDIR": str(root), **env},
-        capture_output=True, text=True, timeout=60,
+        ["sh", str(INSTALL)],
+        env={**os.environ, "DESTDIR": str(root), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result
@@ -124,8 +136,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 def env_file(path: Path) -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines()
-             if line and not line.startswith("#"))
+    pairs = (
+        line.split("=", 1)
+        for line in path.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     return dict(pairs)
 
 
@@ -164,11 +179,19 @@ def test_install_creates_every_path_the_units_name(installed: tuple[Path, str]) 
     into the models directory the script creates and names in its next steps."""
     root, out = installed
     paths = referenced(root)
-    assert {"/etc/cascade/gateway.env", "/etc/cascade/clef.env", "/etc/cascade/api-keys",
-            "/etc/cascade/admin-keys",
-            "/etc/cascade/policy.toml", "/opt/cascade/.venv/bin/cascade",
-            "/opt/cascade/.venv/bin/python", "/var/lib/cascade", "/var/cache/cascade/hf",
-            f"{MODELS}/laya", f"{MODELS}/clef-flash"} <= paths
+    assert {
+        "/etc/cascade/gateway.env",
+        "/etc/cascade/clef.env",
+        "/etc/cascade/api-keys",
+        "/etc/cascade/admin-keys",
+        "/etc/cascade/policy.toml",
+        "/opt/cascade/.venv/bin/cascade",
+        "/opt/cascade/.venv/bin/python",
+        "/var/lib/cascade",
+        "/var/cache/cascade/hf",
+        f"{MODELS}/laya",
+        f"{MODELS}/clef-flash",
+    } <= paths
     weights = {p for p in paths if p.startswith(MODELS + "/")}
     assert weights == {f"{MODELS}/laya", f"{MODELS}/laya/multilingual", f"{MODELS}/clef-flash"}
     missing = [p for p in sorted(paths - weights) if not (root / p.lstrip("/")).exists()]
@@ -195,8 +218,12 @@ def test_install_writes_a_random_key_readable_by_the_service_only(
     assert stat.S_IMODE(admin.stat().st_mode) == 0o640
     assert re.fullmatch(r"[0-9a-f]{64}\n", admin.read_text()) and key not in admin.read_text()
     # Staging changes nothing on this machine, and says what it would have done there.
-    for action in ("useradd --system --user-group", "chown root:cascade /etc/cascade/api-keys",
-                   "chown cascade:cascade /var/lib/cascade", "systemctl daemon-reload"):
+    for action in (
+        "useradd --system --user-group",
+        "chown root:cascade /etc/cascade/api-keys",
+        "chown cascade:cascade /var/lib/cascade",
+        "systemctl daemon-reload",
+    ):
         assert f"would run: {action}" in out, action
     # Another root gets another key; a second run keeps the existing one (and edits).
     other = tmp_path / "other"

@@ -23,8 +23,13 @@ class Recorder:
     """A run_batch that records each batch and its thread; optionally blocks at ``gate``, fails,
     or takes ``seconds_per_row`` of ``clock``'s time."""
 
-    def __init__(self, fail: Exception | None = None, *, clock: FakeClock | None = None,
-                 seconds_per_row: float = 0.0) -> None:
+    def __init__(
+        self,
+        fail: Exception | None = None,
+        *,
+        clock: FakeClock | None = None,
+        seconds_per_row: float = 0.0,
+    ) -> None:
         self.batches: list[list[int]] = []
         self.threads: set[int] = set()
         self.entered = threading.Event()  # set once a batch has reached the gate

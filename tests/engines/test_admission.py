@@ -16,8 +16,9 @@ pytestmark = pytest.mark.anyio
 NOW = 1000.0
 
 
-def state(others: int = 0, ahead: float = 0.0, backlog: float = 0.0, *,
-          timed: bool = True) -> QueueState:
+def state(
+    others: int = 0, ahead: float = 0.0, backlog: float = 0.0, *, timed: bool = True
+) -> QueueState:
     return QueueState(others=others, timed=timed, ahead=lambda: ahead, backlog=lambda: backlog)
 
 
@@ -38,9 +39,11 @@ def test_the_wait_and_its_own_batch_must_fit_before_the_deadline() -> None:
     policy = QueueAdmission(max_queue=64, max_batch_items=8, max_batch_s=0.5)
     assert policy.decide(state(3, ahead=2.0), now=NOW, deadline=NOW + 2.6) == Admit(2.0)
     assert policy.decide(state(3, ahead=2.0), now=NOW, deadline=NOW + 2.4) == Refuse(
-        "about 2.0 s of work ahead; this request may wait 1.9 s", 1.0)  # at least 1 s
+        "about 2.0 s of work ahead; this request may wait 1.9 s", 1.0
+    )  # at least 1 s
     assert policy.decide(state(3, ahead=2.0), now=NOW, deadline=NOW + 0.2) == Refuse(
-        "about 2.0 s of work ahead; this request may wait 0.0 s", 2.0)
+        "about 2.0 s of work ahead; this request may wait 0.0 s", 2.0
+    )
 
 
 def test_predicted_waits_are_scaled_by_the_correction() -> None:
@@ -50,7 +53,8 @@ def test_predicted_waits_are_scaled_by_the_correction() -> None:
     admitted = policy.decide(state(3, ahead=1.0), now=NOW, deadline=NOW + 2.5)
     assert admitted == Admit(1.0)  # the prediction as made: what ``waited`` compares with
     assert policy.decide(state(3, ahead=1.5), now=NOW, deadline=NOW + 1.0) == Refuse(
-        "about 3.0 s of work ahead; this request may wait 1.0 s", 2.0)
+        "about 3.0 s of work ahead; this request may wait 1.0 s", 2.0
+    )
 
 
 def test_until_a_batch_is_timed_a_request_with_a_deadline_queues_behind_one_batch() -> None:
@@ -62,7 +66,8 @@ def test_until_a_batch_is_timed_a_request_with_a_deadline_queues_behind_one_batc
     assert policy.decide(state(4), now=NOW, deadline=NOW + 99) == Admit(0.0)
     policy.ran(0.1, 0.3)
     assert policy.decide(state(10, backlog=1.0), now=NOW, deadline=None) == Refuse(
-        "10 rows queued", 3.0)  # the backlog, corrected
+        "10 rows queued", 3.0
+    )  # the backlog, corrected
 
 
 def test_only_the_wait_the_decision_needs_is_computed() -> None:
@@ -107,8 +112,15 @@ async def test_admission_refuses_at_once_what_would_wait_past_the_deadline() -> 
     clock = FakeClock()
     run = Recorder()
     run.gate.clear()
-    b = MicroBatcher(run, name="t", max_batch_items=8, max_batch_cost=10**6, max_wait_s=0,
-                     calibration=[([1], 0.5)], clock=clock)  # half a second per row, measured
+    b = MicroBatcher(
+        run,
+        name="t",
+        max_batch_items=8,
+        max_batch_cost=10**6,
+        max_wait_s=0,
+        calibration=[([1], 0.5)],
+        clock=clock,
+    )  # half a second per row, measured
     busy = asyncio.create_task(b.submit([1]))
     await run.inside()
     queued = [asyncio.create_task(b.submit([i], deadline=clock() + 5)) for i in (2, 3, 4, 5)]
@@ -133,8 +145,15 @@ async def test_a_batch_running_past_its_prediction_is_assumed_to_need_as_long_ag
     clock = FakeClock()
     run = Recorder()
     run.gate.clear()
-    b = MicroBatcher(run, name="t", max_batch_items=8, max_batch_cost=10**6, max_wait_s=0,
-                     calibration=[([1], 0.5)], clock=clock)
+    b = MicroBatcher(
+        run,
+        name="t",
+        max_batch_items=8,
+        max_batch_cost=10**6,
+        max_wait_s=0,
+        calibration=[([1], 0.5)],
+        clock=clock,
+    )
     busy = asyncio.create_task(b.submit([1]))
     await run.inside()
     clock.advance(0.2)
@@ -156,8 +175,15 @@ async def test_the_first_overrun_scales_admission_at_once_and_waits_teach_the_re
     clock = FakeClock()
     run = Recorder()
     run.gate.clear()
-    b = MicroBatcher(run, name="t", max_batch_items=1, max_batch_cost=10**6, max_wait_s=0,
-                     calibration=[([1], 0.5)] * 3, clock=clock)
+    b = MicroBatcher(
+        run,
+        name="t",
+        max_batch_items=1,
+        max_batch_cost=10**6,
+        max_wait_s=0,
+        calibration=[([1], 0.5)] * 3,
+        clock=clock,
+    )
     first = asyncio.create_task(b.submit([0]))
     await run.inside()
     second = asyncio.create_task(b.submit([1], deadline=clock() + 10))  # promised 0.5 s
@@ -175,8 +201,16 @@ async def test_until_a_batch_is_timed_one_batch_of_others_rows_may_queue() -> No
     clock = FakeClock()
     run = Recorder()
     run.gate.clear()
-    b = MicroBatcher(run, name="t", max_batch_items=2, max_batch_cost=10**6, max_wait_s=0,
-                     max_queue=100, calibration=[([1], 0.001)], clock=clock)
+    b = MicroBatcher(
+        run,
+        name="t",
+        max_batch_items=2,
+        max_batch_cost=10**6,
+        max_wait_s=0,
+        max_queue=100,
+        calibration=[([1], 0.001)],
+        clock=clock,
+    )
     busy = asyncio.create_task(b.submit([1]))
     await run.inside()
     queued = [asyncio.create_task(b.submit([i], deadline=clock() + 60)) for i in (2, 3)]

@@ -62,8 +62,9 @@ async def test_max_wait_bounds_latency_of_a_lone_request() -> None:
     """A lone request waits for company until ``max_wait_s`` has passed on the batcher's clock,
     then goes in the next batch however few rows it holds."""
     clock, run = FakeClock(), Recorder()
-    b = MicroBatcher(run, name="t", max_batch_items=64, max_batch_cost=10**6, max_wait_s=60.0,
-                     clock=clock)
+    b = MicroBatcher(
+        run, name="t", max_batch_items=64, max_batch_cost=10**6, max_wait_s=60.0, clock=clock
+    )
     lone = asyncio.ensure_future(b.submit([7]))
     for _ in range(5):
         await settle()
@@ -194,8 +195,10 @@ async def test_a_small_request_behind_a_big_batch_is_served_next() -> None:
     b = MicroBatcher(run, name="t", max_batch_items=4, max_batch_cost=10**6, max_wait_s=0)
     first = asyncio.create_task(b.submit([0]))
     await run.inside()  # row 0 is in flight, the worker blocked in it
-    states = [asyncio.create_task(b.submit(list(range(100 + 4 * s, 104 + 4 * s)), flow="batch"))
-              for s in range(10)]
+    states = [
+        asyncio.create_task(b.submit(list(range(100 + 4 * s, 104 + 4 * s)), flow="batch"))
+        for s in range(10)
+    ]
     await settle()
     small = asyncio.create_task(b.submit([7]))
     await settle()
@@ -223,8 +226,9 @@ async def test_a_burst_on_warm_up_figures_too_kind_is_held_to_its_deadline() -> 
         return items
 
     kind = [([1] * n, n * row_s / 6) for n in (1, 2, 3)]
-    b = MicroBatcher(run, name="t", max_batch_items=4, max_batch_cost=10**6, max_wait_s=0.002,
-                     calibration=kind)
+    b = MicroBatcher(
+        run, name="t", max_batch_items=4, max_batch_cost=10**6, max_wait_s=0.002, calibration=kind
+    )
     loop = asyncio.get_running_loop()
     stop = loop.time() + 2.5
     ids = itertools.count()
@@ -249,13 +253,19 @@ async def test_a_burst_on_warm_up_figures_too_kind_is_held_to_its_deadline() -> 
 
 
 async def test_an_idle_batcher_accepts_any_request_and_learns_its_cost() -> None:
-    b = MicroBatcher(lambda items: [i * 10 for i in items], name="t", max_batch_items=2,
-                     max_batch_cost=10**6, max_wait_s=0)
+    b = MicroBatcher(
+        lambda items: [i * 10 for i in items],
+        name="t",
+        max_batch_items=2,
+        max_batch_cost=10**6,
+        max_wait_s=0,
+    )
     loop = asyncio.get_running_loop()
     assert b.cost_model.seconds([1]) is None  # nothing measured yet
     # 20 rows: far more than any budget would allow behind others, but nothing is ahead
     assert await b.submit(list(range(20)), deadline=loop.time() + 0.001) == [
-        i * 10 for i in range(20)]
+        i * 10 for i in range(20)
+    ]
     assert b.cost_model.seconds([1]) is not None
     await b.aclose()
 
@@ -265,8 +275,16 @@ async def test_a_batch_stops_growing_past_its_time_budget() -> None:
     rows at a time."""
     clock = FakeClock()
     run = Recorder(clock=clock, seconds_per_row=0.05)
-    b = MicroBatcher(run, name="t", max_batch_items=8, max_batch_cost=10**6, max_wait_s=0,
-                     calibration=[([1], 0.05), ([1, 1], 0.1)], max_batch_s=0.12, clock=clock)
+    b = MicroBatcher(
+        run,
+        name="t",
+        max_batch_items=8,
+        max_batch_cost=10**6,
+        max_wait_s=0,
+        calibration=[([1], 0.05), ([1, 1], 0.1)],
+        max_batch_s=0.12,
+        clock=clock,
+    )
     run.gate.clear()
     first = asyncio.create_task(b.submit([0]))
     await run.inside()

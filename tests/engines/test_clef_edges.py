@@ -34,8 +34,9 @@ def test_closing_while_a_call_is_prepared_is_unavailable_not_a_crash() -> None:
     async def run() -> None:
         engine = ClefEngine("clef", Path("unused"))
         engine._ready, engine._parts = True, Parts()
-        engine._batcher = MicroBatcher(lambda jobs: jobs, name="clef", max_batch_items=1,
-                                       max_batch_cost=10**6)
+        engine._batcher = MicroBatcher(
+            lambda jobs: jobs, name="clef", max_batch_items=1, max_batch_cost=10**6
+        )
         answer = asyncio.create_task(engine.answer(CALL))
         await asyncio.to_thread(prepared.wait, 5)
         await engine.aclose()  # shutdown while the call is in its helper thread

@@ -113,6 +113,7 @@ def test_the_request_forwards_the_call_with_auth_and_request_id() -> None:
     }
     assert "images" not in body and "max_len" not in body
 
+
 def test_an_upstream_cookie_is_not_sent_on_other_requests() -> None:
     """One client serves every caller: a Set-Cookie the upstream sent for one request must not
     ride along on the next caller's (the client kept a shared cookie jar)."""
@@ -132,7 +133,6 @@ def test_an_upstream_cookie_is_not_sent_on_other_requests() -> None:
     assert second.headers["x-request-id"] == "r2"
     assert second.headers["content-type"] == "application/json"
     assert second.headers["user-agent"] == f"cascade/{__version__}"
-
 
 
 def test_configured_model_controls_and_images_are_sent_the_laya_and_ollama_way() -> None:
@@ -388,7 +388,6 @@ def test_a_503_is_never_slept_on() -> None:
     assert rec.hosts[:2] == ["a", "b"] and set(rec.hosts[2:]) == {"b"}
 
 
-
 def test_retry_after_accepts_http_dates_and_ignores_garbage() -> None:
     assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
     assert retry_after({"retry-after": "soon"}) is None
@@ -398,8 +397,14 @@ def test_retry_after_accepts_http_dates_and_ignores_garbage() -> None:
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [("1e400", 3600.0), ("inf", 3600.0), ("nan", None), ("-5", 0.0),
-     ("Fri, 31 Dec 9999 23:59:59 GMT", 3600.0), ("Mon, 01 Jan 0001 00:00:00 GMT", 0.0)],
+    [
+        ("1e400", 3600.0),
+        ("inf", 3600.0),
+        ("nan", None),
+        ("-5", 0.0),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", 3600.0),
+        ("Mon, 01 Jan 0001 00:00:00 GMT", 0.0),
+    ],
 )
 def test_retry_after_is_clamped_to_an_hour_and_nan_is_no_value(
     value: str, seconds: float | None
@@ -429,8 +434,9 @@ def test_an_upstreams_wild_retry_after_becomes_a_sane_json_503(
     def upstream(request: httpx.Request) -> httpx.Response:
         if request.method == "GET":  # the health probe: up
             return reply(200, {"status": "ok"})
-        return reply(503, {"detail": {"error_type": kind, "message": "busy"}},
-                     **{"Retry-After": value})
+        return reply(
+            503, {"detail": {"error_type": kind, "message": "busy"}}, **{"Retry-After": value}
+        )
 
     policy = Policy.single_tier("up", UpstreamTier(urls=["http://up"]))
     gateway = Gateway(policy, {"up": engine(upstream, health_interval_s=60)})
@@ -634,8 +640,10 @@ def test_proxies_from_the_environment_carry_the_requests(monkeypatch: pytest.Mon
         head, _ = await read_request(reader)
         lines.append(head.split(b"\r\n", 1)[0])
         body = json.dumps(REPLY).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                     b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+        )
         await writer.drain()
         writer.close()
 
@@ -666,14 +674,18 @@ def test_a_real_upstreams_error_statuses_and_retry_after_are_read() -> None:
     ``detail`` items reach the caller as they do from a mocked upstream."""
     limit = {"detail": {"error_type": "rate_limit_error", "message": "slow down"}}
     item = {"loc": ["body", "state"], "msg": "bad", "type": "value_error"}
-    answers = [(429, b"retry-after: 7", json.dumps(limit).encode()),
-               (422, b"x-a: 1", json.dumps({"detail": [item]}).encode())]
+    answers = [
+        (429, b"retry-after: 7", json.dumps(limit).encode()),
+        (422, b"x-a: 1", json.dumps({"detail": [item]}).encode()),
+    ]
 
     async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         for status, header, body in answers:
             await read_request(reader)
-            writer.write(b"HTTP/1.1 %d X\r\n%s\r\ncontent-type: application/json\r\n"
-                         b"content-length: %d\r\n\r\n%s" % (status, header, len(body), body))
+            writer.write(
+                b"HTTP/1.1 %d X\r\n%s\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (status, header, len(body), body)
+            )
             await writer.drain()
 
     async def scenario() -> list[Exception]:

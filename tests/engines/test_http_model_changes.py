@@ -28,20 +28,33 @@ class Upstream:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/health":
             self.health_auth.append(request.headers.get("authorization"))
-            return httpx.Response(200, json={"status": "ok", "loaded": [self.model],
-                                             "revisions": {self.model: self.revision}})
+            return httpx.Response(
+                200,
+                json={
+                    "status": "ok",
+                    "loaded": [self.model],
+                    "revisions": {self.model: self.revision},
+                },
+            )
         model = f"{self.model}@{request.url.host}" if request.url.host != "up" else self.model
-        return httpx.Response(200, json={"model": model, "answers": ANSWERS,
-                                         "usage": {"input_tokens": 3}})
+        return httpx.Response(
+            200, json={"model": model, "answers": ANSWERS, "usage": {"input_tokens": 3}}
+        )
 
 
 def test_a_new_model_behind_the_same_url_is_logged_and_counted(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     upstream = Upstream()
 
     async def scenario() -> None:
-        eng = HttpEngine("strong-a", ["http://up"], api_key="k", health_interval_s=0.02,
-                         transport=httpx.MockTransport(upstream))
+        eng = HttpEngine(
+            "strong-a",
+            ["http://up"],
+            api_key="k",
+            health_interval_s=0.02,
+            transport=httpx.MockTransport(upstream),
+        )
         await eng.start()
         for _ in range(3):
             await eng.answer(CALL)
@@ -56,8 +69,10 @@ def test_a_new_model_behind_the_same_url_is_logged_and_counted(
 
     asyncio.run(scenario())
     assert changes("strong-a") == 2
-    assert ("tier strong-a: http://up now reports model clef-flash-2 (was clef-flash)"
-            in caplog.messages)
+    assert (
+        "tier strong-a: http://up now reports model clef-flash-2 (was clef-flash)"
+        in caplog.messages
+    )
     assert upstream.health_auth and set(upstream.health_auth) == {"Bearer k"}
 
 
@@ -65,8 +80,12 @@ def test_a_new_revision_alone_counts_and_urls_of_a_pool_are_judged_apart() -> No
     upstream = Upstream()
 
     async def scenario() -> None:
-        eng = HttpEngine("strong-b", ["http://a", "http://b"], health_interval_s=0.02,
-                         transport=httpx.MockTransport(upstream))
+        eng = HttpEngine(
+            "strong-b",
+            ["http://a", "http://b"],
+            health_interval_s=0.02,
+            transport=httpx.MockTransport(upstream),
+        )
         await eng.start()
         for _ in range(4):  # round robin: a and b name different models, each its own
             await eng.answer(CALL)

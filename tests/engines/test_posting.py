@@ -29,8 +29,13 @@ def answer(body: bytes, *headers: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), fields, body)
 
 
-async def scenario(script: Script, client: Callable[[str, AiohttpPoster], Awaitable[Any]],
-                   max_connections: int = 4, pool: float = 2.0, read: float = 2.0) -> Any:
+async def scenario(
+    script: Script,
+    client: Callable[[str, AiohttpPoster], Awaitable[Any]],
+    max_connections: int = 4,
+    pool: float = 2.0,
+    read: float = 2.0,
+) -> Any:
     server = await asyncio.start_server(script, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     poster = AiohttpPoster("up", max_connections, httpx.Timeout(read, connect=2.0, pool=pool))
@@ -58,9 +63,12 @@ def test_a_request_goes_out_as_built_and_its_answer_comes_back() -> None:
             await writer.drain()
 
     async def client(url: str, poster: AiohttpPoster) -> list[UpstreamReply]:
-        return [await poster.post(url, [*JSON, ("authorization", "Bearer k"),
-                                        ("x-request-id", f"r{i}")], b'{"q": 1}')
-                for i in range(3)]
+        return [
+            await poster.post(
+                url, [*JSON, ("authorization", "Bearer k"), ("x-request-id", f"r{i}")], b'{"q": 1}'
+            )
+            for i in range(3)
+        ]
 
     responses = asyncio.run(scenario(script, client))
     assert [r.status_code for r in responses] == [200, 200, 200]
@@ -104,7 +112,7 @@ async def _garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -
 
 async def _cut_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     await read_request(reader)
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"answers\"")
+    writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"answers"')
     await writer.drain()
     writer.close()
 
@@ -118,8 +126,9 @@ async def _cut_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
         (_cut_short, EngineFailed),
     ],
 )
-def test_failures_on_an_open_connection_are_cascade_errors(script: Script,
-                                                           error: type[Exception]) -> None:
+def test_failures_on_an_open_connection_are_cascade_errors(
+    script: Script, error: type[Exception]
+) -> None:
     async def client(url: str, poster: AiohttpPoster) -> None:
         with pytest.raises(error):
             await poster.post(url, JSON, b"{}")
@@ -181,9 +190,28 @@ def test_an_https_upstream_is_verified_against_the_certificates_httpx_trusts(
     """``SSL_CERT_FILE`` (honoured by httpx) makes a private CA's upstream trusted; without it,
     the same upstream fails to connect (certificate verify failed), as through httpx."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(cert, key)
 
@@ -247,7 +275,8 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
         (aiohttp.ClientPayloadError("cut short"), EngineFailed),
     ],
 )
-def test_each_aiohttp_error_maps_to_cascade_once(exc: aiohttp.ClientError,
-                                                 error: type[Exception]) -> None:
+def test_each_aiohttp_error_maps_to_cascade_once(
+    exc: aiohttp.ClientError, error: type[Exception]
+) -> None:
     mapped = aiohttp_error("up", "http://u/v1/systemone", exc)
     assert type(mapped) is error and "http://u/v1/systemone" in str(mapped)

@@ -32,15 +32,22 @@ from cascade.schema import NoulQuestion
 from cascade.settings import Settings
 
 CAL = CalibrationFile(
-    stamp=Stamp(checkpoints={"laya": "a" * 64, "clef": "b" * 64}, items=10, questions=9,
-                target="escalation", value=0.3, data="d.jsonl"),
+    stamp=Stamp(
+        checkpoints={"laya": "a" * 64, "clef": "b" * 64},
+        items=10,
+        questions=9,
+        target="escalation",
+        value=0.3,
+        data="d.jsonl",
+    ),
     thresholds=bands_of({("noul", "2"): 0.7, ("choice", "3-5"): 0.45}),
     temperatures=bands_of({("noul", "2"): 3.0, ("choice", "3-5"): 1.25}),
     fit={"noul:2": CellFit(n=9, pooled=True, temperature=3.0, threshold=0.7, escalation=0.3)},
 )
-POLICY = Policy(tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-                       "clef": ClefTier(release="x")},
-                route=Route(cheap="laya", strong="clef"))
+POLICY = Policy(
+    tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")), "clef": ClefTier(release="x")},
+    route=Route(cheap="laya", strong="clef"),
+)
 
 
 def test_a_calibration_file_reads_back_what_was_written(tmp_path: Path):
@@ -55,7 +62,8 @@ def test_a_policy_references_its_calibration_relative_to_itself(tmp_path: Path):
         '[tiers.laya]\nkind = "laya"\ncheckpoints = { english = "./x" }\n'
         '[tiers.clef]\nkind = "clef"\n[route]\ncheap = "laya"\nstrong = "clef"\n'
         '[thresholds.margin.noul]\n"2" = 0.5\n'
-        '[calibration]\nfile = "cal.toml"\napply = "probabilities"\n')
+        '[calibration]\nfile = "cal.toml"\napply = "probabilities"\n'
+    )
     policy = load_policy(tmp_path / "p.toml")
     assert policy.thresholds.confidence == CAL.thresholds
     assert policy.thresholds.margin.noul.get("2") is None  # the fit owns the gate
@@ -68,17 +76,22 @@ def test_a_policy_references_its_calibration_relative_to_itself(tmp_path: Path):
 
 
 def _noul_call() -> tuple[EngineCall, EngineAnswer]:
-    call = EngineCall(state="s", model="jev-latest",
-                      questions={"u": NoulQuestion(instructions="urgent?")})
-    answer = EngineAnswer(model="english", usage=EngineUsage(input_tokens=3), results={
-        "u": QuestionResult(type="noul", probabilities=[0.2, 0.8])})
+    call = EngineCall(
+        state="s", model="jev-latest", questions={"u": NoulQuestion(instructions="urgent?")}
+    )
+    answer = EngineAnswer(
+        model="english",
+        usage=EngineUsage(input_tokens=3),
+        results={"u": QuestionResult(type="noul", probabilities=[0.2, 0.8])},
+    )
     return call, answer
 
 
 def test_the_gate_reads_tempered_confidence():
     call, answer = _noul_call()
-    uncalibrated = msgspec.structs.replace(POLICY, thresholds=apply_calibration(
-        POLICY, CAL, file="c").thresholds)  # the same thresholds, no temperatures
+    uncalibrated = msgspec.structs.replace(
+        POLICY, thresholds=apply_calibration(POLICY, CAL, file="c").thresholds
+    )  # the same thresholds, no temperatures
     pre = pre_route(uncalibrated, call, None)
     assert post_route(uncalibrated, call, pre, answer, None) == {}  # 0.8 >= 0.7
     calibrated = apply_calibration(POLICY, CAL, file="c")
@@ -107,8 +120,9 @@ def test_returned_probabilities_change_only_when_the_policy_says_so(apply):
 
 
 def test_the_gateway_refuses_a_calibration_for_other_weights(tmp_path: Path):
-    settings = Settings(demo=True, demo_dir=str(tmp_path / "demo"),
-                        calibration=str(tmp_path / "cal.toml"))
+    settings = Settings(
+        demo=True, demo_dir=str(tmp_path / "demo"), calibration=str(tmp_path / "cal.toml")
+    )
     write_calibration(tmp_path / "cal.toml", CAL)
     with pytest.raises(CalibrationMismatch) as refused:
         build_gateway(settings)
@@ -118,8 +132,9 @@ def test_the_gateway_refuses_a_calibration_for_other_weights(tmp_path: Path):
     message = str(refused.value)
     assert "a" * 64 in message and real["laya"] in message
     assert "b" * 64 in message and real["clef"] in message
-    stamped = msgspec.structs.replace(CAL, stamp=msgspec.structs.replace(
-        CAL.stamp, checkpoints=real))
+    stamped = msgspec.structs.replace(
+        CAL, stamp=msgspec.structs.replace(CAL.stamp, checkpoints=real)
+    )
     write_calibration(tmp_path / "cal.toml", stamped)
     gateway = build_gateway(settings)  # the right weights boot
     assert gateway.policy.calibration.checkpoints == real

@@ -23,8 +23,10 @@ def _data(path: Path, n: int, seed: int) -> Path:
     teams = {"billing": "Payments", "tech": "Bugs", "sales": "Sales", "legal": "Legal"}
     lines = []
     for i in range(n):
-        state = f"ticket {i}: " + " ".join(rng.choice(["refund", "crash", "price", "login",
-                                                        "invoice", "contract"]) for _ in range(6))
+        state = f"ticket {i}: " + " ".join(
+            rng.choice(["refund", "crash", "price", "login", "invoice", "contract"])
+            for _ in range(6)
+        )
         # The demo serves the default policy's thresholds: the tiny random Laya clears them on
         # the three-point score and mostly not on the other two, so the demo shows both paths.
         questions = {
@@ -32,10 +34,22 @@ def _data(path: Path, n: int, seed: int) -> Path:
             "team": {"type": "choice", "instructions": "Which team?", "criteria": teams},
             "anger": {"type": "score", "instructions": "How angry?", "criteria": ANGER},
         }
-        gold = {"urgent": rng.random() < 0.5, "team": rng.choice(list(teams)),
-                "anger": rng.choice(ANGER)}
-        lines.append(json.dumps({"id": f"t{i}", "state": state, "questions": questions,
-                                 "gold": gold, "source": "synthetic"}))
+        gold = {
+            "urgent": rng.random() < 0.5,
+            "team": rng.choice(list(teams)),
+            "anger": rng.choice(ANGER),
+        }
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"t{i}",
+                    "state": state,
+                    "questions": questions,
+                    "gold": gold,
+                    "source": "synthetic",
+                }
+            )
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -53,13 +67,19 @@ def _items(out: Path) -> list[dict]:
 
 def _recomputed(items: list[dict]) -> dict:
     """The summary's headline figures, recomputed from items.jsonl by hand."""
+
     def acc(rows: list[dict], pick) -> float:
         return sum(pick(r)["answer"] == r["gold"] for r in rows) / len(rows)
 
     scored = [r for r in items if r["gold_index"] is not None]
     cascade = [r for r in items if r["cascade"] is not None]
-    gated = [r for r in cascade if r["cheap"] is not None and not r["cascade"]["pre_routed"]
-             and r["cascade"]["reason"] in (None, *CONFIDENCE)]
+    gated = [
+        r
+        for r in cascade
+        if r["cheap"] is not None
+        and not r["cascade"]["pre_routed"]
+        and r["cascade"]["reason"] in (None, *CONFIDENCE)
+    ]
     judged = [r for r in cascade if r["cheap"] is not None and r["gold_index"] is not None]
     both = [r for r in items if r["cheap"] is not None and r["strong"] is not None]
     return {
@@ -67,12 +87,16 @@ def _recomputed(items: list[dict]) -> dict:
         "strong": acc([r for r in scored if r["strong"]], lambda r: r["strong"]),
         "cascade": acc([r for r in scored if r["cascade"]], lambda r: r["cascade"]),
         "escalation_rate": sum(r["cascade"]["tier"] == "strong" for r in cascade) / len(cascade),
-        "confidence_escalation_rate":
-            sum(r["cascade"]["reason"] in CONFIDENCE for r in gated) / len(gated),
-        "fixed": sum(r["cheap"]["answer"] != r["gold"] and r["cascade"]["answer"] == r["gold"]
-                     for r in judged),
-        "broke": sum(r["cheap"]["answer"] == r["gold"] and r["cascade"]["answer"] != r["gold"]
-                     for r in judged),
+        "confidence_escalation_rate": sum(r["cascade"]["reason"] in CONFIDENCE for r in gated)
+        / len(gated),
+        "fixed": sum(
+            r["cheap"]["answer"] != r["gold"] and r["cascade"]["answer"] == r["gold"]
+            for r in judged
+        ),
+        "broke": sum(
+            r["cheap"]["answer"] == r["gold"] and r["cascade"]["answer"] != r["gold"]
+            for r in judged
+        ),
         "agreement": sum(r["cheap"]["answer"] == r["strong"]["answer"] for r in both) / len(both),
     }
 
@@ -111,12 +135,28 @@ def test_eval_demo_end_to_end_agrees_with_its_items_and_resumes(tmp_path: Path, 
     assert _items(out) == items
 
 
-def test_calibrate_stamps_the_weights_and_eval_applies_or_refuses_it(tmp_path: Path,
-                                                                      demo_dir: Path):
+def test_calibrate_stamps_the_weights_and_eval_applies_or_refuses_it(
+    tmp_path: Path, demo_dir: Path
+):
     data = _data(tmp_path / "data.jsonl", 30, seed=2)
     cal_file = tmp_path / "cal.toml"
-    assert main(["calibrate", str(data), "--demo", "--out", str(cal_file),
-                 "--target-escalation", "0.3", "--min-cell", "10", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                str(data),
+                "--demo",
+                "--out",
+                str(cal_file),
+                "--target-escalation",
+                "0.3",
+                "--min-cell",
+                "10",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     cal = read_calibration(cal_file)
     assert set(cal.stamp.checkpoints) == {"laya", "clef"}
     assert (cal.stamp.items, cal.stamp.target, cal.stamp.value) == (30, "escalation", 0.3)
@@ -125,17 +165,35 @@ def test_calibrate_stamps_the_weights_and_eval_applies_or_refuses_it(tmp_path: P
     assert fitted and all(abs(e - 0.3) <= 0.05 for e in fitted)  # on its own data, per cell
     assert cal.fit["score:2"].n == 0 and cal.thresholds.score.get("2") is not None  # its band's
     out = tmp_path / "out"
-    assert main(["eval", str(data), "--demo", "--out", str(out), "--calibration",
-                 str(cal_file), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(data),
+                "--demo",
+                "--out",
+                str(out),
+                "--calibration",
+                str(cal_file),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["calibration"] == str(cal_file)
-    assert summary["tiers"]["cascade"]["confidence_escalation_rate"] == pytest.approx(0.3,
-                                                                                    abs=0.05)
-    other = msgspec.structs.replace(cal, stamp=msgspec.structs.replace(
-        cal.stamp, checkpoints={**cal.stamp.checkpoints, "laya": "0" * 64}))
+    assert summary["tiers"]["cascade"]["confidence_escalation_rate"] == pytest.approx(0.3, abs=0.05)
+    other = msgspec.structs.replace(
+        cal,
+        stamp=msgspec.structs.replace(
+            cal.stamp, checkpoints={**cal.stamp.checkpoints, "laya": "0" * 64}
+        ),
+    )
     write_calibration(cal_file, other)
-    with pytest.raises(SystemExit, match=f"made for {'0' * 64}, the configured weights are "
-                       f"{cal.stamp.checkpoints['laya']}"):
+    with pytest.raises(
+        SystemExit,
+        match=f"made for {'0' * 64}, the configured weights are {cal.stamp.checkpoints['laya']}",
+    ):
         main(["eval", str(data), "--demo", "--out", str(out), "--calibration", str(cal_file)])
 
 
@@ -152,19 +210,48 @@ def _with_long_states(path: Path, n: int, seed: int) -> Path:
     return path
 
 
-def test_calibrate_and_eval_count_the_same_gated_questions(tmp_path: Path, demo_dir: Path,
-                                                           capsys: pytest.CaptureFixture[str]):
-    fitted, held_out = (_with_long_states(tmp_path / f"{h}.jsonl", 40, seed=20 + i)
-                        for i, h in enumerate("ab"))
+def test_calibrate_and_eval_count_the_same_gated_questions(
+    tmp_path: Path, demo_dir: Path, capsys: pytest.CaptureFixture[str]
+):
+    fitted, held_out = (
+        _with_long_states(tmp_path / f"{h}.jsonl", 40, seed=20 + i) for i, h in enumerate("ab")
+    )
     cal_file = tmp_path / "cal.toml"
-    assert main(["calibrate", str(fitted), "--demo", "--out", str(cal_file), "--json",
-                 "--target-escalation", "0.3", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                str(fitted),
+                "--demo",
+                "--out",
+                str(cal_file),
+                "--json",
+                "--target-escalation",
+                "0.3",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     fit = json.loads(capsys.readouterr().out)
     figures = []
     for data in (fitted, held_out):
         out = tmp_path / data.stem
-        assert main(["eval", str(data), "--demo", "--out", str(out), "--calibration",
-                     str(cal_file), "--no-progress"]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    str(data),
+                    "--demo",
+                    "--out",
+                    str(out),
+                    "--calibration",
+                    str(cal_file),
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
         cascade = json.loads((out / "summary.json").read_text())["tiers"]["cascade"]
         items = _items(out)
         assert any(r["cascade"]["reason"] == "state_too_long" for r in items)
@@ -177,12 +264,15 @@ def test_calibrate_and_eval_count_the_same_gated_questions(tmp_path: Path, demo_
 
 
 def test_eval_replays_the_option_order_check_and_reports_each_signal(
-        tmp_path: Path, demo_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    tmp_path: Path, demo_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
     policy = tmp_path / "checked.toml"
     # the 3-5 bands' thresholds lowered, so the team choice and the anger score both reach it
     text = Path("policies/default.toml").read_text().replace('"3-5" = 0.65', '"3-5" = 0.3')
-    policy.write_text(text.replace('"3-5" = 0.55', '"3-5" = 0.3')
-                      + "\n[consistency]\nmargin = 1.0\norders = 1\nmax_extra_rows = 8\n")
+    policy.write_text(
+        text.replace('"3-5" = 0.55', '"3-5" = 0.3')
+        + "\n[consistency]\nmargin = 1.0\norders = 1\nmax_extra_rows = 8\n"
+    )
     monkeypatch.setenv("CASCADE_POLICY", str(policy))
     data = _data(tmp_path / "data.jsonl", 16, seed=3)
     out = tmp_path / "out"
@@ -200,10 +290,14 @@ def test_eval_replays_the_option_order_check_and_reports_each_signal(
     unstable = sum(c["reason"] == "order_unstable" for c in cascade)
     assert summary["tiers"]["cascade"]["signals"]["order_unstable"]["questions"] == unstable
     assert check["extra_rows_per_item"] == sum(c["order_rows"] for c in checked) / 16 == 2
-    kept = [r for r in items if r["cascade"] and r["cascade"]["reason"] is None
-            and r["gold_index"] is not None]
+    kept = [
+        r
+        for r in items
+        if r["cascade"] and r["cascade"]["reason"] is None and r["gold_index"] is not None
+    ]
     assert summary["tiers"]["cascade"]["signals"]["kept"]["cheap_accuracy"] == sum(
-        r["cheap"]["answer"] == r["gold"] for r in kept) / len(kept)
+        r["cheap"]["answer"] == r["gold"] for r in kept
+    ) / len(kept)
     assert check["extra_tokens_per_item"] > 0
     assert "Option-order check" in (out / "summary.md").read_text()
 
@@ -211,35 +305,81 @@ def test_eval_replays_the_option_order_check_and_reports_each_signal(
 def _foreign(path: Path, n: int, seed: int) -> Path:
     """Items unlike ``_data``'s: long states of other words, the same questions."""
     rng = random.Random(seed)
-    words = ["weather", "lisbon", "sunny", "winds", "harvest", "tractor", "wheat", "sonata",
-             "violin", "glacier", "orchestra", "barley"]
+    words = [
+        "weather",
+        "lisbon",
+        "sunny",
+        "winds",
+        "harvest",
+        "tractor",
+        "wheat",
+        "sonata",
+        "violin",
+        "glacier",
+        "orchestra",
+        "barley",
+    ]
     lines = []
     for line in _data(path, n, seed).read_text().splitlines():
         item = json.loads(line)
-        item |= {"id": "far-" + item["id"], "source": "foreign",
-                 "state": " ".join(rng.choice(words) for _ in range(rng.randint(40, 80)))}
+        item |= {
+            "id": "far-" + item["id"],
+            "source": "foreign",
+            "state": " ".join(rng.choice(words) for _ in range(rng.randint(40, 80))),
+        }
         lines.append(json.dumps(item))
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def test_calibrate_fits_a_reference_set_and_eval_flags_the_foreign_items(
-        tmp_path: Path, demo_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    tmp_path: Path, demo_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
     policy = tmp_path / "novelty.toml"
-    policy.write_text(Path("policies/default.toml").read_text()
-                      + "\n[novelty]\nmin_rows = 20\nmax_flag_rate = 0.05\n")
+    policy.write_text(
+        Path("policies/default.toml").read_text()
+        + "\n[novelty]\nmin_rows = 20\nmax_flag_rate = 0.05\n"
+    )
     monkeypatch.setenv("CASCADE_POLICY", str(policy))
     cal_file = tmp_path / "cal.toml"
-    assert main(["calibrate", str(_data(tmp_path / "fit.jsonl", 40, seed=4)), "--demo", "--out",
-                 str(cal_file), "--target-escalation", "0.3", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                str(_data(tmp_path / "fit.jsonl", 40, seed=4)),
+                "--demo",
+                "--out",
+                str(cal_file),
+                "--target-escalation",
+                "0.3",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     cal = read_calibration(cal_file)
     assert cal.novelty is not None and cal.novelty.file == "cal.novelty.npz"
     mix = tmp_path / "mix.jsonl"
-    mix.write_text(_data(tmp_path / "near.jsonl", 12, seed=5).read_text()
-                   + _foreign(tmp_path / "far.jsonl", 12, seed=6).read_text())
+    mix.write_text(
+        _data(tmp_path / "near.jsonl", 12, seed=5).read_text()
+        + _foreign(tmp_path / "far.jsonl", 12, seed=6).read_text()
+    )
     out = tmp_path / "out"
-    assert main(["eval", str(mix), "--demo", "--out", str(out), "--calibration", str(cal_file),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(mix),
+                "--demo",
+                "--out",
+                str(out),
+                "--calibration",
+                str(cal_file),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     cascade = json.loads((out / "summary.json").read_text())["tiers"]["cascade"]
     by_source = cascade["novelty"]["by_source"]
     assert by_source["foreign"]["flag_rate"] >= 0.9

@@ -26,8 +26,9 @@ def _binomial_tail(k: int, n: int, p: float) -> float:
     return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
 
 
-@pytest.mark.parametrize(("k", "n", "p"), [(8, 10, 0.6), (30, 30, 0.9), (45, 60, 0.7),
-                                           (1, 5, 0.01), (99, 120, 0.85)])
+@pytest.mark.parametrize(
+    ("k", "n", "p"), [(8, 10, 0.6), (30, 30, 0.9), (45, 60, 0.7), (1, 5, 0.01), (99, 120, 0.85)]
+)
 def test_betainc_is_the_binomial_tail(k, n, p):
     assert betainc(k, n - k + 1, p) == pytest.approx(_binomial_tail(k, n, p), rel=1e-9)
 
@@ -89,8 +90,17 @@ def test_a_fitted_temperature_undoes_over_confidence_and_lowers_ece():
         for p, gold in pairs:
             q = temper(p, tempered)
             answer = q.index(max(q))
-            out.append(Scored(type="choice", band="3-5", question="q", gold=gold, answer=answer,
-                              gold_index=gold, probabilities=q))
+            out.append(
+                Scored(
+                    type="choice",
+                    band="3-5",
+                    question="q",
+                    gold=gold,
+                    answer=answer,
+                    gold_index=gold,
+                    probabilities=q,
+                )
+            )
         return out
 
     before, after = ece(scored(1.0)), ece(scored(t))
@@ -98,15 +108,22 @@ def test_a_fitted_temperature_undoes_over_confidence_and_lowers_ece():
     assert fit_temperature(_overconfident(random.Random(2), 50, 3, sharpen=100)) == 5.0  # clamp
 
 
-POLICY = Policy(tiers={"laya": {"kind": "laya", "checkpoints": {"english": "/x"}},
-                       "clef": {"kind": "upstream", "urls": ["http://127.0.0.1:9"]}},
-                route=Route(cheap="laya", strong="clef"))
+POLICY = Policy(
+    tiers={
+        "laya": {"kind": "laya", "checkpoints": {"english": "/x"}},
+        "clef": {"kind": "upstream", "urls": ["http://127.0.0.1:9"]},
+    },
+    route=Route(cheap="laya", strong="clef"),
+)
 POLICY = msgspec.convert(msgspec.to_builtins(POLICY), Policy)
 QUESTIONS = {
     "noul": {"type": "noul", "instructions": "urgent?"},
     "pick": {"type": "choice", "instructions": "team?", "criteria": {"a": "A", "b": "B", "c": "C"}},
-    "wide": {"type": "choice", "instructions": "intent?",
-             "criteria": {f"k{i}": f"K{i}" for i in range(8)}},
+    "wide": {
+        "type": "choice",
+        "instructions": "intent?",
+        "criteria": {f"k{i}": f"K{i}" for i in range(8)},
+    },
 }
 
 
@@ -117,18 +134,27 @@ def _synthetic(rng: random.Random, n: int) -> list[tuple[Item, Outputs]]:
         qid = rng.choice(list(QUESTIONS))
         question = msgspec.convert(QUESTIONS[qid], Question)
         k = 2 if qid == "noul" else len(question.criteria)
-        (p, gold), = _overconfident(rng, 1, k, sharpen={"noul": 3.0, "pick": 1.5, "wide": 2.0}[qid])
+        ((p, gold),) = _overconfident(
+            rng, 1, k, sharpen={"noul": 3.0, "pick": 1.5, "wide": 2.0}[qid]
+        )
         label = (gold == 1) if qid == "noul" else f"{'abc'[gold]}" if qid == "pick" else f"k{gold}"
         call = EngineCall(state=f"s{i}", questions={qid: question}, model="jev-latest")
-        answer = EngineAnswer(model="english", results={
-            qid: QuestionResult(type=question.type, probabilities=p)},
-            usage=EngineUsage(input_tokens=10))
-        strong = EngineAnswer(model="clef", results={
-            qid: QuestionResult(type=question.type, probabilities=[1.0 / k] * k)},
-            usage=EngineUsage(input_tokens=50))
-        out.append((Item(id=str(i), call=call, gold={qid: label}),
-                    Outputs(preview=None, cheap=TierRun(answer=answer),
-                            strong=TierRun(answer=strong))))
+        answer = EngineAnswer(
+            model="english",
+            results={qid: QuestionResult(type=question.type, probabilities=p)},
+            usage=EngineUsage(input_tokens=10),
+        )
+        strong = EngineAnswer(
+            model="clef",
+            results={qid: QuestionResult(type=question.type, probabilities=[1.0 / k] * k)},
+            usage=EngineUsage(input_tokens=50),
+        )
+        out.append(
+            (
+                Item(id=str(i), call=call, gold={qid: label}),
+                Outputs(preview=None, cheap=TierRun(answer=answer), strong=TierRun(answer=strong)),
+            )
+        )
     return out
 
 
@@ -143,10 +169,16 @@ def test_escalation_target_holds_on_held_back_items(rate):
     thresholds, temperatures, _ = fit(_rows(POLICY, fit_half), "escalation", rate)
     cal = CalibrationFile(
         stamp=Stamp(checkpoints={}, items=900, questions=900, target="escalation", value=rate),
-        thresholds=bands_of(thresholds), temperatures=bands_of(temperatures))
+        thresholds=bands_of(thresholds),
+        temperatures=bands_of(temperatures),
+    )
     calibrated = apply_calibration(POLICY, cal, file="synthetic.toml")
-    summary = summarize(_rows(calibrated, held_back), slots=["cheap", "strong"],
-                        price={"cheap": 1, "strong": 20}, meta={})
+    summary = summarize(
+        _rows(calibrated, held_back),
+        slots=["cheap", "strong"],
+        price={"cheap": 1, "strong": 20},
+        meta={},
+    )
     achieved = summary["tiers"]["cascade"]["confidence_escalation_rate"]
     assert achieved == pytest.approx(rate, abs=0.03)
     # temperatures were fitted per cell and they differ (each cell is over-confident its own way)

@@ -21,13 +21,21 @@ def test_rows_of_every_cheap_answer_and_gold_from_shadows_only(tmp_path: Path):
     synthetic_log(log, 3, shadowed=frozenset({1}))
     every = log_rows([log], POLICY, labelled_only=False)
     assert sorted((r.id, r.question) for r in every) == sorted(
-        (f"{log}#r{n}", q) for n in range(3) for q in QUESTIONS)
+        (f"{log}#r{n}", q) for n in range(3) for q in QUESTIONS
+    )
     labelled = log_rows([log], POLICY, labelled_only=True)
-    strong = deterministic_answer(EngineCall(state="ticket 1: charged twice", model="jev-latest",
-                                             request_id="r1", questions=dict(QUESTIONS)))
+    strong = deterministic_answer(
+        EngineCall(
+            state="ticket 1: charged twice",
+            model="jev-latest",
+            request_id="r1",
+            questions=dict(QUESTIONS),
+        )
+    )
     assert {r.question: r.gold for r in labelled} == {
         q: msgspec.to_builtins(answer_label(question, strong.results[q].probabilities))
-        for q, question in QUESTIONS.items()}
+        for q, question in QUESTIONS.items()
+    }
     assert {r.id for r in labelled} == {f"{log}#r1"}
     assert all(r.gold is None for r in every if not r.id.endswith("#r1"))
 

@@ -22,30 +22,50 @@ START = 0.235
 
 
 def scored(confidences: list[float], correct: list[bool]) -> list[Scored]:
-    return [Scored(type="choice", band="2", question="q", gold="a", answer="a" if ok else "b",
-                   gold_index=0 if ok else 1, probabilities=[p, 1 - p] if ok else [1 - p, p])
-            for p, ok in zip(confidences, correct, strict=True)]
+    return [
+        Scored(
+            type="choice",
+            band="2",
+            question="q",
+            gold="a",
+            answer="a" if ok else "b",
+            gold_index=0 if ok else 1,
+            probabilities=[p, 1 - p] if ok else [1 - p, p],
+        )
+        for p, ok in zip(confidences, correct, strict=True)
+    ]
 
 
 @pytest.fixture(scope="module")
 def figures() -> dict[str, Any]:
-    points = [Point(escalation_rate=START + 0.05 * k, accuracy=0.6 + 0.02 * k, cost=10.0 + 20 * k)
-              for k in range(11)]
+    points = [
+        Point(escalation_rate=START + 0.05 * k, accuracy=0.6 + 0.02 * k, cost=10.0 + 20 * k)
+        for k in range(11)
+    ]
     sweep = SimpleNamespace(points=points)
     curve = [{"escalation_rate": p.escalation_rate, "accuracy": p.accuracy} for p in points]
-    summary = {"tiers": {
-        "cascade": {"deferral_curve": curve,
-                    "operating_point": {"escalation_rate": 0.4, "accuracy": 0.7, "cost": 80.0},
-                    "cost": {"per_1k_tokens": {"cheap": 1.0, "strong": 20.0},
-                             "strong_only": 200.0, "cascade": 80.0, "saved": 0.6,
-                             "at_strong_accuracy": {"cost": 150.0, "accuracy": 0.8,
-                                                    "saved": 0.25}}},
-        "strong": {"accuracy": 0.8},
-    }}
+    summary = {
+        "tiers": {
+            "cascade": {
+                "deferral_curve": curve,
+                "operating_point": {"escalation_rate": 0.4, "accuracy": 0.7, "cost": 80.0},
+                "cost": {
+                    "per_1k_tokens": {"cheap": 1.0, "strong": 20.0},
+                    "strong_only": 200.0,
+                    "cascade": 80.0,
+                    "saved": 0.6,
+                    "at_strong_accuracy": {"cost": 150.0, "accuracy": 0.8, "saved": 0.25},
+                },
+            },
+            "strong": {"accuracy": 0.8},
+        }
+    }
     tiers = {
         # 0.6-0.7: 1 of 20 right (accuracy 0.05); 0.9-1: all right.
-        "cheap": scored([0.6 + 0.005 * i for i in range(20)] + [0.93, 0.95, 0.97],
-                        [i == 0 for i in range(20)] + [True] * 3),
+        "cheap": scored(
+            [0.6 + 0.005 * i for i in range(20)] + [0.93, 0.95, 0.97],
+            [i == 0 for i in range(20)] + [True] * 3,
+        ),
         # 0.5-0.6: wrong (accuracy 0).
         "strong": scored([0.55, 0.85, 0.88], [False, True, True]),
     }
@@ -88,14 +108,16 @@ def boxes(fig: Any, ax: Any) -> tuple[list[Any], list[Any]]:
 
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    labels = [t.get_window_extent(renderer) for a in fig.axes for t in a.texts
-              if t.get_text().isdigit()]
+    labels = [
+        t.get_window_extent(renderer) for a in fig.axes for t in a.texts if t.get_text().isdigit()
+    ]
     marks = []
     for line in ax.get_lines():
         if line.get_marker() == "o":
             size = line.get_markersize() * fig.dpi / 72
-            for x, y in ax.transData.transform(list(zip(line.get_xdata(), line.get_ydata(),
-                                                        strict=True))):
+            for x, y in ax.transData.transform(
+                list(zip(line.get_xdata(), line.get_ydata(), strict=True))
+            ):
                 marks.append(Bbox.from_bounds(x - size / 2, y - size / 2, size, size))
     return labels, marks
 

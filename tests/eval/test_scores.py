@@ -11,8 +11,15 @@ from cascade.eval.sweep import Sweep
 
 
 def _scored(qtype: str, qid: str, gold, answer, gold_index: int, p: list[float]) -> Scored:
-    return Scored(type=qtype, band="3-5" if len(p) == 3 else "2", question=qid, gold=gold,
-                  answer=answer, gold_index=gold_index, probabilities=p)
+    return Scored(
+        type=qtype,
+        band="3-5" if len(p) == 3 else "2",
+        question=qid,
+        gold=gold,
+        answer=answer,
+        gold_index=gold_index,
+        probabilities=p,
+    )
 
 
 FIXTURE = [
@@ -37,26 +44,44 @@ def test_accuracy_brier_ece_and_macro_f1_match_hand_computed_values():
 
 
 def test_top_label_bins_are_equal_width_and_one_falls_in_the_last():
-    edge = [_scored("noul", "q", True, True, 1, [0.0, 1.0]),
-            _scored("noul", "q", True, True, 1, [0.3, 0.7])]
+    edge = [
+        _scored("noul", "q", True, True, 1, [0.0, 1.0]),
+        _scored("noul", "q", True, True, 1, [0.3, 0.7]),
+    ]
     assert [b["n"] for b in reliability(edge)][7:] == [1, 0, 1]
     assert ece(edge) == pytest.approx(0.5 * 0.3)
 
 
-def _row(i: int, conf: float, cheap_right: bool, strong_right: bool, *, tier="cheap",
-         reason=None, pre_routed=False, cheap=True) -> ItemRow:
+def _row(
+    i: int,
+    conf: float,
+    cheap_right: bool,
+    strong_right: bool,
+    *,
+    tier="cheap",
+    reason=None,
+    pre_routed=False,
+    cheap=True,
+) -> ItemRow:
     def out(right: bool, c: float) -> TierOut:
         p = [1 - c, c] if right else [c, 1 - c]
         return TierOut(answer=right, probabilities=p, confidence=c)
 
-    chosen = (cheap_right if tier == "cheap" else strong_right)
+    chosen = cheap_right if tier == "cheap" else strong_right
     # the flow's verdict: only a cheap answer no other rule sent strong reaches the gate
     gate = (reason or "kept") if cheap and reason in (None, "low_confidence") else None
     return ItemRow(
-        id=f"item{i}", question="q", type="noul", band="2", gold=True, gold_index=1,
-        cheap=out(cheap_right, conf) if cheap else None, strong=out(strong_right, 0.8),
-        cascade=CascadeOut(answer=chosen, tier=tier, reason=reason, pre_routed=pre_routed,
-                           gate=gate),
+        id=f"item{i}",
+        question="q",
+        type="noul",
+        band="2",
+        gold=True,
+        gold_index=1,
+        cheap=out(cheap_right, conf) if cheap else None,
+        strong=out(strong_right, 0.8),
+        cascade=CascadeOut(
+            answer=chosen, tier=tier, reason=reason, pre_routed=pre_routed, gate=gate
+        ),
         tokens={"cheap": 10.0, "strong": 100.0},
     )
 
@@ -67,8 +92,9 @@ ROWS = [
     _row(3, 0.65, False, False),
     _row(4, 0.80, True, False),
     _row(5, 0.90, True, True),
-    _row(6, 0.70, False, True, tier="strong", reason="state_too_long", pre_routed=True,
-         cheap=False),
+    _row(
+        6, 0.70, False, True, tier="strong", reason="state_too_long", pre_routed=True, cheap=False
+    ),
 ]
 PRICE = {"cheap": 1.0, "strong": 20.0}  # a question: cheap 0.01, strong 2.0
 
@@ -77,9 +103,14 @@ def test_the_sweep_escalates_the_least_confident_gated_questions_first():
     sweep = Sweep(ROWS, PRICE)
     assert sweep.m == 5 and sweep.n == 6
     got = [(round(p.escalation_rate * 6), round(p.accuracy * 6), p.cost) for p in sweep.points]
-    assert got == [(1, 4, pytest.approx(2.05)), (2, 5, pytest.approx(4.05)),
-                   (3, 5, pytest.approx(6.05)), (4, 5, pytest.approx(8.05)),
-                   (5, 4, pytest.approx(10.05)), (6, 4, pytest.approx(12.05))]
+    assert got == [
+        (1, 4, pytest.approx(2.05)),
+        (2, 5, pytest.approx(4.05)),
+        (3, 5, pytest.approx(6.05)),
+        (4, 5, pytest.approx(8.05)),
+        (5, 4, pytest.approx(10.05)),
+        (6, 4, pytest.approx(12.05)),
+    ]
     # 11 points at 0, 10, ..., 100 % of the 5 gated questions (k = 0,1,1,2,2,3,3,4,4,5,5)
     ks = [round(p.escalation_rate * 6) - 1 for p in sweep.curve()]
     assert ks == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]

@@ -64,8 +64,7 @@ def items(tmp: Path) -> Path:
 def evaluated(demo_dir: Path, data: Path, out: Path, *flags: str) -> list[dict[str, Any]]:
     with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(io.StringIO()):
         env.setenv("CASCADE_DEMO_DIR", str(demo_dir))
-        assert main(["eval", str(data), "--demo", "--out", str(out), "--no-progress",
-                     *flags]) == 0
+        assert main(["eval", str(data), "--demo", "--out", str(out), "--no-progress", *flags]) == 0
     return [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
 
 
@@ -78,8 +77,10 @@ def served(demo_dir: Path, *, strong_down: bool) -> Iterator[tuple[httpx.Client,
         strong = gateway.policy.route.strong
         assert strong is not None
         gateway = Gateway(gateway.policy, {**gateway.engines, strong: Down(strong)}, demo=True)
-    with serve_app(create_app(settings, gateway), timeout_s=120) as url, \
-            httpx.Client(base_url=url, timeout=60) as client:
+    with (
+        serve_app(create_app(settings, gateway), timeout_s=120) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
         yield client, gateway
 
 
@@ -89,20 +90,24 @@ def served_rows(client: httpx.Client, gateway: Gateway, data: Path) -> list[dict
     model = gateway.policy.models.cascade[0]
     for line in data.read_text().splitlines():
         item = json.loads(line)
-        r = client.post("/v1/systemone", json={
-            "model": model, "state": item["state"], "questions": item["questions"]})
+        r = client.post(
+            "/v1/systemone",
+            json={"model": model, "state": item["state"], "questions": item["questions"]},
+        )
         for qid in item["questions"]:
             if r.status_code != 200:
                 found.append(None)
                 continue
             body = r.json()
             extra, answer = body["x_cascade"], body["answers"][qid]
-            found.append({
-                "tier": "cheap" if extra["tiers"][qid] == route.cheap else "strong",
-                "reason": extra["reasons"].get(qid),
-                "degraded": qid in extra["degraded"],
-                "answer": answer.get("choice", answer.get("noul")),
-            })
+            found.append(
+                {
+                    "tier": "cheap" if extra["tiers"][qid] == route.cheap else "strong",
+                    "reason": extra["reasons"].get(qid),
+                    "degraded": qid in extra["degraded"],
+                    "answer": answer.get("choice", answer.get("noul")),
+                }
+            )
     return found
 
 
@@ -117,14 +122,16 @@ def offline_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
         p = chosen["probabilities"]
         # the wire's noul is P(true), rounded; a choice is its label
         answer = round(p[1], 4) if row["type"] == "noul" else c["answer"]
-        out.append({"tier": c["tier"], "reason": c["reason"], "degraded": c["degraded"],
-                    "answer": answer})
+        out.append(
+            {"tier": c["tier"], "reason": c["reason"], "degraded": c["degraded"], "answer": answer}
+        )
     return out
 
 
 @pytest.mark.parametrize("strong_down", [False, True], ids=["strong_up", "strong_down"])
 def test_eval_decides_every_question_as_the_gateway_answers_it(
-        demo_dir: Path, tmp_path: Path, strong_down: bool) -> None:
+    demo_dir: Path, tmp_path: Path, strong_down: bool
+) -> None:
     data = items(tmp_path)
     flags = ("--strong-down",) if strong_down else ()
     offline = offline_rows(evaluated(demo_dir, data, tmp_path / "eval", *flags))

@@ -63,16 +63,21 @@ def test_the_snapshot_counts_every_gated_confidence_tempered_per_cell() -> None:
 
 
 def test_a_snapshot_round_trips_and_reaches_the_policy(tmp_path: Path) -> None:
-    cal = msgspec.structs.replace(CAL, snapshot={
-        "noul:2": Histogram(edges=[0.6, 0.75, 0.9], counts=[3, 2, 2, 2]),
-        "choice:3-5": Histogram(edges=[], counts=[5])})
+    cal = msgspec.structs.replace(
+        CAL,
+        snapshot={
+            "noul:2": Histogram(edges=[0.6, 0.75, 0.9], counts=[3, 2, 2, 2]),
+            "choice:3-5": Histogram(edges=[], counts=[5]),
+        },
+    )
     write_calibration(tmp_path / "cal.toml", cal)
     assert '[snapshot."noul:2"]' in (tmp_path / "cal.toml").read_text()
     assert read_calibration(tmp_path / "cal.toml") == cal
     policy = apply_calibration(POLICY, cal, file="cal.toml")
     assert policy.calibration.snapshot == cal.snapshot
-    monitor = DriftMonitor(msgspec.structs.replace(
-        policy, drift=msgspec.structs.replace(policy.drift, min_count=9)))
+    monitor = DriftMonitor(
+        msgspec.structs.replace(policy, drift=msgspec.structs.replace(policy.drift, min_count=9))
+    )
     monitor.add(("noul", "2"), 0.8)
     assert monitor.cells[("noul", "2")].reference == cal.snapshot["noul:2"]
 
@@ -84,22 +89,26 @@ def test_a_file_without_a_snapshot_still_reads(tmp_path: Path) -> None:
     assert apply_calibration(POLICY, old, file="old.toml").calibration.snapshot == {}
 
 
-@pytest.mark.parametrize(("table", "message"), [
-    ("edges = [0.9, 0.5]\ncounts = [1, 1, 1]", "strictly ascending"),
-    ("edges = [0.5, nan]\ncounts = [1, 1, 1]", "finite"),
-    ("edges = [0.5]\ncounts = [1, 1, 1]", "1 edges need 2 counts, not 3"),
-    ("edges = [0.5]\ncounts = [1, -1]", "counts must be >= 0"),
-])
-def test_a_broken_snapshot_names_the_file_and_the_cell(tmp_path: Path, table: str,
-                                                       message: str) -> None:
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("edges = [0.9, 0.5]\ncounts = [1, 1, 1]", "strictly ascending"),
+        ("edges = [0.5, nan]\ncounts = [1, 1, 1]", "finite"),
+        ("edges = [0.5]\ncounts = [1, 1, 1]", "1 edges need 2 counts, not 3"),
+        ("edges = [0.5]\ncounts = [1, -1]", "counts must be >= 0"),
+    ],
+)
+def test_a_broken_snapshot_names_the_file_and_the_cell(
+    tmp_path: Path, table: str, message: str
+) -> None:
     (tmp_path / "cal.toml").write_text(OLD_FILE + '\n[snapshot."noul:2"]\n' + table + "\n")
     with pytest.raises(CalibrationError, match=rf"cal.toml: snapshot noul:2: .*{message}"):
         read_calibration(tmp_path / "cal.toml")
 
 
 def test_cascade_calibrate_writes_the_snapshot_of_every_gated_question(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from cascade.clef.tiny import make_tiny as make_clef
     from cascade.laya.tiny import make_tiny as make_laya
 
@@ -108,11 +117,26 @@ def test_cascade_calibrate_writes_the_snapshot_of_every_gated_question(
     data = write(tmp_path / "requests.jsonl", 40, seed=3)
     monkeypatch.setenv("CASCADE_DEMO_DIR", str(tmp_path / "demo"))
     out = tmp_path / "cal.toml"
-    assert main(["calibrate", str(data), "--demo", "--out", str(out), "--target-escalation",
-                 "0.3", "--min-cell", "10"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                str(data),
+                "--demo",
+                "--out",
+                str(out),
+                "--target-escalation",
+                "0.3",
+                "--min-cell",
+                "10",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     cal = read_calibration(out)
     assert "[snapshot." in out.read_text()
     assert sum(sum(h.counts) for h in cal.snapshot.values()) == cal.stamp.questions
-    assert set(cal.snapshot) <= {f"{t}:{b}" for t in ("choice", "score", "noul")
-                                 for b in ("2", "3-5", "6-10", "11+")}
+    assert set(cal.snapshot) <= {
+        f"{t}:{b}" for t in ("choice", "score", "noul") for b in ("2", "3-5", "6-10", "11+")
+    }

@@ -18,8 +18,9 @@ URL = "http://127.0.0.1:9/v1/systemone"
 
 def _identity(health: httpx.Response) -> str:
     tier = UpstreamTier(urls=[URL], model="clef-flash")
-    engine = HttpEngine("up", tier.urls, model=tier.model,
-                        transport=httpx.MockTransport(lambda request: health))
+    engine = HttpEngine(
+        "up", tier.urls, model=tier.model, transport=httpx.MockTransport(lambda request: health)
+    )
 
     async def run() -> str:
         try:
@@ -32,8 +33,15 @@ def _identity(health: httpx.Response) -> str:
 
 def test_an_upstream_is_known_by_its_url_model_and_reported_revision() -> None:
     def reports(revision: str) -> httpx.Response:
-        return httpx.Response(200, json={"status": "ok", "ready": True, "loaded": ["clef-flash"],
-                                         "revisions": {"clef-flash": revision}})
+        return httpx.Response(
+            200,
+            json={
+                "status": "ok",
+                "ready": True,
+                "loaded": ["clef-flash"],
+                "revisions": {"clef-flash": revision},
+            },
+        )
 
     old, new = _identity(reports("aaa111")), _identity(reports("bbb222"))
     assert old.startswith(f"upstream:clef-flash@{URL}:") and "aaa111" in old

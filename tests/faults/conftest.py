@@ -49,11 +49,18 @@ failure_ratio = 0.5
 cooldown_s = {cooldown_s}
 """
 COOLDOWN_S = 1.0
-ESCALATES = {"urgent": {"type": "noul", "instructions": "Is it urgent?"},
-             "team": {"type": "choice", "instructions": "Which team?",
-                      "criteria": {"billing": "payments", "tech": "bugs", "sales": "deals"}}}
-PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5E"
-       "rkJggg==")
+ESCALATES = {
+    "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "payments", "tech": "bugs", "sales": "deals"},
+    },
+}
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5E"
+    "rkJggg=="
+)
 Gateway = Callable[..., contextlib.AbstractContextManager[str]]
 
 
@@ -75,12 +82,19 @@ def gateway(tiny_laya: Path, tmp_path: Path) -> Gateway:
     """``gateway(upstream_url, route_extra=..., ...)``: a gateway on loopback (a context)."""
 
     @contextlib.contextmanager
-    def start(upstream: str, *, settings: Settings | None = None, **extra: str
-              ) -> Iterator[str]:
-        fields = {"checkpoints": f'{{ english = "{tiny_laya}" }}', "upstream": upstream,
-                  "cooldown_s": COOLDOWN_S, "models": '[models]\nunknown = "cascade"',
-                  "laya_extra": "", "upstream_extra": "", "route_extra": "",
-                  "read_timeout_s": 0.6, "timeout_s": 0.8, **extra}
+    def start(upstream: str, *, settings: Settings | None = None, **extra: str) -> Iterator[str]:
+        fields = {
+            "checkpoints": f'{{ english = "{tiny_laya}" }}',
+            "upstream": upstream,
+            "cooldown_s": COOLDOWN_S,
+            "models": '[models]\nunknown = "cascade"',
+            "laya_extra": "",
+            "upstream_extra": "",
+            "route_extra": "",
+            "read_timeout_s": 0.6,
+            "timeout_s": 0.8,
+            **extra,
+        }
         policy = tmp_path / "policy.toml"
         policy.write_text(POLICY.format(**fields))
         base = settings or Settings()
@@ -97,8 +111,14 @@ def _fields(settings: Settings) -> dict:
     return msgspec.structs.asdict(settings)
 
 
-def ask(url: str, questions: dict | None = None, *, state: str = "my refund is late",
-        timeout: float = 30, **body: object) -> httpx.Response:
+def ask(
+    url: str,
+    questions: dict | None = None,
+    *,
+    state: str = "my refund is late",
+    timeout: float = 30,
+    **body: object,
+) -> httpx.Response:
     payload = {"model": "jev-latest", "state": state, "questions": questions or ESCALATES, **body}
     return httpx.post(url + "/v1/systemone", json=payload, timeout=timeout)
 

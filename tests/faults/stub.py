@@ -41,9 +41,15 @@ def answer(body: dict[str, Any]) -> dict[str, Any]:
             answers[qid] = {"type": "noul", "noul": 0.5}
             continue
         criteria = q["criteria"]
-        keys = list(criteria) if isinstance(criteria, dict) else (
-            [str(c) for c in criteria] if q["type"] == "choice" else
-            [str(i) for i in range(len(criteria))])
+        keys = (
+            list(criteria)
+            if isinstance(criteria, dict)
+            else (
+                [str(c) for c in criteria]
+                if q["type"] == "choice"
+                else [str(i) for i in range(len(criteria))]
+            )
+        )
         answers[qid] = {"type": q["type"], "probabilities": {k: 1 / len(keys) for k in keys}}
     return {"model": "stub-strong", "answers": answers, "usage": {"input_tokens": 7}}
 
@@ -87,8 +93,14 @@ class Stub:
             await _reply(send, 200, answer(json.loads(body)))
 
     def start(self) -> None:
-        config = uvicorn.Config(self, host="127.0.0.1", port=self.port, log_level="error",
-                                lifespan="off", timeout_graceful_shutdown=0)
+        config = uvicorn.Config(
+            self,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="error",
+            lifespan="off",
+            timeout_graceful_shutdown=0,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()
@@ -106,9 +118,15 @@ class Stub:
         self._server = self._thread = None
 
 
-async def _reply(send: Any, status: int, payload: Any,
-                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _reply(
+    send: Any, status: int, payload: Any, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     content = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), *(headers or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *(headers or [])],
+        }
+    )
     await send({"type": "http.response.body", "body": content})

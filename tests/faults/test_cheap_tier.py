@@ -12,9 +12,14 @@ import httpx
 from tests.faults.conftest import Gateway, ask
 from tests.faults.stub import Stub
 
-MANY = {f"team{i}": {"type": "choice", "instructions": f"Which team, take {i}?",
-                     "criteria": {"billing": "payments", "tech": "bugs", "sales": "deals"}}
-        for i in range(6)}  # choices stay with Laya in this policy
+MANY = {
+    f"team{i}": {
+        "type": "choice",
+        "instructions": f"Which team, take {i}?",
+        "criteria": {"billing": "payments", "tech": "bugs", "sales": "deals"},
+    }
+    for i in range(6)
+}  # choices stay with Laya in this policy
 
 
 def test_a_saturated_cheap_queue_hands_work_to_the_strong_tier(
@@ -23,14 +28,18 @@ def test_a_saturated_cheap_queue_hands_work_to_the_strong_tier(
     async def burst(url: str) -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             body = {"model": "jev-latest", "questions": MANY}
-            return await asyncio.gather(*(
-                client.post("/v1/systemone", json={**body, "state": f"ticket {i}"})
-                for i in range(24)))
+            return await asyncio.gather(
+                *(
+                    client.post("/v1/systemone", json={**body, "state": f"ticket {i}"})
+                    for i in range(24)
+                )
+            )
 
     # other requests' rows: 1. The stub answers every hand-off: give it the time a loaded
     # machine needs (the suite's 0.8 s whole-call limit is for the tests of slow tiers).
-    with gateway(stub.url, laya_extra="max_queue = 1", read_timeout_s="10.0",
-                 timeout_s="10.0") as url:
+    with gateway(
+        stub.url, laya_extra="max_queue = 1", read_timeout_s="10.0", timeout_s="10.0"
+    ) as url:
         responses = [r for _ in range(3) for r in asyncio.run(burst(url))]
     assert {r.status_code for r in responses} == {200}
     reasons = [set(r.json()["x_cascade"]["reasons"].values()) for r in responses]
@@ -46,6 +55,7 @@ def test_laya_clients_model_names_under_the_default_policy(
     assert models is not None
     both = f'{{ english = "{tiny_laya}", multilingual = "{tiny_laya}" }}'
     with gateway(stub.url, models=models.group(0), checkpoints=both) as url:
+
         def model_of(name: str) -> str:
             response = ask(url, {"u": {"type": "noul", "instructions": "Urgent?"}}, model=name)
             assert response.status_code == 200, (name, response.text)

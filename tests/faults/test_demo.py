@@ -14,8 +14,10 @@ from cascade.http.app import create_app
 from cascade.settings import Settings
 from tests.servers import serve_app
 
-NOUL8 = {f"q{i}": {"type": "noul", "instructions": f"Is point {i} of the complaint true?"}
-         for i in range(8)}
+NOUL8 = {
+    f"q{i}": {"type": "noul", "instructions": f"Is point {i} of the complaint true?"}
+    for i in range(8)
+}
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +32,11 @@ def test_a_batch_of_64_states_and_8_questions_is_answered(demo: str, model: str)
     """512 rows from one request: more than the Laya tier's row queue (256), which bounds the
     *other* requests' rows; a request's own rows never refuse it."""
     states = [f"ticket {i}: the invoice was wrong " * 5 for i in range(64)]
-    response = httpx.post(demo + "/v1/systemone/batch", timeout=120,
-                          json={"model": model, "states": states, "questions": NOUL8})
+    response = httpx.post(
+        demo + "/v1/systemone/batch",
+        timeout=120,
+        json={"model": model, "states": states, "questions": NOUL8},
+    )
     assert response.status_code == 200, response.text
     assert len(response.json()["results"]) == 64
 
@@ -41,20 +46,28 @@ def test_a_heavy_batch_does_not_starve_a_small_request(demo: str) -> None:
     then one small request for it: it is served next, never queued behind the whole batch. The
     order of the two answers shows it (FIFO answers the batch first, after 20 s or more here),
     on a machine of any speed; how long the small one waits is bench material."""
+
     async def scenario() -> tuple[httpx.Response, float, httpx.Response, float]:
         async with httpx.AsyncClient(base_url=demo, timeout=120) as client:
             states = ["the invoice was wrong " * 300 for _ in range(64)]
 
             async def post_heavy() -> tuple[httpx.Response, float]:
-                response = await client.post("/v1/systemone/batch", json={
-                    "model": "clef-flash", "states": states, "questions": NOUL8})
+                response = await client.post(
+                    "/v1/systemone/batch",
+                    json={"model": "clef-flash", "states": states, "questions": NOUL8},
+                )
                 return response, time.monotonic()
 
             heavy = asyncio.create_task(post_heavy())
             await asyncio.sleep(1.0)
-            small = await client.post("/v1/systemone", json={
-                "model": "clef-flash", "state": "hello there",
-                "questions": {"u": {"type": "noul", "instructions": "Urgent?"}}})
+            small = await client.post(
+                "/v1/systemone",
+                json={
+                    "model": "clef-flash",
+                    "state": "hello there",
+                    "questions": {"u": {"type": "noul", "instructions": "Urgent?"}},
+                },
+            )
             small_done = time.monotonic()
             big, big_done = await heavy
             return small, small_done, big, big_done

@@ -38,9 +38,11 @@ def test_a_disconnected_clients_work_is_dropped() -> None:
     app = create_app(Settings(), Gateway(policy, {"up": FakeEngine("up", slow)}))
     body = {"model": "m", "state": "s", "questions": {"u": {"type": "noul"}}}
     with serve_app(app) as url:
+
         def count(outcome: str, status: str) -> float:
-            return metric(url, "cascade_requests_total", route="/v1/systemone",
-                          outcome=outcome, status=status)
+            return metric(
+                url, "cascade_requests_total", route="/v1/systemone", outcome=outcome, status=status
+            )
 
         before = count("cancelled", "499"), count("ok", "200")
         with pytest.raises(httpx.ReadTimeout):

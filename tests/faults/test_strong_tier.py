@@ -20,9 +20,15 @@ from tests.faults.stub import Stub
 
 SLOW_FAULTS = ("slow", "hang")  # the gateway waits out its timeout (0.8 s) on each
 FAST_FAULTS = ("killed", "5xx", "malformed", "404", "503")
-REASON = {"slow": "strong_timeout", "hang": "strong_timeout", "killed": "strong_failed",
-          "5xx": "strong_failed", "malformed": "strong_failed", "404": "strong_failed",
-          "503": "strong_failed"}
+REASON = {
+    "slow": "strong_timeout",
+    "hang": "strong_timeout",
+    "killed": "strong_failed",
+    "5xx": "strong_failed",
+    "malformed": "strong_failed",
+    "404": "strong_failed",
+    "503": "strong_failed",
+}
 
 
 def inject(stub: Stub, fault: str) -> None:
@@ -46,8 +52,9 @@ def test_a_strong_tier_fault_degrades_opens_the_breaker_and_recovers(
 ) -> None:
     with gateway(stub.url) as url:
         assert ask(url).json()["x_cascade"]["degraded"] == {}  # healthy first
-        degraded_before = metric(url, "cascade_degraded_answers_total", type="noul",
-                                 reason=REASON[fault])
+        degraded_before = metric(
+            url, "cascade_degraded_answers_total", type="noul", reason=REASON[fault]
+        )
         inject(stub, fault)
         took, reasons = [], []
         for _ in range(5):
@@ -65,8 +72,10 @@ def test_a_strong_tier_fault_degrades_opens_the_breaker_and_recovers(
         # reads open, or half-open where its 1 s cooldown ran out first on a loaded machine.
         assert reasons[3:] == ["breaker_open"] * 2 and max(took[3:]) < 0.5
         assert breaker(url) in (1, 2)
-        assert metric(url, "cascade_degraded_answers_total", type="noul",
-                      reason=REASON[fault]) > degraded_before
+        assert (
+            metric(url, "cascade_degraded_answers_total", type="noul", reason=REASON[fault])
+            > degraded_before
+        )
         image = ask(url, images=[PNG])  # only the strong tier reads images
         assert image.status_code == 503 and int(image.headers["retry-after"]) >= 1
         assert httpx.get(url + "/ready").status_code == 200  # readiness follows the cheap tier
@@ -85,9 +94,15 @@ def test_a_strong_tier_fault_degrades_opens_the_breaker_and_recovers(
             time.sleep(0.1)
 
 
-@pytest.mark.parametrize(("mode", "reason", "image_status"), [
-    ("400", "strong_refused", 400), ("413", "strong_refused", 413),
-    ("422", "strong_refused", 422), ("overloaded", "strong_overloaded", 503)])
+@pytest.mark.parametrize(
+    ("mode", "reason", "image_status"),
+    [
+        ("400", "strong_refused", 400),
+        ("413", "strong_refused", 413),
+        ("422", "strong_refused", 422),
+        ("overloaded", "strong_overloaded", 503),
+    ],
+)
 def test_refused_content_and_back_pressure_degrade_but_never_open_the_breaker(
     mode: str, reason: str, image_status: int, stub: Stub, gateway: Gateway
 ) -> None:
@@ -120,8 +135,12 @@ def test_probes_keep_their_own_connections(stub: Stub, gateway: Gateway) -> None
     """Every request connection busy with a slow answer: the health probe still gets through,
     so a healthy upstream is never marked down (and escalations never fail fast for it)."""
     stub.mode, stub.delay_s = "slow", 1.5
-    with gateway(stub.url, upstream_extra="max_queue = 1",  # one request connection
-                 read_timeout_s="3.0", timeout_s="3.0") as url:
+    with gateway(
+        stub.url,
+        upstream_extra="max_queue = 1",  # one request connection
+        read_timeout_s="3.0",
+        timeout_s="3.0",
+    ) as url:
         ups = []
         worker = threading.Thread(target=lambda: ask(url))
         worker.start()
@@ -138,8 +157,13 @@ def test_fallback_keeps_the_strong_only_rules(stub: Stub, gateway: Gateway) -> N
     """With choices sent strong by a type rule and the strong tier dead, the English default
     checkpoint may stand in for English text, never for Chinese text or a state it would cut."""
     stub.stop()
-    choice = {"team": {"type": "choice", "instructions": "Which team?",
-                       "criteria": {"billing": "payments", "tech": "bugs"}}}
+    choice = {
+        "team": {
+            "type": "choice",
+            "instructions": "Which team?",
+            "criteria": {"billing": "payments", "tech": "bugs"},
+        }
+    }
     with gateway(stub.url, route_extra='strong_types = ["choice"]') as url:
         english = ask(url, choice)
         assert english.status_code == 200

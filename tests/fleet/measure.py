@@ -24,10 +24,10 @@ from tests.http.test_reload import policy_text
 
 def main(swaps: int = 5, reloads: int = 20) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        volumes = {n: ConfigMap(Path(tmp) / n, {"policy.toml": policy_text(0.0)})
-                   for n in NAMES}
-        with fleet({n: v.path("policy.toml") for n, v in volumes.items()},
-                   CASCADE_WATCH_S="1") as up:
+        volumes = {n: ConfigMap(Path(tmp) / n, {"policy.toml": policy_text(0.0)}) for n in NAMES}
+        with fleet(
+            {n: v.path("policy.toml") for n, v in volumes.items()}, CASCADE_WATCH_S="1"
+        ) as up:
             bases = {n: base for n, (base, _) in up.items()}
             assert until(lambda: len(fleet_view(bases["a"])["replicas"]) == 3)
             taken = []
@@ -41,14 +41,19 @@ def main(swaps: int = 5, reloads: int = 20) -> None:
             trips = []
             for _ in range(reloads):
                 start = time.monotonic()
-                answer = httpx.post(bases["a"] + "/admin/reload?scope=fleet", headers=ADMIN,
-                                    timeout=30)
+                answer = httpx.post(
+                    bases["a"] + "/admin/reload?scope=fleet", headers=ADMIN, timeout=30
+                )
                 trips.append(time.monotonic() - start)
                 assert answer.status_code == 200 and len(answer.json()["replicas"]) == 3
-    print(f"ConfigMap swap served by all 3: median {statistics.median(taken):.2f} s, "
-          f"{min(taken):.2f}-{max(taken):.2f} s over {swaps}")
-    print(f"fleet reload round trip: median {statistics.median(trips) * 1000:.0f} ms, "
-          f"max {max(trips) * 1000:.0f} ms over {reloads}")
+    print(
+        f"ConfigMap swap served by all 3: median {statistics.median(taken):.2f} s, "
+        f"{min(taken):.2f}-{max(taken):.2f} s over {swaps}"
+    )
+    print(
+        f"fleet reload round trip: median {statistics.median(trips) * 1000:.0f} ms, "
+        f"max {max(trips) * 1000:.0f} ms over {reloads}"
+    )
 
 
 if __name__ == "__main__":

@@ -24,15 +24,21 @@ WIDE = {"type": "choice", "criteria": [f"o{i}" for i in range(60)]}  # pre-route
 
 def policy_file(path: Path, control: str) -> Path:
     """The default policy with ``control``'s lines in its ``[control]`` table."""
-    path.write_text(DEFAULT_POLICY.read_text(encoding="utf-8") + "\n[control]\n" + control,
-                    encoding="utf-8")
+    path.write_text(
+        DEFAULT_POLICY.read_text(encoding="utf-8") + "\n[control]\n" + control, encoding="utf-8"
+    )
     return path
 
 
 @contextlib.contextmanager
-def replicas(policy: Path, n: int, *, timeout_s: float = 300.0,
-             env: dict[str, str] | None = None,
-             own: Callable[[int], dict[str, str]] = lambda i: {}) -> Iterator[list[Replica]]:
+def replicas(
+    policy: Path,
+    n: int,
+    *,
+    timeout_s: float = 300.0,
+    env: dict[str, str] | None = None,
+    own: Callable[[int], dict[str, str]] = lambda i: {},
+) -> Iterator[list[Replica]]:
     """``n`` demo replicas of ``policy`` on loopback, one after the other (``--demo`` rewrites
     the tiny Laya checkpoints at every start, so one starting beside another could read a file
     half written), ``own(i)`` added to replica ``i``'s ``env``; always stopped."""
@@ -73,10 +79,24 @@ class Replica:
 @contextlib.contextmanager
 def replica(policy: Path, env: dict[str, str] | None = None) -> Iterator[Replica]:
     port = free_port()
-    cmd = [sys.executable, "-m", "cascade", "serve", "--demo", "--policy", str(policy),
-           "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    found = Replica(f"http://127.0.0.1:{port}", subprocess.Popen(
-        cmd, env={**os.environ, **(env or {})}))
+    cmd = [
+        sys.executable,
+        "-m",
+        "cascade",
+        "serve",
+        "--demo",
+        "--policy",
+        str(policy),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    found = Replica(
+        f"http://127.0.0.1:{port}", subprocess.Popen(cmd, env={**os.environ, **(env or {})})
+    )
     try:
         yield found
     finally:
@@ -91,8 +111,15 @@ class Answered:
     reason: str  # why it went where it did ("" kept cheap with confidence)
 
 
-async def drive(urls: Sequence[str], *, seconds: float, weights: Sequence[float],
-                wide: Sequence[float], clients: int = 6, seed: int = 0) -> list[Answered]:
+async def drive(
+    urls: Sequence[str],
+    *,
+    seconds: float,
+    weights: Sequence[float],
+    wide: Sequence[float],
+    clients: int = 6,
+    seed: int = 0,
+) -> list[Answered]:
     """One-question requests for ``seconds``: each to replica ``i`` with probability
     ``weights[i]``, a 60-option question (pre-routed strong) with probability ``wide[i]``,
     else a yes/no one the gate decides; which tier answered each (refusals left out)."""
@@ -106,14 +133,23 @@ async def drive(urls: Sequence[str], *, seconds: float, weights: Sequence[float]
         while time.monotonic() < end:
             i = rng.choices(range(len(urls)), weights)[0]
             question = WIDE if rng.random() < wide[i] else YES_NO
-            body = {"model": "jev-latest", "state": f"item {rng.random()}",
-                    "questions": {"q": question}}
+            body = {
+                "model": "jev-latest",
+                "state": f"item {rng.random()}",
+                "questions": {"q": question},
+            }
             r = await http.post(urls[i] + "/v1/systemone", json=body)
             if r.status_code != 200:  # shed under load (429, 503, 408): not an answer
                 continue
             cascade = r.json()["x_cascade"]
-            out.append(Answered(time.monotonic(), i, cascade["tiers"]["q"] == "clef",
-                                cascade["reasons"].get("q", "")))
+            out.append(
+                Answered(
+                    time.monotonic(),
+                    i,
+                    cascade["tiers"]["q"] == "clef",
+                    cascade["reasons"].get("q", ""),
+                )
+            )
 
     async with httpx.AsyncClient(timeout=30) as http:
         await asyncio.gather(*(client(http) for _ in range(clients)))

@@ -24,8 +24,10 @@ def policy(tmp_path: Path) -> Path:
 
 def test_with_the_fleet_off_its_calls_are_409_and_a_wrong_scope_422(tmp_path: Path) -> None:
     with TestClient(app_on(policy(tmp_path))) as client:
-        for response in (client.get("/admin/fleet", headers=ADMIN),
-                         client.post("/admin/reload?scope=fleet", headers=ADMIN)):
+        for response in (
+            client.get("/admin/fleet", headers=ADMIN),
+            client.post("/admin/reload?scope=fleet", headers=ADMIN),
+        ):
             assert response.status_code == 409
             assert "CASCADE_FLEET_REDIS" in response.json()["detail"]["message"]
         wrong = client.post("/admin/reload?scope=galaxy", headers=ADMIN)
@@ -36,13 +38,16 @@ def test_with_the_fleet_off_its_calls_are_409_and_a_wrong_scope_422(tmp_path: Pa
 
 
 def test_with_its_redis_down_the_fleet_calls_are_503_and_requests_still_served(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     errors = metrics.FLEET_ERRORS._value.get()
     down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     app = app_on(policy(tmp_path), fleet_redis=down, fleet_heartbeat_s=0.05)
     with TestClient(app) as client:
-        for response in (client.get("/admin/fleet", headers=ADMIN),
-                         client.post("/admin/reload?scope=fleet", headers=ADMIN)):
+        for response in (
+            client.get("/admin/fleet", headers=ADMIN),
+            client.post("/admin/reload?scope=fleet", headers=ADMIN),
+        ):
             assert response.status_code == 503
             assert response.headers["retry-after"] == "1"
         assert client.post("/v1/systemone", json=BODY).status_code == 200

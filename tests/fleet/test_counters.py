@@ -14,6 +14,7 @@ from tests.servers import run_redis
 
 def test_replicas_with_skewed_clocks_fill_one_window() -> None:
     with run_redis() as (url, _):
+
         async def run() -> tuple[counters.Counts, counters.Counts]:
             redis = client.connect(url, 1.0)
             a, b = AnswerTally(window_s=60.0), AnswerTally(window_s=60.0)
@@ -49,6 +50,7 @@ def test_a_failed_sync_keeps_its_tally_for_the_next() -> None:
         with pytest.raises(client.errors()):
             asyncio.run(fails())
         with run_redis(port=port) as (again, _):
+
             async def adds() -> counters.Counts:
                 redis = client.connect(again, 1.0)
                 try:

@@ -23,8 +23,10 @@ ADMIN = {"authorization": "Bearer admin-key"}
 
 
 def control(scope: str, url: str) -> str:
-    return (f"max_strong_share = {BUDGET}\nwindow_s = {WINDOW_S}\ncapacity = false\n"
-            f'scope = "{scope}"\nurl = "{url}"\nsync_s = 0.5\n')
+    return (
+        f"max_strong_share = {BUDGET}\nwindow_s = {WINDOW_S}\ncapacity = false\n"
+        f'scope = "{scope}"\nurl = "{url}"\nsync_s = 0.5\n'
+    )
 
 
 def test_the_fleet_holds_the_budget_that_replicas_paced_alone_miss(tmp_path: Path) -> None:
@@ -35,15 +37,21 @@ def test_the_fleet_holds_the_budget_that_replicas_paced_alone_miss(tmp_path: Pat
 
             def measured() -> float:
                 start = time.monotonic()
-                answers = asyncio.run(drive(urls, seconds=2 * WINDOW_S, weights=[0.6, 0.2, 0.2],
-                                            wide=[0.4, 0.0, 0.0], clients=3))
+                answers = asyncio.run(
+                    drive(
+                        urls,
+                        seconds=2 * WINDOW_S,
+                        weights=[0.6, 0.2, 0.2],
+                        wide=[0.4, 0.0, 0.0],
+                        clients=3,
+                    )
+                )
                 return share(answers, start + WINDOW_S)
 
             alone = measured()
             policy_file(policy, control("fleet", url))
             for u in urls:
-                assert httpx.post(u + "/admin/reload", headers=ADMIN, timeout=60).status_code \
-                    == 200
+                assert httpx.post(u + "/admin/reload", headers=ADMIN, timeout=60).status_code == 200
             together = measured()
             seen = [httpx.get(u + "/admin/control", headers=ADMIN).json() for u in urls]
     assert alone > BUDGET + 0.02, alone

@@ -33,8 +33,10 @@ EACH = 150  # questions each replica answers after the reload
 
 
 def control(url: str) -> str:
-    return (f'capacity = false\nscope = "fleet"\nurl = "{url}"\nsync_s = 0.3\n\n'
-            "[drift]\nwindow_s = 600.0\nmin_count = 50\nbins = 10\n")
+    return (
+        f'capacity = false\nscope = "fleet"\nurl = "{url}"\nsync_s = 0.3\n\n'
+        "[drift]\nwindow_s = 600.0\nmin_count = 50\nbins = 10\n"
+    )
 
 
 async def ask(url: str, criteria: Sequence[str], n: int, model: str, seed: int) -> list[float]:
@@ -43,8 +45,11 @@ async def ask(url: str, criteria: Sequence[str], n: int, model: str, seed: int) 
     out: list[float] = []
     async with httpx.AsyncClient(timeout=30) as http:
         for _ in range(n):
-            body = {"model": model, "state": f"item {rng.random()}",
-                    "questions": {"q": {"type": "choice", "criteria": list(criteria)}}}
+            body = {
+                "model": model,
+                "state": f"item {rng.random()}",
+                "questions": {"q": {"type": "choice", "criteria": list(criteria)}},
+            }
             r = await http.post(url + "/v1/systemone", json=body)
             if r.status_code == 200:
                 out.append(r.json()["answers"]["q"]["answer_confidence"])
@@ -76,29 +81,39 @@ def added(url: str, bins: int) -> list[int]:
     return merged
 
 
-def test_the_fleet_psi_is_the_merged_counts_and_the_same_on_every_replica(
-        tmp_path: Path) -> None:
+def test_the_fleet_psi_is_the_merged_counts_and_the_same_on_every_replica(tmp_path: Path) -> None:
     with run_redis() as (url, _):
         policy = policy_file(tmp_path / "policy.toml", control(url))
         with replicas(policy, 3, env={"CASCADE_ADMIN_KEYS": "admin-key"}) as fleet:
             urls = [r.url for r in fleet]
             probed = asyncio.run(ask(urls[0], YES_NO, 400, "laya", seed=1))
             reference = histogram(probed, 10)
-            write_calibration(tmp_path / "cal.toml", CalibrationFile(
-                stamp=Stamp(checkpoints={}, items=len(probed), questions=len(probed),
-                            target="escalation", value=0.0),
-                thresholds=TypeBands(choice=Bands(two=0.5)),
-                temperatures=TypeBands(choice=Bands(two=1.0)),
-                snapshot={"choice:2": reference}))
+            write_calibration(
+                tmp_path / "cal.toml",
+                CalibrationFile(
+                    stamp=Stamp(
+                        checkpoints={},
+                        items=len(probed),
+                        questions=len(probed),
+                        target="escalation",
+                        value=0.0,
+                    ),
+                    thresholds=TypeBands(choice=Bands(two=0.5)),
+                    temperatures=TypeBands(choice=Bands(two=1.0)),
+                    snapshot={"choice:2": reference},
+                ),
+            )
             policy.write_text(policy.read_text() + '\n[calibration]\nfile = "cal.toml"\n')
             for u in urls:  # a new snapshot: every replica's drift starts over
-                assert httpx.post(u + "/admin/reload", headers=ADMIN, timeout=60).status_code \
-                    == 200
+                assert httpx.post(u + "/admin/reload", headers=ADMIN, timeout=60).status_code == 200
 
             async def traffic() -> list[list[float]]:
-                return await asyncio.gather(*(
-                    ask(u, SHIFTED if i == 2 else YES_NO, EACH, "jev-latest", seed=10 + i)
-                    for i, u in enumerate(urls)))
+                return await asyncio.gather(
+                    *(
+                        ask(u, SHIFTED if i == 2 else YES_NO, EACH, "jev-latest", seed=10 + i)
+                        for i, u in enumerate(urls)
+                    )
+                )
 
             answered = sum(map(len, asyncio.run(traffic())))
             deadline = time.monotonic() + 60
@@ -107,7 +122,8 @@ def test_the_fleet_psi_is_the_merged_counts_and_the_same_on_every_replica(
                 expected = psi(reference.counts, merged)
                 seen = [gauges(u) for u in urls]
                 if sum(merged) == answered and all(
-                        f is not None and f == pytest.approx(expected) for _, f in seen):
+                    f is not None and f == pytest.approx(expected) for _, f in seen
+                ):
                     break
                 assert time.monotonic() < deadline, (merged, answered, expected, seen)
                 time.sleep(0.3)

@@ -31,6 +31,7 @@ BINS = {"choice:2": 4, "noul:2": 3}
 
 def test_replicas_with_skewed_clocks_fill_the_same_buckets() -> None:
     with run_redis() as (url, _):
+
         async def run() -> tuple[histograms.Merged, histograms.Merged]:
             redis = client.connect(url, 1.0)
             a = ConfidenceTally(60.0, "ref", BINS)
@@ -74,6 +75,7 @@ def test_a_failed_sync_keeps_its_tally_for_the_next() -> None:
             asyncio.run(fails())
         tally.add(11.5, "choice:2", 0)  # seen while Redis was down
         with run_redis(port=port) as (again, _):
+
             async def adds() -> histograms.Merged:
                 redis = client.connect(again, 1.0)
                 try:
@@ -89,7 +91,8 @@ def calibrated(url: str, reference: list[float]) -> Policy:
     return msgspec.structs.replace(
         policy(max_strong_share=0.5, window_s=60.0, scope="fleet", url=url, timeout_s=0.2),
         calibration=Calibration(snapshot={"choice:2": histogram(reference, 10)}),
-        drift=Drift(window_s=120.0, min_count=300))
+        drift=Drift(window_s=120.0, min_count=300),
+    )
 
 
 def test_two_replicas_read_one_fleet_psi_over_their_merged_counts() -> None:
@@ -104,8 +107,10 @@ async def _two_replicas() -> None:
         clocks = [Clock(), Clock()]
         clocks[1].now = 700.0  # another process, another monotonic clock
         monitors = [DriftMonitor(served, clock=c) for c in clocks]
-        links = [FleetLink(LiveControl(served, clock=c), drift=m, replica=f"r{i}", clock=c)
-                 for i, (c, m) in enumerate(zip(clocks, monitors, strict=True))]
+        links = [
+            FleetLink(LiveControl(served, clock=c), drift=m, replica=f"r{i}", clock=c)
+            for i, (c, m) in enumerate(zip(clocks, monitors, strict=True))
+        ]
         steady, shifted = draw(rng, 5, 2, 600), draw(rng, 2, 2, 400)
         for value in steady:
             monitors[0].add(cell, value)
@@ -126,8 +131,7 @@ async def _two_replicas() -> None:
         scraped = registry_of_psi(monitors[0])
         assert scraped == pytest.approx(fleet[0])
         status = links[1].status()
-        assert status is not None and status["drift"]["psi"] == {
-            "choice:2": round(fleet[1], 4)}
+        assert status is not None and status["drift"]["psi"] == {"choice:2": round(fleet[1], 4)}
 
         # Redis down: the last fleet PSI is kept, its age grows, the failure is counted
         before = errors._value.get()
@@ -150,8 +154,9 @@ def registry_of_psi(monitor: DriftMonitor) -> float:
     """``cascade_fleet_confidence_psi{type="choice",band="2"}`` as the app's gauges export it."""
     registry = CollectorRegistry()
     registry.register(metrics.DriftGauges(monitor.psi, monitor.fleet_psi))
-    value = registry.get_sample_value("cascade_fleet_confidence_psi",
-                                      {"type": "choice", "band": "2"})
+    value = registry.get_sample_value(
+        "cascade_fleet_confidence_psi", {"type": "choice", "band": "2"}
+    )
     assert value is not None
     return value
 
@@ -162,20 +167,25 @@ def test_without_a_snapshot_or_outside_the_fleet_scope_there_is_no_tally() -> No
     assert DriftMonitor(served).tally is not None
     bare = msgspec.structs.replace(served, calibration=Calibration())
     assert DriftMonitor(bare).tally is None  # a boot reference differs per replica
-    alone = msgspec.structs.replace(served, control=msgspec.structs.replace(
-        served.control, scope="replica"))
+    alone = msgspec.structs.replace(
+        served, control=msgspec.structs.replace(served.control, scope="replica")
+    )
     assert DriftMonitor(alone).tally is None
 
 
 def test_switching_to_the_fleet_scope_tallies_from_then_on_and_keeps_the_window() -> None:
     clock = Clock()
     fleet = calibrated("redis://127.0.0.1:1/0", [0.5 + i / 1000 for i in range(500)])
-    alone = msgspec.structs.replace(fleet, control=msgspec.structs.replace(
-        fleet.control, scope="replica"))
+    alone = msgspec.structs.replace(
+        fleet, control=msgspec.structs.replace(fleet.control, scope="replica")
+    )
     monitor = DriftMonitor(alone, clock=clock)
     question = call(questions={"urgent": WIDE["urgent"]})
-    answer = EngineAnswer(model="m", usage=EngineUsage(input_tokens=1), results={
-        "urgent": QuestionResult(type="noul", probabilities=[0.2, 0.8])})
+    answer = EngineAnswer(
+        model="m",
+        usage=EngineUsage(input_tokens=1),
+        results={"urgent": QuestionResult(type="noul", probabilities=[0.2, 0.8])},
+    )
     decision = run(decide(alone, question, previews=False), lambda ask: answer)
     noul = {"noul:2": histogram([0.5 + i / 1000 for i in range(500)], 10)}
     alone = msgspec.structs.replace(alone, calibration=Calibration(snapshot=noul))

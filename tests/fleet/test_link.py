@@ -16,8 +16,10 @@ from tests.servers import run_redis
 
 
 def fleet_control(url: str, clock: Clock) -> LiveControl:
-    return LiveControl(policy(max_strong_share=0.2, window_s=60.0, scope="fleet", url=url,
-                              timeout_s=0.2), clock=clock)
+    return LiveControl(
+        policy(max_strong_share=0.2, window_s=60.0, scope="fleet", url=url, timeout_s=0.2),
+        clock=clock,
+    )
 
 
 def test_a_replica_without_history_starts_from_the_fleets_gate() -> None:

@@ -60,15 +60,21 @@ def test_the_lease_has_one_holder_lapses_and_is_renewed_by_its_holder_only() -> 
 
 
 def _serve(store: PostgresStore, n: int) -> None:
-    gateway = Gateway(policy(), {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
-                      decisions=store)
+    gateway = Gateway(
+        policy(), {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")}, decisions=store
+    )
 
     async def run() -> None:
         await gateway.start()
         for i in range(n):
-            await gateway.decide(EngineCall(
-                state=f"ticket {i}", model="jev-latest", request_id=f"r{i}",
-                questions={"u": NoulQuestion(instructions="Urgent?")}))
+            await gateway.decide(
+                EngineCall(
+                    state=f"ticket {i}",
+                    model="jev-latest",
+                    request_id=f"r{i}",
+                    questions={"u": NoulQuestion(instructions="Urgent?")},
+                )
+            )
         await gateway.aclose()
 
     asyncio.run(run())
@@ -79,8 +85,9 @@ def _label(store: PostgresStore, request_id: str, value: bool) -> None:
     assert found is not None and found.result(10).labelled
 
 
-def test_the_store_gives_each_cells_most_recent_judged_rows_only(postgres: Postgres,
-                                                                  tmp_path: Path) -> None:
+def test_the_store_gives_each_cells_most_recent_judged_rows_only(
+    postgres: Postgres, tmp_path: Path
+) -> None:
     url = postgres.database("judged")
     store = PostgresStore(url, spool=tmp_path / "spool", replica="r1")
     _serve(store, REQUESTS)
@@ -94,17 +101,27 @@ def test_the_store_gives_each_cells_most_recent_judged_rows_only(postgres: Postg
 
 
 def _fleet_policy(url: str, **kw: Any) -> Policy:
-    return policy(target_accuracy=0.6, min_labels=5, refit_interval_s=1.0, scope="fleet",
-                  url=url, timeout_s=1.0, sync_s=0.5, **kw)
+    return policy(
+        target_accuracy=0.6,
+        min_labels=5,
+        refit_interval_s=1.0,
+        scope="fleet",
+        url=url,
+        timeout_s=1.0,
+        sync_s=0.5,
+        **kw,
+    )
 
 
-async def _two_replicas(redis_url: str, store: str, proc: Any,
-                        caplog: pytest.LogCaptureFixture) -> None:
+async def _two_replicas(
+    redis_url: str, store: str, proc: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     clocks = [Clock(), Clock()]
     controls = [LiveControl(_fleet_policy(redis_url), clock=c) for c in clocks]
-    links = [FleetLink(c, replica=name, evidence=functools.partial(shared_evidence, store),
-                       clock=k)
-             for c, name, k in zip(controls, ("one", "two"), clocks, strict=True)]
+    links = [
+        FleetLink(c, replica=name, evidence=functools.partial(shared_evidence, store), clock=k)
+        for c, name, k in zip(controls, ("one", "two"), clocks, strict=True)
+    ]
     redis = client.connect(redis_url, 1.0)
     config = controls[0].policy.control
     assert config is not None
@@ -130,8 +147,9 @@ async def _two_replicas(redis_url: str, store: str, proc: Any,
 
         # a replica serving another policy keeps its thresholds
         other = LiveControl(_fleet_policy(redis_url, min_threshold=0.01), clock=Clock())
-        third = FleetLink(other, replica="three",
-                      evidence=functools.partial(shared_evidence, store))
+        third = FleetLink(
+            other, replica="three", evidence=functools.partial(shared_evidence, store)
+        )
         with caplog.at_level(logging.WARNING, "cascade.control"):
             assert await third.refit.step(redis, config)
             clocks[1].now += 2  # the holder's next interval: a new gate, skipped silently
@@ -156,7 +174,8 @@ async def _two_replicas(redis_url: str, store: str, proc: Any,
 
 
 def test_one_replica_fits_on_the_fleets_labels_and_every_replica_adopts_it(
-        postgres: Postgres, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    postgres: Postgres, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store_url = postgres.database("fleet_refit")
     store = PostgresStore(store_url, spool=tmp_path / "spool", replica="r1")
     _serve(store, REQUESTS)
@@ -178,8 +197,18 @@ def test_without_a_shared_store_each_replica_refits_alone() -> None:
 
 
 def test_with_a_shared_store_a_replicas_own_labels_do_not_refit_it() -> None:
-    labels = [Labelled(type="noul", band="2", confidence=0.5 + i / 100, correct=i % 5 != 0,
-                       source="feedback", ts=float(i), asked=str(i)) for i in range(50)]
+    labels = [
+        Labelled(
+            type="noul",
+            band="2",
+            confidence=0.5 + i / 100,
+            correct=i % 5 != 0,
+            source="feedback",
+            ts=float(i),
+            asked=str(i),
+        )
+        for i in range(50)
+    ]
     refits = []
     for shared in (False, True):
         control = LiveControl(_fleet_policy("redis://127.0.0.1:1/0"), clock=Clock())
@@ -197,16 +226,19 @@ async def _read_fails_on_one(redis_url: str, store: str) -> None:
     clocks = [Clock(), Clock()]
     controls = [LiveControl(_fleet_policy(redis_url), clock=c) for c in clocks]
     evidence = (unreachable, functools.partial(shared_evidence, store))
-    links = [FleetLink(c, replica=name, evidence=ev, clock=k)
-             for c, name, ev, k in zip(controls, ("one", "two"), evidence, clocks, strict=True)]
+    links = [
+        FleetLink(c, replica=name, evidence=ev, clock=k)
+        for c, name, ev, k in zip(controls, ("one", "two"), evidence, clocks, strict=True)
+    ]
     redis = client.connect(redis_url, 1.0)
     config = controls[0].policy.control
     assert config is not None
     try:
         before = metrics.FLEET_REFIT_ERRORS.labels(stage="read")._value.get()
         assert not await links[0].refit.step(redis, config)  # takes the lease, cannot read
-        assert not links[0].refit.holder and await redis.get(
-            "cascade:fleet:lease:refit") is None  # given back at once
+        assert (
+            not links[0].refit.holder and await redis.get("cascade:fleet:lease:refit") is None
+        )  # given back at once
         assert metrics.FLEET_REFIT_ERRORS.labels(stage="read")._value.get() == before + 1
         assert await links[1].refit.step(redis, config)  # the other takes it and fits
         assert links[1].refit.holder and links[1].refit.gate is not None
@@ -219,7 +251,8 @@ async def _read_fails_on_one(redis_url: str, store: str) -> None:
 
 
 def test_a_holder_that_cannot_read_the_store_gives_the_lease_to_one_that_can(
-        postgres: Postgres, tmp_path: Path) -> None:
+    postgres: Postgres, tmp_path: Path
+) -> None:
     store_url = postgres.database("fleet_refit_read")
     store = PostgresStore(store_url, spool=tmp_path / "spool", replica="r1")
     _serve(store, REQUESTS)

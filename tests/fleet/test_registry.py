@@ -19,8 +19,14 @@ from tests.servers import run_redis
 
 
 def seen(name: str, policy: str = "p1", calibration: str = "c1") -> ReplicaSeen:
-    return ReplicaSeen(replica=name, policy_hash=policy, calibration_hash=calibration,
-                       version="0.2.0", uptime_s=1.0, strong_share=0.1)
+    return ReplicaSeen(
+        replica=name,
+        policy_hash=policy,
+        calibration_hash=calibration,
+        version="0.2.0",
+        uptime_s=1.0,
+        strong_share=0.1,
+    )
 
 
 def test_skew_counts_the_replicas_off_the_majority_pair() -> None:
@@ -78,20 +84,30 @@ def test_a_fleet_reload_lists_every_outcome_refusals_and_the_silent(redis_url: s
             async def reload() -> ReplicaReload:
                 asked.append(name)
                 errors = ["policy.toml:3: error: bad"] if outcome == "rejected" else None
-                return ReplicaReload(replica=name, outcome=outcome,  # type: ignore[arg-type]
-                                     policy_hash="p2" if errors is None else "p1",
-                                     calibration_hash="c1", errors=errors)
+                return ReplicaReload(
+                    replica=name,
+                    outcome=outcome,  # type: ignore[arg-type]
+                    policy_hash="p2" if errors is None else "p1",
+                    calibration_hash="c1",
+                    errors=errors,
+                )
+
             return reload
 
         subscribers = [subscriber(redis_url) for _ in range(3)]
-        listeners = [asyncio.create_task(listen(sub, replica(n, o), 0.1))  # type: ignore[arg-type]
-                     for sub, (n, o) in zip(subscribers, (("a", "applied"), ("b", "applied"),
-                                                          ("c", "rejected")), strict=True)]
+        listeners = [
+            asyncio.create_task(listen(sub, replica(n, o), 0.1))  # type: ignore[arg-type]
+            for sub, (n, o) in zip(
+                subscribers, (("a", "applied"), ("b", "applied"), ("c", "rejected")), strict=True
+            )
+        ]
         for name in ("a", "b", "c", "ghost"):  # ghost beats but listens to nothing
             await registry.beat(seen(name))
         deadline = time.monotonic() + 10
-        while await client.pubsub_numsub("cascade:fleet:reload") != [
-                (b"cascade:fleet:reload", 3)] and time.monotonic() < deadline:
+        while (
+            await client.pubsub_numsub("cascade:fleet:reload") != [(b"cascade:fleet:reload", 3)]
+            and time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.02)
 
         async def names() -> list[str]:
@@ -100,7 +116,10 @@ def test_a_fleet_reload_lists_every_outcome_refusals_and_the_silent(redis_url: s
         report = await ask(client, "a", timeout_s=5.0, seen=names)
         assert sorted(asked) == ["a", "b", "c"]
         assert [(r.replica, r.outcome) for r in report.replicas] == [
-            ("a", "applied"), ("b", "applied"), ("c", "rejected")]
+            ("a", "applied"),
+            ("b", "applied"),
+            ("c", "rejected"),
+        ]
         assert report.replicas[2].errors == ["policy.toml:3: error: bad"]
         assert report.refused == ["c"] and report.not_answered == ["ghost"]
         for task in listeners:
@@ -114,7 +133,8 @@ def test_a_fleet_reload_lists_every_outcome_refusals_and_the_silent(redis_url: s
 
 
 def test_a_reload_that_raises_goes_unanswered_and_the_listener_hears_the_next(
-        redis_url: str) -> None:
+    redis_url: str,
+) -> None:
     async def main() -> None:
         client = commands(redis_url)
         await client.flushdb()
@@ -125,14 +145,17 @@ def test_a_reload_that_raises_goes_unanswered_and_the_listener_hears_the_next(
             calls += 1
             if calls == 1:
                 raise RuntimeError("a bug")
-            return ReplicaReload(replica="a", outcome="unchanged", policy_hash="p",
-                                 calibration_hash="c")
+            return ReplicaReload(
+                replica="a", outcome="unchanged", policy_hash="p", calibration_hash="c"
+            )
 
         sub = subscriber(redis_url)
         listener = asyncio.create_task(listen(sub, reload, 0.1))
         deadline = time.monotonic() + 10
-        while await client.pubsub_numsub("cascade:fleet:reload") != [
-                (b"cascade:fleet:reload", 1)] and time.monotonic() < deadline:
+        while (
+            await client.pubsub_numsub("cascade:fleet:reload") != [(b"cascade:fleet:reload", 1)]
+            and time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.02)
 
         async def names() -> list[str]:
@@ -152,18 +175,22 @@ def test_a_reload_that_raises_goes_unanswered_and_the_listener_hears_the_next(
 
 def test_the_listener_hears_calls_again_once_redis_is_back() -> None:
     """Redis restarted (nothing kept): the listener subscribes again within its retry."""
+
     async def main() -> None:
         async def reload() -> ReplicaReload:
-            return ReplicaReload(replica="a", outcome="unchanged", policy_hash="p",
-                                 calibration_hash="c")
+            return ReplicaReload(
+                replica="a", outcome="unchanged", policy_hash="p", calibration_hash="c"
+            )
 
         async def names() -> list[str]:
             return ["a"]
 
         async def listening(client: aioredis.Redis) -> None:
             deadline = time.monotonic() + 20
-            while await client.pubsub_numsub("cascade:fleet:reload") != [
-                    (b"cascade:fleet:reload", 1)] and time.monotonic() < deadline:
+            while (
+                await client.pubsub_numsub("cascade:fleet:reload") != [(b"cascade:fleet:reload", 1)]
+                and time.monotonic() < deadline
+            ):
                 await asyncio.sleep(0.05)
 
         with run_redis() as (url, _):

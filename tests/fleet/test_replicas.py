@@ -27,18 +27,35 @@ ADMIN = {"authorization": "Bearer admin-key"}
 NAMES = ("a", "b", "c")
 
 
-def replica(name: str, policy: Path, redis_url: str,
-            **env: str) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+def replica(
+    name: str, policy: Path, redis_url: str, **env: str
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
     """``cascade serve --policy POLICY`` as replica ``name`` of the fleet on ``redis_url``,
     heartbeat every 0.2 s; ``env``: more ``CASCADE_*`` settings."""
     port = int(env.pop("port"))
-    cmd = [sys.executable, "-m", "cascade", "serve", "--policy", str(policy), "--port", str(port),
-           "--log-level", "warning"]
-    settings = {"CASCADE_REPLICA": name, "CASCADE_ADMIN_KEYS": "admin-key",
-                "CASCADE_FLEET_REDIS": redis_url, "CASCADE_FLEET_HEARTBEAT_S": "0.2",
-                "CASCADE_PUBLIC_METRICS": "1", **env}
-    return run_process(cmd, ready_url=f"http://127.0.0.1:{port}/health",
-                       env={**os.environ, **settings})
+    cmd = [
+        sys.executable,
+        "-m",
+        "cascade",
+        "serve",
+        "--policy",
+        str(policy),
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    settings = {
+        "CASCADE_REPLICA": name,
+        "CASCADE_ADMIN_KEYS": "admin-key",
+        "CASCADE_FLEET_REDIS": redis_url,
+        "CASCADE_FLEET_HEARTBEAT_S": "0.2",
+        "CASCADE_PUBLIC_METRICS": "1",
+        **env,
+    }
+    return run_process(
+        cmd, ready_url=f"http://127.0.0.1:{port}/health", env={**os.environ, **settings}
+    )
 
 
 @contextlib.contextmanager
@@ -75,10 +92,10 @@ def fleet_view(base: str) -> dict[str, Any]:
     return view
 
 
-def test_a_configmap_swap_reaches_every_replica_and_skew_shows_the_odd_one(
-        tmp_path: Path) -> None:
-    volumes = {name: ConfigMap(tmp_path / name, {"policy.toml": policy_text(0.0)})
-               for name in NAMES}
+def test_a_configmap_swap_reaches_every_replica_and_skew_shows_the_odd_one(tmp_path: Path) -> None:
+    volumes = {
+        name: ConfigMap(tmp_path / name, {"policy.toml": policy_text(0.0)}) for name in NAMES
+    }
     with fleet({n: v.path("policy.toml") for n, v in volumes.items()}, CASCADE_WATCH_S="0.1") as up:
         bases = {name: base for name, (base, _) in up.items()}
         old = serving(bases["a"])
@@ -87,10 +104,15 @@ def test_a_configmap_swap_reaches_every_replica_and_skew_shows_the_odd_one(
         new = policy_hash(load_policy(volumes["a"].path("policy.toml")))
         assert new != old
         assert until(lambda: all(serving(b) == new for b in bases.values())), {
-            n: serving(b) for n, b in bases.items()}
+            n: serving(b) for n, b in bases.items()
+        }
 
-        assert until(lambda: fleet_view(bases["b"])["policy_hash"] == new
-                     and len(fleet_view(bases["b"])["replicas"]) == 3)
+        assert until(
+            lambda: (
+                fleet_view(bases["b"])["policy_hash"] == new
+                and len(fleet_view(bases["b"])["replicas"]) == 3
+            )
+        )
         view = fleet_view(bases["b"])
         assert [r["replica"] for r in view["replicas"]] == list(NAMES)
         assert view["skew"] == 0 and view["skewed"] == []
@@ -122,13 +144,15 @@ def test_a_fleet_reload_lists_who_refused_and_who_did_not_answer(tmp_path: Path)
         new = policy_hash(load_policy(files["a"]))
         assert until(lambda: len(fleet_view(bases["a"])["replicas"]) == 3)
 
-        response = httpx.post(bases["a"] + "/admin/reload?scope=fleet", headers=ADMIN,
-                              timeout=30)
+        response = httpx.post(bases["a"] + "/admin/reload?scope=fleet", headers=ADMIN, timeout=30)
         assert response.status_code == 200, response.text
         report = response.json()
         outcomes = {r["replica"]: r for r in report["replicas"]}
         assert {n: r["outcome"] for n, r in outcomes.items()} == {
-            "a": "applied", "b": "applied", "c": "rejected"}
+            "a": "applied",
+            "b": "applied",
+            "c": "rejected",
+        }
         assert outcomes["a"]["policy_hash"] == outcomes["b"]["policy_hash"] == new
         assert outcomes["c"]["policy_hash"] == old
         assert any(str(files["c"]) in line for line in outcomes["c"]["errors"])
@@ -139,10 +163,13 @@ def test_a_fleet_reload_lists_who_refused_and_who_did_not_answer(tmp_path: Path)
         proc_c = up["c"][1]
         proc_c.send_signal(signal.SIGSTOP)  # seen (its heartbeat lives 60 s) but silent
         try:
-            report = httpx.post(bases["b"] + "/admin/reload?scope=fleet", headers=ADMIN,
-                                timeout=30).json()
+            report = httpx.post(
+                bases["b"] + "/admin/reload?scope=fleet", headers=ADMIN, timeout=30
+            ).json()
         finally:
             proc_c.send_signal(signal.SIGCONT)
         assert [(r["replica"], r["outcome"]) for r in report["replicas"]] == [
-            ("a", "unchanged"), ("b", "unchanged")]
+            ("a", "unchanged"),
+            ("b", "unchanged"),
+        ]
         assert report["not_answered"] == ["c"] and report["refused"] == []

@@ -25,10 +25,16 @@ from cascade.settings import Settings
 from cascade.tenants.files import load_tenants
 
 QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team?",
-             "criteria": {"billing": "Payments", "technical": None, "sales": "Deals"}},
-    "anger": {"type": "score", "instructions": "How angry?",
-              "criteria": ["calm", "upset", "furious"]},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "Payments", "technical": None, "sales": "Deals"},
+    },
+    "anger": {
+        "type": "score",
+        "instructions": "How angry?",
+        "criteria": ["calm", "upset", "furious"],
+    },
     "urgent": {"type": "noul", "instructions": "Is it urgent?"},
 }
 BODY = {"model": "jev-latest", "state": "I was charged twice", "questions": QUESTIONS}
@@ -36,8 +42,11 @@ BODY = {"model": "jev-latest", "state": "I was charged twice", "questions": QUES
 
 def make_client(handler=deterministic_answer, **settings: object) -> TestClient:
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
-    gateway = Gateway(policy, {"upstream": FakeEngine("upstream", handler)},
-                      profile=settings.pop("profile", "laya"))  # type: ignore[arg-type]
+    gateway = Gateway(
+        policy,
+        {"upstream": FakeEngine("upstream", handler)},
+        profile=settings.pop("profile", "laya"),
+    )  # type: ignore[arg-type]
     return TestClient(create_app(Settings(**settings), gateway))  # type: ignore[arg-type]
 
 
@@ -98,18 +107,22 @@ BAD_BODIES = [  # the hosted Jev API (FastAPI) answers each with 422 json_invali
 
 
 @pytest.mark.parametrize(("name", "raw", "pos"), BAD_BODIES, ids=[b[0] for b in BAD_BODIES])
-def test_malformed_json_is_fastapis_422(client: TestClient, name: str, raw: bytes,
-                                        pos: int) -> None:
+def test_malformed_json_is_fastapis_422(
+    client: TestClient, name: str, raw: bytes, pos: int
+) -> None:
     r = client.post("/v1/systemone", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
-    assert r.json() == {"detail": [{"loc": ["body", pos], "msg": "JSON decode error",
-                                    "type": "json_invalid"}]}
+    assert r.json() == {
+        "detail": [{"loc": ["body", pos], "msg": "JSON decode error", "type": "json_invalid"}]
+    }
 
 
-@pytest.mark.parametrize(("raw", "loc", "kind"),
-                         [(b"", ["body"], "missing"), (b"[1, 2]", ["body"], "value_error")])
-def test_empty_or_non_object_bodies_are_422(client: TestClient, raw: bytes, loc: list[str],
-                                             kind: str) -> None:
+@pytest.mark.parametrize(
+    ("raw", "loc", "kind"), [(b"", ["body"], "missing"), (b"[1, 2]", ["body"], "value_error")]
+)
+def test_empty_or_non_object_bodies_are_422(
+    client: TestClient, raw: bytes, loc: list[str], kind: str
+) -> None:
     r = client.post("/v1/systemone", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
     assert (r.json()["detail"][0]["loc"], r.json()["detail"][0]["type"]) == (loc, kind)
@@ -123,35 +136,68 @@ INVALID = [
     ("missing state", {"model": "jev-latest", "questions": QUESTIONS}, 422, ["body", "state"]),
     ("null state", _with(state=None), 422, ["body", "state"]),
     ("no questions", _with(questions={}), 422, ["body", "questions"]),
-    ("unknown type", _with(questions={"q": {"type": "box", "instructions": "x"}}), 422,
-     ["body", "questions", "q", "type"]),
-    ("score as a map", _with(questions={"s": {"type": "score", "instructions": "x",
-                                              "criteria": {"0": "a", "1": "b"}}}), 422,
-     ["body", "questions", "s", "criteria"]),
-    ("null score level", _with(questions={"s": {"type": "score", "instructions": "x",
-                                                "criteria": ["a", None]}}), 422,
-     ["body", "questions", "s", "criteria", 1]),
-    ("empty choice", _with(questions={"c": {"type": "choice", "criteria": {}}}), 422,
-     ["body", "questions", "c", "criteria"]),
+    (
+        "unknown type",
+        _with(questions={"q": {"type": "box", "instructions": "x"}}),
+        422,
+        ["body", "questions", "q", "type"],
+    ),
+    (
+        "score as a map",
+        _with(
+            questions={
+                "s": {"type": "score", "instructions": "x", "criteria": {"0": "a", "1": "b"}}
+            }
+        ),
+        422,
+        ["body", "questions", "s", "criteria"],
+    ),
+    (
+        "null score level",
+        _with(questions={"s": {"type": "score", "instructions": "x", "criteria": ["a", None]}}),
+        422,
+        ["body", "questions", "s", "criteria", 1],
+    ),
+    (
+        "empty choice",
+        _with(questions={"c": {"type": "choice", "criteria": {}}}),
+        422,
+        ["body", "questions", "c", "criteria"],
+    ),
     ("huge integer", _with(state={"n": 10**40}), 422, ["body", "state"]),
     ("huge max_len", _with(max_len=10**30), 422, ["body", "max_len"]),
     ("deep state", _with(state=json.loads("[" * 80 + "]" * 80)), 422, ["body", "state"]),
-    ("colliding labels", _with(questions={"c": {"type": "choice", "criteria": [True, "true"]}}),
-     422, ["body", "questions", "c", "criteria"]),
-    ("bad option_order", _with(questions={"c": {"type": "choice", "criteria": ["a", "b"],
-                                                "option_order": [0, 0]}}), 422,
-     ["body", "questions", "c", "option_order"]),
-    ("odd noul key", _with(questions={"n": {"type": "noul", "instructions": "x",
-                                            "criteria": {"maybe": "?"}}}), 422,
-     ["body", "questions", "n", "criteria"]),
-    ("bad min_confidence", _with(min_confidence={"choice:99": 0.5}), 422,
-     ["body", "min_confidence"]),
+    (
+        "colliding labels",
+        _with(questions={"c": {"type": "choice", "criteria": [True, "true"]}}),
+        422,
+        ["body", "questions", "c", "criteria"],
+    ),
+    (
+        "bad option_order",
+        _with(questions={"c": {"type": "choice", "criteria": ["a", "b"], "option_order": [0, 0]}}),
+        422,
+        ["body", "questions", "c", "option_order"],
+    ),
+    (
+        "odd noul key",
+        _with(questions={"n": {"type": "noul", "instructions": "x", "criteria": {"maybe": "?"}}}),
+        422,
+        ["body", "questions", "n", "criteria"],
+    ),
+    (
+        "bad min_confidence",
+        _with(min_confidence={"choice:99": 0.5}),
+        422,
+        ["body", "min_confidence"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "body", "status", "loc"), INVALID, ids=[i[0] for i in INVALID])
-def test_invalid_requests_get_422_with_loc(client: TestClient, name: str, body: dict,
-                                           status: int, loc: list) -> None:
+def test_invalid_requests_get_422_with_loc(
+    client: TestClient, name: str, body: dict, status: int, loc: list
+) -> None:
     r = client.post("/v1/systemone", json=body)
     assert r.status_code == status, r.text
     assert r.json()["detail"][0]["loc"] == loc
@@ -159,8 +205,9 @@ def test_invalid_requests_get_422_with_loc(client: TestClient, name: str, body: 
 
 def test_too_many_things_get_413(client: TestClient) -> None:
     options = {f"o{i}": None for i in range(10_000)}
-    r = client.post("/v1/systemone", json=_with(questions={"c": {"type": "choice",
-                                                                 "criteria": options}}))
+    r = client.post(
+        "/v1/systemone", json=_with(questions={"c": {"type": "choice", "criteria": options}})
+    )
     assert r.status_code == 413 and "255" in r.json()["detail"]["message"]
     many = {f"q{i}": {"type": "noul", "instructions": "x"} for i in range(65)}
     assert client.post("/v1/systemone", json=_with(questions=many)).status_code == 413
@@ -168,8 +215,9 @@ def test_too_many_things_get_413(client: TestClient) -> None:
 
 def test_accepts_255_options_and_unicode_names(client: TestClient) -> None:
     options = {f"opción-{i}-ü": None for i in range(255)}
-    r = client.post("/v1/systemone", json=_with(questions={"c": {"type": "choice",
-                                                                 "criteria": options}}))
+    r = client.post(
+        "/v1/systemone", json=_with(questions={"c": {"type": "choice", "criteria": options}})
+    )
     assert r.status_code == 200
     assert set(r.json()["answers"]["c"]["probabilities"]) == set(options)
 
@@ -182,10 +230,16 @@ def test_wrong_content_type_is_415(client: TestClient) -> None:
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "zstd"])
 def test_compressed_bodies(client: TestClient, encoding: str) -> None:
     raw = json.dumps(BODY).encode()
-    data = {"gzip": gzip.compress, "deflate": zlib.compress,
-            "zstd": zstandard.ZstdCompressor().compress}[encoding](raw)
-    r = client.post("/v1/systemone", content=data, headers={
-        "content-type": "application/json", "content-encoding": encoding})
+    data = {
+        "gzip": gzip.compress,
+        "deflate": zlib.compress,
+        "zstd": zstandard.ZstdCompressor().compress,
+    }[encoding](raw)
+    r = client.post(
+        "/v1/systemone",
+        content=data,
+        headers={"content-type": "application/json", "content-encoding": encoding},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -193,8 +247,11 @@ def test_compressed_bodies(client: TestClient, encoding: str) -> None:
 def test_zstd_bomb_is_refused_fast(client: TestClient) -> None:
     bomb = zstandard.ZstdCompressor(level=19).compress(b"\0" * (1 << 30))
     started = time.perf_counter()
-    r = client.post("/v1/systemone", content=bomb, headers={
-        "content-type": "application/json", "content-encoding": "zstd"})
+    r = client.post(
+        "/v1/systemone",
+        content=bomb,
+        headers={"content-type": "application/json", "content-encoding": "zstd"},
+    )
     assert r.status_code == 413
     assert "16777216" in r.json()["detail"]["message"]
     assert time.perf_counter() - started < 5
@@ -265,22 +322,32 @@ def test_models_ready_metrics(client: TestClient) -> None:
 
 
 def test_batch(client: TestClient) -> None:
-    r = client.post("/v1/systemone/batch", json={"states": ["a", {"b": 1}, ["c"]],
-                                                 "questions": QUESTIONS})
+    r = client.post(
+        "/v1/systemone/batch", json={"states": ["a", {"b": 1}, ["c"]], "questions": QUESTIONS}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert len(body["results"]) == 3
     assert r.headers["x-cascade-tiers"] == "upstream=9"  # 3 states x 3 questions
     assert body["total_usage"]["input_tokens"] == sum(
-        x["usage"]["input_tokens"] for x in body["results"])
+        x["usage"]["input_tokens"] for x in body["results"]
+    )
     too_many = {"states": ["a"] * 65, "questions": QUESTIONS}
     assert client.post("/v1/systemone/batch", json=too_many).status_code == 413
-    images = {"states": ["a"], "questions": QUESTIONS,
-              "images": [base64.b64encode(_png()).decode()]}
+    images = {
+        "states": ["a"],
+        "questions": QUESTIONS,
+        "images": [base64.b64encode(_png()).decode()],
+    }
     assert client.post("/v1/systemone/batch", json=images).status_code == 422
-    files = {"request": (None, json.dumps({"states": ["a"], "questions": QUESTIONS}),
-                         "application/json"),
-             "asset-0": ("a.png", _png(), "image/png")}
+    files = {
+        "request": (
+            None,
+            json.dumps({"states": ["a"], "questions": QUESTIONS}),
+            "application/json",
+        ),
+        "asset-0": ("a.png", _png(), "image/png"),
+    }
     assert client.post("/v1/systemone/batch", files=files).status_code == 422
 
 
@@ -306,8 +373,14 @@ def test_openapi_documents_the_wire_schema(client: TestClient) -> None:
     body = doc["paths"]["/v1/systemone"]["post"]["requestBody"]["content"]["application/json"]
     assert body["schema"] == {"$ref": "#/components/schemas/SystemOneRequest"}
     schemas = doc["components"]["schemas"]
-    assert {"SystemOneRequest", "SystemOneResponse", "BatchRequest", "ChoiceQuestion",
-            "ValidationErrorBody", "ErrorBody"} <= set(schemas)
+    assert {
+        "SystemOneRequest",
+        "SystemOneResponse",
+        "BatchRequest",
+        "ChoiceQuestion",
+        "ValidationErrorBody",
+        "ErrorBody",
+    } <= set(schemas)
     assert "questions" in schemas["SystemOneRequest"]["properties"]
 
 
@@ -326,11 +399,14 @@ def test_openapi_documents_health_and_ready_as_objects(client: TestClient) -> No
         assert answer("/ready", status)["properties"]["ready"] == {"type": "boolean"}
 
 
-@pytest.mark.parametrize(("settings", "metrics", "docs"), [
-    ({}, 401, 401),
-    ({"public_metrics": True}, 200, 401),
-    ({"public_docs": True}, 401, 200),
-])
+@pytest.mark.parametrize(
+    ("settings", "metrics", "docs"),
+    [
+        ({}, 401, 401),
+        ({"public_metrics": True}, 200, 401),
+        ({"public_docs": True}, 401, 200),
+    ],
+)
 def test_with_keys_metrics_and_docs_need_one_unless_public(
     settings: dict, metrics: int, docs: int
 ) -> None:
@@ -345,9 +421,7 @@ def test_with_keys_metrics_and_docs_need_one_unless_public(
         assert c.get("/health").status_code == c.get("/ready").status_code == 200
 
 
-def test_an_image_the_strong_tier_cannot_take_is_422_at_the_front_door(
-    client: TestClient
-) -> None:
+def test_an_image_the_strong_tier_cannot_take_is_422_at_the_front_door(client: TestClient) -> None:
     buf = io.BytesIO()
     PILImage.new("RGB", (201, 1)).save(buf, "PNG")
     body = {**BODY, "images": [base64.b64encode(buf.getvalue()).decode()]}
@@ -356,11 +430,20 @@ def test_an_image_the_strong_tier_cannot_take_is_422_at_the_front_door(
     assert r.json()["detail"][0]["loc"] == ["body", "images", 0]
 
 
-@pytest.mark.parametrize(("seconds", "header"),
-                         [(float("inf"), "3600"), (1e300, "3600"), (float("nan"), "1"),
-                          (-5.0, "1"), (0.2, "1"), (7.5, "8")])
-def test_emitted_retry_after_is_whole_seconds_from_one_to_an_hour(seconds: float,
-                                                                  header: str) -> None:
+@pytest.mark.parametrize(
+    ("seconds", "header"),
+    [
+        (float("inf"), "3600"),
+        (1e300, "3600"),
+        (float("nan"), "1"),
+        (-5.0, "1"),
+        (0.2, "1"),
+        (7.5, "8"),
+    ],
+)
+def test_emitted_retry_after_is_whole_seconds_from_one_to_an_hour(
+    seconds: float, header: str
+) -> None:
     from cascade.errors import Overloaded
     from cascade.http.app import error_response
 

@@ -61,12 +61,18 @@ def test_the_drain_the_server_begins_is_the_one_the_app_was_built_with() -> None
 
 
 def test_model_cards_are_dated_by_the_policy() -> None:
-    dated = gateway("up", cascade=["jev-latest", "jev-*"], strong_only=["big"],
-                    release_date=datetime.date(2025, 1, 2))
+    dated = gateway(
+        "up",
+        cascade=["jev-latest", "jev-*"],
+        strong_only=["big"],
+        release_date=datetime.date(2025, 1, 2),
+    )
     with TestClient(create_app(Settings(), dated)) as client:
         cards = client.get("/v1/models").json()["models"]
     assert [(c["name"], c["release_date"]) for c in cards] == [
-        ("jev-latest", "2025-01-02"), ("big", "2025-01-02")]
+        ("jev-latest", "2025-01-02"),
+        ("big", "2025-01-02"),
+    ]
 
 
 def test_a_one_tier_gateway_does_not_describe_a_cascade() -> None:
@@ -82,8 +88,10 @@ def test_the_server_freezes_what_start_up_loaded_and_the_app_factory_does_not() 
         assert client.get("/ready").status_code == 200
         assert gc.get_freeze_count() == 0  # an embedder's process collects as it did
     try:
-        with serve_app(create_app(Settings(), gateway("fake")),
-                       server_class=lambda config: DrainingServer(config, Drain(), 0.0)) as url:
+        with serve_app(
+            create_app(Settings(), gateway("fake")),
+            server_class=lambda config: DrainingServer(config, Drain(), 0.0),
+        ) as url:
             assert httpx.get(url + "/ready").status_code == 200
             assert gc.get_freeze_count() > 0  # cascade serve's process: frozen once started
     finally:
@@ -93,22 +101,36 @@ def test_the_server_freezes_what_start_up_loaded_and_the_app_factory_does_not() 
 def gated(tier: str, threshold: float) -> Gateway:
     """A gateway with a memory cache whose noul cell gates at ``threshold``."""
     policy = cheap_policy(enabled=True)
-    policy = msgspec.structs.replace(policy, thresholds=msgspec.structs.replace(
-        policy.thresholds, confidence=TypeBands(noul={"2": threshold})))
+    policy = msgspec.structs.replace(
+        policy,
+        thresholds=msgspec.structs.replace(
+            policy.thresholds, confidence=TypeBands(noul={"2": threshold})
+        ),
+    )
     return cache_gateway(policy, Counting(tier, per_question, independent=True))
 
 
 def test_two_apps_in_one_process_export_their_own_gate_and_cache_gauges() -> None:
-    body = {"model": "jev-latest", "state": "charged twice",
-            "questions": {"urgent": {"type": "noul", "instructions": "Urgent?"}}}
-    with TestClient(create_app(Settings(), gated("laya", 0.3))) as first, \
-            TestClient(create_app(Settings(), gated("laya", 0.9))) as second:
+    body = {
+        "model": "jev-latest",
+        "state": "charged twice",
+        "questions": {"urgent": {"type": "noul", "instructions": "Urgent?"}},
+    }
+    with (
+        TestClient(create_app(Settings(), gated("laya", 0.3))) as first,
+        TestClient(create_app(Settings(), gated("laya", 0.9))) as second,
+    ):
         assert first.post("/v1/systemone", json=body).status_code == 200
         texts = [first.get("/metrics").text, second.get("/metrics").text]
     gates = [samples(text, "cascade_gate_threshold") for text in texts]
-    assert gates == [['cascade_gate_threshold{band="2",type="noul"} 0.3'],
-                     ['cascade_gate_threshold{band="2",type="noul"} 0.9']]
+    assert gates == [
+        ['cascade_gate_threshold{band="2",type="noul"} 0.3'],
+        ['cascade_gate_threshold{band="2",type="noul"} 0.9'],
+    ]
     assert [plain(text, "cascade_cache_entries") for text in texts] == [
-        ["cascade_cache_entries 1.0"], ["cascade_cache_entries 0.0"]]
+        ["cascade_cache_entries 1.0"],
+        ["cascade_cache_entries 0.0"],
+    ]
     assert [plain(text, "cascade_strong_share") for text in texts] == [
-        ["cascade_strong_share 0.0"]] * 2
+        ["cascade_strong_share 0.0"]
+    ] * 2

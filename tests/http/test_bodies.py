@@ -77,18 +77,23 @@ def test_output_exactly_at_the_limit_passes_and_one_byte_more_is_refused(coding:
 def test_a_valid_gzip_body_followed_by_an_empty_member_decodes() -> None:
     body = gzip.compress(DATA) + gzip.compress(b"")
     assert decode_content(body, "gzip", limit=LIMIT) == DATA
-    assert decode_content(zstandard.compress(DATA) + zstandard.compress(b""), "zstd",
-                          limit=LIMIT) == DATA
+    assert (
+        decode_content(zstandard.compress(DATA) + zstandard.compress(b""), "zstd", limit=LIMIT)
+        == DATA
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("coding", "piece", "count"),
-    [("zstd", zstandard.compress(b""), 400_000),  # 3.6 MB of empty frames: 34.7 s before
-     ("gzip", gzip.compress(b"x", mtime=0), 200_000)],  # 4.2 MB of 1-byte members: 10.7 s
+    [
+        ("zstd", zstandard.compress(b""), 400_000),  # 3.6 MB of empty frames: 34.7 s before
+        ("gzip", gzip.compress(b"x", mtime=0), 200_000),
+    ],  # 4.2 MB of 1-byte members: 10.7 s
 )
-def test_many_frames_or_members_decode_in_linear_time(coding: str, piece: bytes,
-                                                      count: int) -> None:
+def test_many_frames_or_members_decode_in_linear_time(
+    coding: str, piece: bytes, count: int
+) -> None:
     started = time.perf_counter()
     out = decode_content(piece * count, coding, limit=16 << 20)
     elapsed = time.perf_counter() - started

@@ -30,11 +30,17 @@ def install_sdk() -> Path:
     where.mkdir(parents=True, exist_ok=True)
     (where / "package.json").write_text('{"private": true, "type": "module"}\n')
     done = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--prefer-offline", SDK], cwd=where,
-        capture_output=True, text=True, timeout=300)
+        [npm, "install", "--no-audit", "--no-fund", "--prefer-offline", SDK],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"npm install {SDK} failed (is the npm registry reachable? run it "
-                           f"once with network in {where}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"npm install {SDK} failed (is the npm registry reachable? run it "
+            f"once with network in {where}):\n{done.stderr[-2000:]}"
+        )
     return where
 
 
@@ -44,8 +50,9 @@ def test_the_typescript_sdk_reads_our_decisions() -> None:
     script = where / SCRIPT.name  # beside its node_modules, so ``import "openai"`` resolves
     script.write_text(SCRIPT.read_text())
     with serve_app(cascade_app(Tiers(), api_keys=(KEY,))) as url:
-        done = subprocess.run([node, str(script), url + "/v1", KEY], capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [node, str(script), url + "/v1", KEY], capture_output=True, text=True, timeout=120
+        )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     urgent, refund, anger = out["decision"]["answers"]
@@ -54,5 +61,9 @@ def test_the_typescript_sdk_reads_our_decisions() -> None:
     assert [p["value"] for p in refund["probabilities"]] == [True, "true"]
     assert [p["label"] for p in anger["probabilities"]] == ["calm", "furious"]
     assert out["decision"]["usage"]["total_tokens"] == out["decision"]["usage"]["input_tokens"]
-    assert out["error"] == {"class": "NotFoundError", "status": 404, "param": "model",
-                            "code": "model_not_found"}
+    assert out["error"] == {
+        "class": "NotFoundError",
+        "status": 404,
+        "param": "model",
+        "code": "model_not_found",
+    }

@@ -19,8 +19,11 @@ from cascade.policy.model import Policy, UpstreamTier
 from cascade.settings import Settings
 from tests.servers import serve_app
 
-BODY = {"model": "jev-latest", "state": "hello",
-        "questions": {"urgent": {"type": "noul", "instructions": "Urgent?"}}}
+BODY = {
+    "model": "jev-latest",
+    "state": "hello",
+    "questions": {"urgent": {"type": "noul", "instructions": "Urgent?"}},
+}
 
 
 async def _engine_using_the_default_executor(call: EngineCall) -> EngineAnswer:
@@ -40,17 +43,24 @@ def test_slow_bodies_do_not_starve_other_requests(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(intake, "decode_content", stuck_decode)
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
-    gateway = Gateway(policy, {"upstream": FakeEngine("upstream",
-                                                      _engine_using_the_default_executor)})
+    gateway = Gateway(
+        policy, {"upstream": FakeEngine("upstream", _engine_using_the_default_executor)}
+    )
     app = create_app(Settings(decode_threads=1, decode_queue=8), gateway)
     compressed = zstandard.compress(httpx.Request("POST", "/", json=BODY).content)
 
     async def scenario(url: str) -> tuple[list[int], int, float]:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-            slow = [asyncio.create_task(client.post(
-                "/v1/systemone", content=compressed,
-                headers={"content-type": "application/json", "content-encoding": "zstd"},
-            )) for _ in range(40)]
+            slow = [
+                asyncio.create_task(
+                    client.post(
+                        "/v1/systemone",
+                        content=compressed,
+                        headers={"content-type": "application/json", "content-encoding": "zstd"},
+                    )
+                )
+                for _ in range(40)
+            ]
             await asyncio.sleep(1.0)  # every slow body is now decoding or queued
             started = time.perf_counter()
             normal = await client.post("/v1/systemone", json=BODY)

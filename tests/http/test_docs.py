@@ -27,28 +27,44 @@ KEY = {"authorization": "Bearer k1"}
 # Swagger UI's markup for one operation; the inline spec in the served page has none of it.
 OPERATION = re.compile(
     r'<span class="opblock-summary-method">(\w+)</span>.*?data-path="([^"]+)".*?'
-    r'<div class="opblock-summary-description">([^<]*)</div>', re.S)
+    r'<div class="opblock-summary-description">([^<]*)</div>',
+    re.S,
+)
 
 
 def _app(**settings: object) -> Litestar:
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
-    return create_app(Settings(**settings),  # type: ignore[arg-type]
-                      Gateway(policy, {"upstream": FakeEngine("upstream")}))
+    return create_app(
+        Settings(**settings),  # type: ignore[arg-type]
+        Gateway(policy, {"upstream": FakeEngine("upstream")}),
+    )
 
 
 def _documented(app: Litestar) -> set[tuple[str, str, str]]:
     paths = app.openapi_schema.to_schema()["paths"]
-    return {(method.upper(), path, op["summary"])
-            for path, item in paths.items() for method, op in item.items()}
+    return {
+        (method.upper(), path, op["summary"])
+        for path, item in paths.items()
+        for method, op in item.items()
+    }
 
 
 def chromium(url: str, profile: Path, *args: str) -> str:
     """Headless Chromium on ``url`` with no name resolving but 127.0.0.1 (so any CDN fails),
     after 10 s of virtual time; its stdout."""
-    cmd = [require_tool("chromium"), "--headless=new", "--no-sandbox", "--disable-gpu",
-           "--no-proxy-server", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-           f"--user-data-dir={profile}", "--virtual-time-budget=10000",
-           "--window-size=1280,1600", *args, url]
+    cmd = [
+        require_tool("chromium"),
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-proxy-server",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=10000",
+        "--window-size=1280,1600",
+        *args,
+        url,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
     return done.stdout
 
@@ -95,8 +111,11 @@ def test_openapi_declares_bearer_auth_on_the_authenticated_operations() -> None:
     doc = _app().openapi_schema.to_schema()
     scheme = doc["components"]["securitySchemes"]["bearer"]
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
-    security = {(path, method): op.get("security")
-                for path, item in doc["paths"].items() for method, op in item.items()}
+    security = {
+        (path, method): op.get("security")
+        for path, item in doc["paths"].items()
+        for method, op in item.items()
+    }
     assert security == {
         ("/v1/systemone", "post"): [{"bearer": []}],
         ("/v1/systemone/batch", "post"): [{"bearer": []}],
@@ -111,11 +130,20 @@ def test_openapi_declares_bearer_auth_on_the_authenticated_operations() -> None:
     assert challenge["WWW-Authenticate"]["required"] is True
 
 
-@pytest.mark.parametrize(("method", "path"), [
-    ("POST", "/v1/systemone"), ("POST", "/v1/systemone/batch"), ("GET", "/v1/models"),
-    ("POST", "/v1/feedback"), ("GET", "/v1/usage"), ("GET", "/metrics"), ("GET", "/docs"),
-    ("GET", "/docs/openapi.json"), ("GET", "/docs/assets/swagger-ui-bundle.js"),
-])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/systemone"),
+        ("POST", "/v1/systemone/batch"),
+        ("GET", "/v1/models"),
+        ("POST", "/v1/feedback"),
+        ("GET", "/v1/usage"),
+        ("GET", "/metrics"),
+        ("GET", "/docs"),
+        ("GET", "/docs/openapi.json"),
+        ("GET", "/docs/assets/swagger-ui-bundle.js"),
+    ],
+)
 @pytest.mark.parametrize("auth", [{}, {"authorization": "Bearer wrong"}])
 def test_every_401_carries_a_bearer_challenge(method: str, path: str, auth: dict) -> None:
     with TestClient(_app(api_keys=("k1",))) as client:

@@ -25,10 +25,18 @@ from tests.servers import free_port, wait_http
 
 BIN = Path(sys.executable).parent
 DRAIN_S = 2.0
-BODY = {"model": "jev-latest", "state": "I was charged twice for my March invoice",
-        "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"},
-                      "team": {"type": "choice", "instructions": "Which team?",
-                               "criteria": ["billing", "technical", "sales"]}}}
+BODY = {
+    "model": "jev-latest",
+    "state": "I was charged twice for my March invoice",
+    "questions": {
+        "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+        "team": {
+            "type": "choice",
+            "instructions": "Which team?",
+            "criteria": ["billing", "technical", "sales"],
+        },
+    },
+}
 
 
 async def _load(url: str, proc: subprocess.Popen[bytes]) -> tuple[list, list, float]:
@@ -74,9 +82,12 @@ def demo_gateway(tmp_path: Path, drain_s: float) -> Iterator[tuple[subprocess.Po
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "CASCADE_DRAIN_S": str(drain_s), "CASCADE_DEMO_DIR": str(tmp_path)}
     log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen([str(BIN / "cascade"), "serve", "--demo", "--port", str(port),
-                             "--log-level", "warning"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(BIN / "cascade"), "serve", "--demo", "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_http(url + "/health", timeout_s=120, proc=proc)
         # The demo builds two tiny Laya checkpoints and warms its Clef up before /ready turns
@@ -111,8 +122,10 @@ def test_sigterm_drains_then_exits_cleanly(tmp_path: Path) -> None:
 
 def _post_bytes() -> bytes:
     body = json.dumps(BODY).encode()
-    return (b"POST /v1/systemone HTTP/1.1\r\nhost: 127.0.0.1\r\n"
-            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)) + body
+    return (
+        b"POST /v1/systemone HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    ) + body
 
 
 def _read_response(sock: socket.socket) -> bytes:

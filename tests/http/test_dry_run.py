@@ -54,7 +54,8 @@ def answers(client: httpx.Client) -> list[dict[str, object]]:
 
 
 def test_a_dry_run_answers_the_replay_and_changes_nothing(
-        client: httpx.Client, files: tuple[Path, Path], tmp_path: Path) -> None:
+    client: httpx.Client, files: tuple[Path, Path], tmp_path: Path
+) -> None:
     policy, log = files
     before = state(client)
     candidate = policy_text(0.7)
@@ -62,11 +63,22 @@ def test_a_dry_run_answers_the_replay_and_changes_nothing(
     assert r.status_code == 200, r.text
     report = r.json()
     (tmp_path / "b.toml").write_text(candidate)
-    offline = replay(load_policy(tmp_path / "b.toml"), [log], weights={}, prices={
-        "cheap": 20.0, "strong": 20.0}, limit=1000)
+    offline = replay(
+        load_policy(tmp_path / "b.toml"),
+        [log],
+        weights={},
+        prices={"cheap": 20.0, "strong": 20.0},
+        limit=1000,
+    )
     assert report["dry_run"] is True and report["requests"] == N
-    for key in ("judged", "not_judged", "strong_share", "tier_changes", "answers_changed",
-                "changed"):
+    for key in (
+        "judged",
+        "not_judged",
+        "strong_share",
+        "tier_changes",
+        "answers_changed",
+        "changed",
+    ):
         assert report[key] == offline[key], key
     assert report["tier_changes"]["strong_to_cheap"] > 0
     assert report["serving"]["policy_hash"] == policy_hash(load_policy(policy))
@@ -87,25 +99,29 @@ def test_it_changes_no_answer(client: httpx.Client, files: tuple[Path, Path]) ->
 
 
 def test_a_candidate_that_fails_its_checks_is_422_with_file_line_lines(
-        client: httpx.Client, files: tuple[Path, Path]) -> None:
+    client: httpx.Client, files: tuple[Path, Path]
+) -> None:
     before = state(client)
     lines = policy_text(0.7, extra="[shadow]\nfraction = 2.0\n").splitlines()
     at = lines.index("fraction = 2.0") + 1
     r = client.post(DRY, headers=ADMIN, json={"policy": "\n".join(lines)})
     assert r.status_code == 422, r.text
     assert r.json()["detail"]["lines"] == [
-        f"request.policy:{at}: error: `shadow.fraction`: Expected `float` <= 1.0"]
+        f"request.policy:{at}: error: `shadow.fraction`: Expected `float` <= 1.0"
+    ]
     assert "dry run refused" in r.json()["detail"]["message"]
     r = client.post(DRY, headers=ADMIN, json={"calibration": "temperatures = 3"})
     assert r.status_code == 422, r.text
     assert r.json()["detail"]["lines"][0].startswith(
-        "request.calibration: error: not a cascade calibration file")
+        "request.calibration: error: not a cascade calibration file"
+    )
     policy, _ = files
     policy.write_text("\n".join(lines))
     r = client.post(DRY, headers=ADMIN)
     assert r.status_code == 422, r.text
     assert r.json()["detail"]["lines"] == [
-        f"{policy}:{at}: error: `shadow.fraction`: Expected `float` <= 1.0"]
+        f"{policy}:{at}: error: `shadow.fraction`: Expected `float` <= 1.0"
+    ]
     assert state(client) == before
 
 
@@ -115,8 +131,15 @@ def test_a_candidate_needing_other_engines_is_409_restart_needed(client: httpx.C
     assert r.json()["detail"]["lines"][0].startswith("restart needed: tier `laya2` is new")
 
 
-@pytest.mark.parametrize(("query", "loc"), [("&limit=0", "limit"), ("&limit=x", "limit"),
-                                            ("&since=nan", "since"), ("&scope=fleet", "scope")])
+@pytest.mark.parametrize(
+    ("query", "loc"),
+    [
+        ("&limit=0", "limit"),
+        ("&limit=x", "limit"),
+        ("&since=nan", "since"),
+        ("&scope=fleet", "scope"),
+    ],
+)
 def test_bad_query_parameters_are_422(client: httpx.Client, query: str, loc: str) -> None:
     r = client.post(DRY + query, headers=ADMIN)
     assert r.status_code == 422, r.text

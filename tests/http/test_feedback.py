@@ -38,10 +38,16 @@ from cascade.store.sqlite import SqliteStore, read_rows
 KEY = "feedback-key"
 AUTH = {"authorization": f"Bearer {KEY}"}
 QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team?",
-             "criteria": {"billing": "Payments", "technical": "Bugs", "sales": "Deals"}},
-    "anger": {"type": "score", "instructions": "How angry?",
-              "criteria": ["calm", "upset", "furious"]},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "Payments", "technical": "Bugs", "sales": "Deals"},
+    },
+    "anger": {
+        "type": "score",
+        "instructions": "How angry?",
+        "criteria": ["calm", "upset", "furious"],
+    },
     "urgent": {"type": "noul", "instructions": "Is it urgent?"},
 }
 BODY = {"model": "jev-latest", "state": "I was charged twice", "questions": QUESTIONS}
@@ -60,16 +66,19 @@ class Recording:
 
 def _policy() -> Policy:
     return Policy(
-        tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-               "clef": ClefTier(release="x")},
+        tiers={
+            "laya": LayaTier(checkpoints=Checkpoints(english="x")),
+            "clef": ClefTier(release="x"),
+        },
         route=Route(cheap="laya", strong="clef"),
         calibration=Calibration(temperatures=TypeBands(choice=Bands(three_five=TEMPERATURE))),
     )
 
 
 def _client(log: SqliteStore | None) -> TestClient:
-    gateway = Gateway(_policy(), {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
-                      decisions=log)
+    gateway = Gateway(
+        _policy(), {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")}, decisions=log
+    )
     return TestClient(create_app(Settings(api_keys=(KEY,)), gateway))
 
 
@@ -91,8 +100,9 @@ def _answer(client: TestClient, rid: str) -> dict:
 
 
 def _feedback(client: TestClient, rid: str, labels: dict, **kw: object):
-    return client.post("/v1/feedback", json={"request_id": rid, "labels": labels},
-                       headers=AUTH, **kw)  # type: ignore[arg-type]
+    return client.post(
+        "/v1/feedback", json={"request_id": rid, "labels": labels}, headers=AUTH, **kw
+    )  # type: ignore[arg-type]
 
 
 def test_labels_are_stored_beside_the_rows_and_the_latest_wins(log: SqliteStore):
@@ -107,7 +117,10 @@ def test_labels_are_stored_beside_the_rows_and_the_latest_wins(log: SqliteStore)
     log.close()
     rows = {row.question_id: row for row in read_rows(log.path)}
     assert {q: r.label.value for q, r in rows.items() if r.label} == {
-        "team": "billing", "anger": 2, "urgent": True}
+        "team": "billing",
+        "anger": 2,
+        "urgent": True,
+    }
     team = rows["team"].label
     assert team is not None and (team.count, team.source) == (2, "feedback")
     assert team.ts >= rows["team"].ts
@@ -136,17 +149,21 @@ def test_an_unknown_request_id_is_404(log: SqliteStore):
     assert _count("unknown_request") - before == 2
 
 
-@pytest.mark.parametrize(("labels", "bad", "says"), [
-    ({"team": "marketing"}, "team", "one of its options: 'billing', 'technical', 'sales'"),
-    ({"anger": 3}, "anger", "level index, 0 to 2"),
-    ({"anger": True}, "anger", "level index"),
-    ({"urgent": 1}, "urgent", "true or false"),
-    ({"urgent": "yes"}, "urgent", "true or false"),
-    ({"team": 0}, "team", "one of its options"),
-    ({"tone": "calm", "urgent": True}, "tone", "asked no question 'tone'"),
-])
+@pytest.mark.parametrize(
+    ("labels", "bad", "says"),
+    [
+        ({"team": "marketing"}, "team", "one of its options: 'billing', 'technical', 'sales'"),
+        ({"anger": 3}, "anger", "level index, 0 to 2"),
+        ({"anger": True}, "anger", "level index"),
+        ({"urgent": 1}, "urgent", "true or false"),
+        ({"urgent": "yes"}, "urgent", "true or false"),
+        ({"team": 0}, "team", "one of its options"),
+        ({"tone": "calm", "urgent": True}, "tone", "asked no question 'tone'"),
+    ],
+)
 def test_a_label_that_does_not_fit_is_422_naming_it_and_nothing_is_stored(
-        log: SqliteStore, labels: dict, bad: str, says: str):
+    log: SqliteStore, labels: dict, bad: str, says: str
+):
     before = _count("invalid")
     with _client(log) as client:
         _answer(client, "r1")
@@ -159,13 +176,16 @@ def test_a_label_that_does_not_fit_is_422_naming_it_and_nothing_is_stored(
     assert all(row.label is None for row in read_rows(log.path))  # all or nothing
 
 
-@pytest.mark.parametrize(("body", "loc"), [
-    ({"request_id": "r1", "labels": {"anger": 1.5}}, ["body", "labels", "anger"]),
-    ({"request_id": "r1", "labels": {}}, ["body", "labels"]),
-    ({"request_id": "", "labels": {"anger": 1}}, ["body", "request_id"]),
-    ({"labels": {"anger": 1}}, ["body", "request_id"]),
-    ({"request_id": "r1", "labels": {"anger": None}}, ["body", "labels", "anger"]),
-])
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"request_id": "r1", "labels": {"anger": 1.5}}, ["body", "labels", "anger"]),
+        ({"request_id": "r1", "labels": {}}, ["body", "labels"]),
+        ({"request_id": "", "labels": {"anger": 1}}, ["body", "request_id"]),
+        ({"labels": {"anger": 1}}, ["body", "request_id"]),
+        ({"request_id": "r1", "labels": {"anger": None}}, ["body", "labels", "anger"]),
+    ],
+)
 def test_a_body_of_the_wrong_shape_is_422(log: SqliteStore, body: dict, loc: list):
     with _client(log) as client:
         r = client.post("/v1/feedback", json=body, headers=AUTH)

@@ -52,8 +52,12 @@ def _sha(key: str) -> str:
 
 def _keys_file(tmp_path: Path, extra: str = "") -> str:
     path = tmp_path / "keys.toml"
-    path.write_text("".join(f'[[tenant]]\nname = "{name}"\nkeys = ["{_sha(key)}"]\n{extra}\n'
-                            for name, key in KEYS.items()))
+    path.write_text(
+        "".join(
+            f'[[tenant]]\nname = "{name}"\nkeys = ["{_sha(key)}"]\n{extra}\n'
+            for name, key in KEYS.items()
+        )
+    )
     return str(path)
 
 
@@ -66,33 +70,45 @@ def _unsure(call: EngineCall) -> EngineAnswer:
     if not all(q.type == "noul" for q in call.questions.values()):
         return deterministic_answer(call)
     c = float(str(call.state))
-    return EngineAnswer(model="laya-fake", usage=EngineUsage(input_tokens=1), results={
-        q: QuestionResult(type="noul", probabilities=[1 - c, c]) for q in call.questions})
+    return EngineAnswer(
+        model="laya-fake",
+        usage=EngineUsage(input_tokens=1),
+        results={q: QuestionResult(type="noul", probabilities=[1 - c, c]) for q in call.questions},
+    )
 
 
 def _policy(control: Control | None = None) -> Policy:
-    return Policy(tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-                         "clef": ClefTier(release="x")},
-                  route=Route(cheap="laya", strong="clef"),
-                  thresholds=Thresholds(confidence=TypeBands(noul=Bands(two=0.8))),
-                  control=control)
+    return Policy(
+        tiers={
+            "laya": LayaTier(checkpoints=Checkpoints(english="x")),
+            "clef": ClefTier(release="x"),
+        },
+        route=Route(cheap="laya", strong="clef"),
+        thresholds=Thresholds(confidence=TypeBands(noul=Bands(two=0.8))),
+        control=control,
+    )
 
 
 class Served:
     """A gateway with a decision log served on loopback, and a client of it."""
 
-    def __init__(self, client: httpx.Client, app: Litestar, gateway: Gateway,
-                 log: SqliteStore) -> None:
+    def __init__(
+        self, client: httpx.Client, app: Litestar, gateway: Gateway, log: SqliteStore
+    ) -> None:
         self.client, self.app, self.gateway, self.log = client, app, gateway, log
 
 
 @contextmanager
-def _served(tmp_path: Path, *, keys: str | None, control: Control | None = None,
-            clock: Clock | None = None) -> Iterator[Served]:
+def _served(
+    tmp_path: Path, *, keys: str | None, control: Control | None = None, clock: Clock | None = None
+) -> Iterator[Served]:
     log = SqliteStore(tmp_path / "d.db")
-    gateway = Gateway(_policy(control), {"laya": FakeEngine("laya", _unsure),
-                                         "clef": FakeEngine("clef")},
-                      decisions=log, clock=clock or Clock())
+    gateway = Gateway(
+        _policy(control),
+        {"laya": FakeEngine("laya", _unsure), "clef": FakeEngine("clef")},
+        decisions=log,
+        clock=clock or Clock(),
+    )
     app = create_app(Settings(api_keys_file=keys), gateway)
     try:
         with serve_app(app) as url, httpx.Client(base_url=url, timeout=30) as client:
@@ -101,17 +117,27 @@ def _served(tmp_path: Path, *, keys: str | None, control: Control | None = None,
         log.close()
 
 
-def _ask(client: httpx.Client, tenant: str | None, rid: str, questions: dict,
-         state: str = "I was charged twice") -> None:
-    r = client.post("/v1/systemone", headers={**(_auth(tenant) if tenant else {}),
-                                              "x-request-id": rid},
-                    json={"model": "jev-latest", "state": state, "questions": questions})
+def _ask(
+    client: httpx.Client,
+    tenant: str | None,
+    rid: str,
+    questions: dict,
+    state: str = "I was charged twice",
+) -> None:
+    r = client.post(
+        "/v1/systemone",
+        headers={**(_auth(tenant) if tenant else {}), "x-request-id": rid},
+        json={"model": "jev-latest", "state": state, "questions": questions},
+    )
     assert r.status_code == 200, r.text
 
 
 def _label(client: httpx.Client, tenant: str | None, rid: str, labels: dict) -> httpx.Response:
-    return client.post("/v1/feedback", headers=_auth(tenant) if tenant else {},
-                       json={"request_id": rid, "labels": labels})
+    return client.post(
+        "/v1/feedback",
+        headers=_auth(tenant) if tenant else {},
+        json={"request_id": rid, "labels": labels},
+    )
 
 
 def _rows(log: SqliteStore) -> list[LogRow]:
@@ -126,10 +152,12 @@ def test_another_tenants_request_id_answers_exactly_as_an_unknown_id(tmp_path: P
         client = served.client
         _ask(client, "acme", "ticket-1001", TEAM)
         answers = {
-            "theirs, a label that does not fit": _label(client, "beta", "ticket-1001",
-                                                        {"team": "nope"}),
-            "theirs, a label that fits": _label(client, "beta", "ticket-1001",
-                                                {"team": "fraud-desk"}),
+            "theirs, a label that does not fit": _label(
+                client, "beta", "ticket-1001", {"team": "nope"}
+            ),
+            "theirs, a label that fits": _label(
+                client, "beta", "ticket-1001", {"team": "fraud-desk"}
+            ),
             "nobody's": _label(client, "beta", "ticket-1002", {"team": "nope"}),
         }
         for what, r in answers.items():
@@ -143,7 +171,8 @@ def test_another_tenants_request_id_answers_exactly_as_an_unknown_id(tmp_path: P
 
 
 def test_two_tenants_same_request_id_never_cross_and_labels_name_their_tenant(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     with _served(tmp_path, keys=_keys_file(tmp_path)) as served:
         client = served.client
         _ask(client, "acme", "ticket-1001", TEAM)
@@ -154,7 +183,9 @@ def test_two_tenants_same_request_id_never_cross_and_labels_name_their_tenant(
         assert theirs.json() == {"request_id": "ticket-1001", "stored": 1, "relabelled": []}
     labels = {row.tenant: row.label for row in _rows(served.log)}
     assert {t: (x.value, x.tenant) for t, x in labels.items() if x is not None} == {
-        "acme": ("fraud-desk", "acme"), "beta": ("sales", "beta")}
+        "acme": ("fraud-desk", "acme"),
+        "beta": ("sales", "beta"),
+    }
 
 
 def test_keyless_feedback_labels_as_before(tmp_path: Path) -> None:
@@ -182,12 +213,16 @@ def test_feedback_counts_against_the_tenants_requests_per_min(tmp_path: Path) ->
 
 
 def test_feedback_takes_as_many_labels_as_decisions_takes_questions(tmp_path: Path) -> None:
-    questions = [{"type": "predicate", "name": f"q{i}", "instructions": "Urgent?"}
-                 for i in range(MAX_ASKED)]
+    questions = [
+        {"type": "predicate", "name": f"q{i}", "instructions": "Urgent?"} for i in range(MAX_ASKED)
+    ]
     with _served(tmp_path, keys=_keys_file(tmp_path)) as served:
         client = served.client
-        r = client.post("/v1/decisions", headers={**_auth("acme"), "x-request-id": "big"},
-                        json={"model": "jev-latest", "input": "0.9", "questions": questions})
+        r = client.post(
+            "/v1/decisions",
+            headers={**_auth("acme"), "x-request-id": "big"},
+            json={"model": "jev-latest", "input": "0.9", "questions": questions},
+        )
         assert r.status_code == 200 and len(r.json()["answers"]) == MAX_ASKED == 400
         labels = {q["name"]: True for q in questions}
         stored = _label(client, "acme", "big", labels)
@@ -200,9 +235,11 @@ def test_feedback_takes_as_many_labels_as_decisions_takes_questions(tmp_path: Pa
 def test_a_batch_state_of_a_longest_request_id_can_be_labelled(tmp_path: Path) -> None:
     rid = "t" * 128  # the longest x-request-id kept; its states' rows are rid/0 ... rid/63
     with _served(tmp_path, keys=_keys_file(tmp_path)) as served:
-        r = served.client.post("/v1/systemone/batch", json={"states": ["0.9"] * 64,
-                                                             "questions": URGENT},
-                               headers={**_auth("acme"), "x-request-id": rid})
+        r = served.client.post(
+            "/v1/systemone/batch",
+            json={"states": ["0.9"] * 64, "questions": URGENT},
+            headers={**_auth("acme"), "x-request-id": rid},
+        )
         assert r.status_code == 200, r.text
         labelled = _label(served.client, "acme", f"{rid}/63", {"urgent": True})
         assert labelled.status_code == 200, labelled.text
@@ -211,7 +248,8 @@ def test_a_batch_state_of_a_longest_request_id_can_be_labelled(tmp_path: Path) -
 @pytest.mark.parametrize("order", ["all right", "alternating"])
 @pytest.mark.parametrize("keys", ["tenants", "keyless"])
 def test_one_answered_question_relabelled_60_times_moves_no_threshold(
-        tmp_path: Path, order: str, keys: str) -> None:
+    tmp_path: Path, order: str, keys: str
+) -> None:
     """The probe: one noul answered at 0.6 (under the configured 0.80), then 60 feedback calls.
     Before, the refit kept 60 copies: the threshold went to 0.6 (all right) or 1.0."""
     clock = Clock()
@@ -227,6 +265,7 @@ def test_one_answered_question_relabelled_60_times_moves_no_threshold(
         clock.now += control.refit_interval_s + 1
         _ask(client, tenant, "next", URGENT, state="0.9")  # the gate refits on this request
         status = served.gateway.control.status()
-    print(f"{keys}, labels {order}: noul:2 {status['thresholds']['noul:2']}, "
-          f"refit {status['refit']}")
+    print(
+        f"{keys}, labels {order}: noul:2 {status['thresholds']['noul:2']}, refit {status['refit']}"
+    )
     assert status["thresholds"]["noul:2"] == 0.8 and status["refit"] == {}

@@ -21,7 +21,8 @@ from tests.servers import free_port, wait_http
 
 BIN = Path(sys.executable).parent
 TEXT_LINE = re.compile(
-    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: \S")
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: \S"
+)
 
 
 def _record(msg: str, *args: object, name: str = "cascade") -> logging.LogRecord:
@@ -44,7 +45,10 @@ def test_the_first_burst_passes_then_lines_are_counted_and_reported() -> None:
         "request id failed: down [suppressed 3297 similar lines in the previous 10 s]"
     )
     assert [repeats.filter(_record("request %s failed: %s", "i", "d")) for _ in range(3)] == [
-        True, True, False]
+        True,
+        True,
+        False,
+    ]
 
 
 def test_the_served_process_filters_its_root_handlers(monkeypatch) -> None:  # noqa: ANN001
@@ -69,8 +73,16 @@ def test_uvicorn_warnings_share_the_limit_and_the_format(tmp_path) -> None:  # n
 
     port = free_port()
     log_path = tmp_path / "serve.log"
-    cmd = [str(Path(sys.executable).parent / "cascade"), "serve", "--upstream",
-           "http://127.0.0.1:9", "--port", str(port), "--log-level", "warning"]
+    cmd = [
+        str(Path(sys.executable).parent / "cascade"),
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     with log_path.open("wb") as out:
         proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -103,8 +115,15 @@ def _gateway(log_path: Path, *flags: str) -> Iterator[str]:
     """``cascade serve`` (an upstream tier that is down: no weights to load) logging into
     ``log_path``; yields its base URL and stops it (a clean shutdown) on exit."""
     port = free_port()
-    cmd = [str(BIN / "cascade"), "serve", "--upstream", "http://127.0.0.1:9", "--port",
-           str(port), *flags]
+    cmd = [
+        str(BIN / "cascade"),
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--port",
+        str(port),
+        *flags,
+    ]
     env = {**os.environ, "CASCADE_DRAIN_S": "0"}
     with log_path.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -117,8 +136,11 @@ def _gateway(log_path: Path, *flags: str) -> Iterator[str]:
 
 
 def _traffic(url: str) -> list[httpx.Response]:
-    body = {"model": "jev-latest", "state": "I was charged twice",
-            "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"}}}
+    body = {
+        "model": "jev-latest",
+        "state": "I was charged twice",
+        "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"}},
+    }
     with httpx.Client(base_url=url, timeout=30) as http:
         return [
             *(http.get(path) for path in sorted(PROBES)),
@@ -146,8 +168,10 @@ def test_text_lines_are_ours_and_access_lines_carry_the_request_id(tmp_path: Pat
         responses = _traffic(url)
     lines = log_path.read_text().splitlines()
     assert lines and [line for line in lines if not TEXT_LINE.match(line)] == []
-    access = re.compile(r"\S+ \S+ INFO cascade\.access: (?P<method>\S+) (?P<path>\S+) "
-                        r"(?P<status>\d+) [\d.]+ ms request_id=(?P<request_id>\S+) client=\S+$")
+    access = re.compile(
+        r"\S+ \S+ INFO cascade\.access: (?P<method>\S+) (?P<path>\S+) "
+        r"(?P<status>\d+) [\d.]+ ms request_id=(?P<request_id>\S+) client=\S+$"
+    )
     entries = [{"logger": ACCESS_LOG, **m.groupdict()} for m in map(access.match, lines) if m]
     by_id = _access_lines(entries)
     answered = [r for r in responses if r.request.url.path not in PROBES]
@@ -155,7 +179,10 @@ def test_text_lines_are_ours_and_access_lines_carry_the_request_id(tmp_path: Pat
     for r in answered:
         entry = by_id[r.headers["x-request-id"]]
         assert (entry["method"], entry["path"], entry["status"]) == (
-            r.request.method, r.request.url.path, str(r.status_code))
+            r.request.method,
+            r.request.url.path,
+            str(r.status_code),
+        )
     assert by_id["client-chosen-id"]["path"] == "/v1/models"
     assert any(" WARNING cascade: request " in line for line in lines)
 
@@ -185,15 +212,21 @@ def test_client_text_cannot_write_access_log_fields(tmp_path: Path) -> None:
         r = http.get("/v1/models", headers={"x-request-id": spoof})
         assert r.headers["x-request-id"] == spoof
         http.get("/no%20such=path%0Afake", headers={"x-request-id": "plain-id"})
-    lines = [line.split(" cascade.access: ", 1)[1] for line in log_path.read_text().splitlines()
-             if " cascade.access: " in line]
+    lines = [
+        line.split(" cascade.access: ", 1)[1]
+        for line in log_path.read_text().splitlines()
+        if " cascade.access: " in line
+    ]
     assert len(lines) == 2, lines
     tokens = [_logfmt(line) for line in lines]
-    assert [t[:3] for t in tokens] == [["GET", "/v1/models", "200"],
-                                       ["GET", "/no such=path\nfake", "404"]]
+    assert [t[:3] for t in tokens] == [
+        ["GET", "/v1/models", "200"],
+        ["GET", "/no such=path\nfake", "404"],
+    ]
     assert [t[5] for t in tokens] == [("request_id", spoof), ("request_id", "plain-id")]
-    assert all(len(t) == 7 and t[6][0] == "client" and t[6][1].startswith("127.0.0.1:")
-               for t in tokens)
+    assert all(
+        len(t) == 7 and t[6][0] == "client" and t[6][1].startswith("127.0.0.1:") for t in tokens
+    )
 
 
 def test_json_lines_parse_and_probes_are_logged_at_debug(tmp_path: Path) -> None:
@@ -207,7 +240,10 @@ def test_json_lines_parse_and_probes_are_logged_at_debug(tmp_path: Path) -> None
     for r in responses:
         entry = by_id[r.headers["x-request-id"]]
         assert (entry["method"], entry["path"], entry["status"]) == (
-            r.request.method, r.request.url.path, r.status_code)
+            r.request.method,
+            r.request.url.path,
+            r.status_code,
+        )
         assert entry["duration_ms"] >= 0
         assert entry["level"] == ("DEBUG" if r.request.url.path in PROBES else "INFO")
 
@@ -239,8 +275,13 @@ def test_library_loggers_and_warnings_come_out_in_our_format(log_format: str) ->
     """transformers prints ``[transformers] message`` through a handler of its own, and
     huggingface_hub adds a bare one beside ours (each line twice); with our setup each is one
     line of ours, as is a Python warning, and setting up imports neither torch nor transformers."""
-    done = subprocess.run([sys.executable, "-c", _LIBRARIES, log_format], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "TRANSFORMERS_VERBOSITY": ""})
+    done = subprocess.run(
+        [sys.executable, "-c", _LIBRARIES, log_format],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TRANSFORMERS_VERBOSITY": ""},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "imported: []\n"
     lines = done.stderr.splitlines()
@@ -249,8 +290,10 @@ def test_library_loggers_and_warnings_come_out_in_our_format(log_format: str) ->
     else:
         assert [line for line in lines if not TEXT_LINE.match(line)] == []
         got = [tuple(re.split(r":? ", line, maxsplit=4)[2:]) for line in lines]
-    assert got[:2] == [("WARNING", "transformers", "a transformers warning"),
-                       ("WARNING", "huggingface_hub.demo", "a hub warning")]
+    assert got[:2] == [
+        ("WARNING", "transformers", "a transformers warning"),
+        ("WARNING", "huggingface_hub.demo", "a hub warning"),
+    ]
     (warned,) = got[2:]
     assert warned[:2] == ("WARNING", "py.warnings")
     assert warned[2].endswith(": UserWarning: a python warning"), warned
@@ -262,8 +305,9 @@ def test_json_records_carry_extras_and_tracebacks() -> None:
     try:
         raise ValueError("boom")
     except ValueError:
-        record = logging.LogRecord("cascade", logging.ERROR, __file__, 1, "failed %s", ("x",),
-                                   sys.exc_info())
+        record = logging.LogRecord(
+            "cascade", logging.ERROR, __file__, 1, "failed %s", ("x",), sys.exc_info()
+        )
     record.request_id = "abc"
     entry = json.loads(JsonFormatter().format(record))
     assert entry["message"] == "failed x" and entry["request_id"] == "abc"

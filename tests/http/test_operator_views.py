@@ -19,8 +19,10 @@ from cascade.policy.model import Policy, UpstreamTier
 from cascade.settings import Settings
 from tests.servers import serve_app
 
-QUESTIONS = {"urgent": {"type": "noul", "instructions": "Is it urgent?"},
-             "angry": {"type": "noul", "instructions": "Is it angry?"}}
+QUESTIONS = {
+    "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+    "angry": {"type": "noul", "instructions": "Is it angry?"},
+}
 BODY = {"model": "jev-latest", "state": "I was charged twice", "questions": QUESTIONS}
 DETAILS = {"tiers", "config", "route", "demo", "ready"}  # what only the operator reads
 
@@ -36,11 +38,11 @@ def auth(key: str) -> dict[str, str]:
 TENANTS = f"""
 [[tenant]]
 name = "acme"
-keys = ["{sha('acme-key')}"]
+keys = ["{sha("acme-key")}"]
 
 [[tenant]]
 name = "beta"
-keys = ["{sha('beta-key')}"]
+keys = ["{sha("beta-key")}"]
 """
 
 
@@ -127,8 +129,13 @@ def test_usage_answers_each_tenant_its_own_figures_only(url: str) -> None:
 
     beta = httpx.get(url + "/v1/usage", headers=auth("beta-key")).json()
     assert beta["tenant"] == "beta"
-    assert beta["total"]["tiers"] == {"upstream": {
-        "requests": 2, "questions": 4, "input_tokens": beta_tokens,
-        "cost": beta_tokens * 20 / 1000}}
+    assert beta["total"]["tiers"] == {
+        "upstream": {
+            "requests": 2,
+            "questions": 4,
+            "input_tokens": beta_tokens,
+            "cost": beta_tokens * 20 / 1000,
+        }
+    }
     for headers in ({}, auth("admin-key")):  # an admin key is no tenant's
         assert httpx.get(url + "/v1/usage", headers=headers).status_code == 401

@@ -36,12 +36,23 @@ from cascade.settings import Settings
 from tests.servers import free_port, run_process, serve_app
 
 ADMIN = {"authorization": "Bearer admin-key"}
-BODY = {"model": "jev-latest", "state": "I was charged twice",
-        "questions": {"team": {"type": "choice", "instructions": "Which team?",
-                               "criteria": ["billing", "technical", "sales"]},
-                      "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-                      "anger": {"type": "score", "instructions": "How angry?",
-                                "criteria": ["calm", "upset", "furious"]}}}
+BODY = {
+    "model": "jev-latest",
+    "state": "I was charged twice",
+    "questions": {
+        "team": {
+            "type": "choice",
+            "instructions": "Which team?",
+            "criteria": ["billing", "technical", "sales"],
+        },
+        "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+        "anger": {
+            "type": "score",
+            "instructions": "How angry?",
+            "criteria": ["calm", "upset", "furious"],
+        },
+    },
+}
 
 
 def policy_text(threshold: float, url: str = "http://127.0.0.1:9", extra: str = "") -> str:
@@ -105,8 +116,7 @@ def client(policy_file: Path) -> Iterator[TestClient]:
         yield c
 
 
-def test_reloads_under_load_fail_no_request_and_each_runs_on_one_version(
-        policy_file: Path) -> None:
+def test_reloads_under_load_fail_no_request_and_each_runs_on_one_version(policy_file: Path) -> None:
     """8 clients against a real server while the policy flips 8 times between "all cheap" and
     "all strong", 0.3 s apart: every response is a 200 answered wholly by one version, and a
     request that started after a reload returned and ended before the next began is on that
@@ -158,7 +168,8 @@ def test_reloads_under_load_fail_no_request_and_each_runs_on_one_version(
 
 
 def test_a_bad_policy_is_422_with_file_line_errors_and_the_old_version_keeps_serving(
-        client: TestClient, policy_file: Path) -> None:
+    client: TestClient, policy_file: Path
+) -> None:
     before = client.get("/health", headers=ADMIN).json()["config"]["policy_hash"]
     rejected = reloads("rejected")
     lines = policy_text(0.0, extra="\n[shadow]\nfraction = 2.0\nbogus = 1\n").splitlines()
@@ -171,7 +182,8 @@ def test_a_bad_policy_is_422_with_file_line_errors_and_the_old_version_keeps_ser
     assert detail["lines"] == [
         f"{policy_file}:{bogus - 1}: error: `shadow.fraction`: Expected `float` <= 1.0",
         f"{policy_file}:{bogus}: error: unknown key `bogus` (known: fraction, max_concurrent, "
-        "seed)"]
+        "seed)",
+    ]
     assert detail["lines"][0] in detail["message"] and before[:12] in detail["message"]
     assert reloads("rejected") == rejected + 1
     health = client.get("/health", headers=ADMIN).json()["config"]
@@ -187,13 +199,17 @@ def test_a_bad_policy_is_422_with_file_line_errors_and_the_old_version_keeps_ser
 
 
 def test_config_info_names_what_serves_and_drops_the_old_series(
-        client: TestClient, policy_file: Path) -> None:
+    client: TestClient, policy_file: Path
+) -> None:
     old = policy_hash(load_policy(policy_file))
     assert f'policy_hash="{old}"' in client.get("/metrics", headers=ADMIN).text
     policy_file.write_text(policy_text(1.0))
     assert client.post("/admin/reload", headers=ADMIN).status_code == 200
-    info = [line for line in client.get("/metrics", headers=ADMIN).text.splitlines()
-            if line.startswith("cascade_config_info{")]
+    info = [
+        line
+        for line in client.get("/metrics", headers=ADMIN).text.splitlines()
+        if line.startswith("cascade_config_info{")
+    ]
     new = policy_hash(load_policy(policy_file))
     assert len(info) == 1 and f'policy_hash="{new}"' in info[0] and info[0].endswith(" 1.0")
     unchanged = reloads("unchanged")
@@ -203,7 +219,8 @@ def test_config_info_names_what_serves_and_drops_the_old_series(
 
 
 def test_a_threshold_reload_keeps_engines_and_breakers_and_runs_the_hooks(
-        client: TestClient, policy_file: Path) -> None:
+    client: TestClient, policy_file: Path
+) -> None:
     gateway: Gateway = services_of(client.app).gateway
     engines, breakers = dict(gateway.engines), dict(gateway.breakers)
     seen: list[Serving] = []
@@ -221,7 +238,8 @@ def test_a_threshold_reload_keeps_engines_and_breakers_and_runs_the_hooks(
 
 
 def test_a_tier_change_is_409_restart_needed_and_nothing_changes(
-        client: TestClient, policy_file: Path) -> None:
+    client: TestClient, policy_file: Path
+) -> None:
     gateway: Gateway = services_of(client.app).gateway
     serving = gateway.serving
     needed = reloads("restart_needed")
@@ -231,11 +249,15 @@ def test_a_tier_change_is_409_restart_needed_and_nothing_changes(
     assert r.json()["detail"]["lines"] == [
         "restart needed: tier `cheap` changes what its engine is built from (kind, weights or "
         "engine settings); a reload applies thresholds, routing, models, breakers, shadow, "
-        "degrade, calibration and timeouts"]
+        "degrade, calibration and timeouts"
+    ]
     assert gateway.serving is serving and reloads("restart_needed") == needed + 1
-    policy_file.write_text(policy_text(1.0).replace('urls = ["http://127.0.0.1:9"]\n\n[route]',
-                                                    'urls = ["http://127.0.0.1:9"]\ntimeout_s = 2.5'
-                                                    '\n\n[route]'))
+    policy_file.write_text(
+        policy_text(1.0).replace(
+            'urls = ["http://127.0.0.1:9"]\n\n[route]',
+            'urls = ["http://127.0.0.1:9"]\ntimeout_s = 2.5\n\n[route]',
+        )
+    )
     assert client.post("/admin/reload", headers=ADMIN).status_code == 200  # a timeout reloads
     assert gateway.policy.tiers["strong"].timeout_s == 2.5
     policy_file.write_text(policy_text(1.0, extra='\n[decision_log]\nstate = "text"\n'))
@@ -246,22 +268,32 @@ def test_a_tier_change_is_409_restart_needed_and_nothing_changes(
 def test_a_calibration_made_for_other_weights_is_refused(tmp_path: Path) -> None:
     checkpoint = make_tiny(tmp_path / "laya")
     path = tmp_path / "laya.toml"
-    path.write_text(f'[tiers.laya]\nkind = "laya"\ncheckpoints = {{ english = "{checkpoint}" }}\n'
-                    '[tiers.strong]\nkind = "upstream"\nurls = ["http://127.0.0.1:9"]\n'
-                    '[route]\ncheap = "laya"\nstrong = "strong"\n')
+    path.write_text(
+        f'[tiers.laya]\nkind = "laya"\ncheckpoints = {{ english = "{checkpoint}" }}\n'
+        '[tiers.strong]\nkind = "upstream"\nurls = ["http://127.0.0.1:9"]\n'
+        '[route]\ncheap = "laya"\nstrong = "strong"\n'
+    )
     calibration = tmp_path / "calibration.toml"
 
     def calibrate(weights: str, threshold: float) -> None:
-        stamp = Stamp(checkpoints={"laya": weights}, items=10, questions=10, target="escalation",
-                      value=0.1)
-        write_calibration(calibration, CalibrationFile(
-            stamp=stamp, thresholds=TypeBands(noul={"2": threshold}),
-            temperatures=TypeBands(noul={"2": 1.0})))
+        stamp = Stamp(
+            checkpoints={"laya": weights}, items=10, questions=10, target="escalation", value=0.1
+        )
+        write_calibration(
+            calibration,
+            CalibrationFile(
+                stamp=stamp,
+                thresholds=TypeBands(noul={"2": threshold}),
+                temperatures=TypeBands(noul={"2": 1.0}),
+            ),
+        )
 
     real = fingerprints(load_policy(path))["laya"]
     calibrate(real, 0.5)
-    app = create_app(Settings(policy=str(path), calibration=str(calibration),
-                              admin_keys=("admin-key",)), gateway_of(load_policy(path)))
+    app = create_app(
+        Settings(policy=str(path), calibration=str(calibration), admin_keys=("admin-key",)),
+        gateway_of(load_policy(path)),
+    )
     with TestClient(app) as client:
         before = client.get("/health", headers=ADMIN).json()["config"]
         calibrate("0" * 64, 0.6)
@@ -269,7 +301,8 @@ def test_a_calibration_made_for_other_weights_is_refused(tmp_path: Path) -> None
         assert r.status_code == 422, r.text
         assert r.json()["detail"]["lines"] == [
             f"{calibration}: error: tier `laya`: the calibration was made for {'0' * 64}, the "
-            f"configured weights are {real}; refit it with `cascade calibrate` for these weights"]
+            f"configured weights are {real}; refit it with `cascade calibrate` for these weights"
+        ]
         health = client.get("/health", headers=ADMIN).json()
         assert health["config"]["policy_hash"] == before["policy_hash"]
         calibrate(real, 0.6)
@@ -285,8 +318,10 @@ def test_admin_routes_take_admin_keys_only(policy_file: Path) -> None:
         assert r.status_code == 403 and r.json()["detail"]["error_type"] == "permission_error"
         r = client.post("/admin/reload")
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
-        assert client.post("/admin/reload", headers={"authorization": "Bearer nope"}).status_code \
+        assert (
+            client.post("/admin/reload", headers={"authorization": "Bearer nope"}).status_code
             == 401
+        )
         assert client.post("/admin/reload", headers=ADMIN).status_code == 200
         # an admin key is no client key
         assert client.post("/v1/systemone", json=BODY, headers=ADMIN).status_code == 401
@@ -304,6 +339,7 @@ def test_the_key_files_are_read_again(policy_file: Path, tmp_path: Path) -> None
     admin.write_text("# operators\nadmin-key\n")
     app = app_on(policy_file, api_keys_file=str(keys), admin_keys=(), admin_keys_file=str(admin))
     with TestClient(app) as client:
+
         def status(key: str) -> int:
             headers = {"authorization": f"Bearer {key}"}
             return client.post("/v1/systemone", json=BODY, headers=headers).status_code
@@ -314,8 +350,11 @@ def test_the_key_files_are_read_again(policy_file: Path, tmp_path: Path) -> None
         assert status("first") == 200  # until the reload
         r = client.post("/admin/reload", headers=ADMIN)
         assert r.status_code == 200 and r.json()["outcome"] == "applied"
-        assert r.json()["read"] == [f"policy: {policy_file}", f"api keys: {keys}",
-                                    f"admin keys: {admin}"]
+        assert r.json()["read"] == [
+            f"policy: {policy_file}",
+            f"api keys: {keys}",
+            f"admin keys: {admin}",
+        ]
         assert status("first") == 401 and status("second") == 200
         keys.unlink()
         r = client.post("/admin/reload", headers={"authorization": "Bearer new-admin"})
@@ -326,8 +365,9 @@ def test_the_key_files_are_read_again(policy_file: Path, tmp_path: Path) -> None
 
 def test_without_a_policy_file_a_reload_says_what_it_cannot_read() -> None:
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
-    app = create_app(Settings(upstream="http://127.0.0.1:9", admin_keys=("admin-key",)),
-                     gateway_of(policy))
+    app = create_app(
+        Settings(upstream="http://127.0.0.1:9", admin_keys=("admin-key",)), gateway_of(policy)
+    )
     with TestClient(app) as client:
         r = client.post("/admin/reload", headers=ADMIN)
     assert r.status_code == 200 and r.json()["outcome"] == "unchanged"
@@ -339,8 +379,18 @@ def test_sighup_reloads_a_served_process(policy_file: Path) -> None:
     new policy; a broken file on SIGHUP is logged and refused, and the process keeps serving."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "cascade", "serve", "--policy", str(policy_file),
-           "--port", str(port), "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cascade",
+        "serve",
+        "--policy",
+        str(policy_file),
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
 
     def config() -> dict[str, Any]:
         return dict(httpx.get(url + "/health", timeout=5).json()["config"])

@@ -49,8 +49,11 @@ class TierIds:
 def cached_app(path: Path, tier_ids: TierIds) -> tuple[Any, Gateway]:
     """The app serving ``path``'s policy with a memory cache, on fake engines."""
     policy = load_policy(path)
-    cache = DecisionCache(policy.cache, MemoryStore(max_bytes=policy.cache.max_bytes,
-                                                    ttl_s=policy.cache.ttl_s), tier_ids=tier_ids)
+    cache = DecisionCache(
+        policy.cache,
+        MemoryStore(max_bytes=policy.cache.max_bytes, ttl_s=policy.cache.ttl_s),
+        tier_ids=tier_ids,
+    )
     cache.version(policy)  # hashed at boot, as cascade.build does
     gateway = Gateway(policy, {n: FakeEngine(n, slow_answer) for n in policy.tiers}, cache=cache)
     app = create_app(Settings(policy=str(path), admin_keys=("admin-key",)), gateway)
@@ -61,15 +64,22 @@ def seen(client: TestClient, gateway: Gateway) -> dict[str, Any]:
     """What a reload would change: the hashes served, the live gate, the cache's identity."""
     config = client.get("/health", headers=ADMIN).json()["config"]
     assert gateway.cache is not None
-    return {"hashes": (config["policy_hash"], config["calibration_hash"]),
-            "control": client.get("/admin/control", headers=ADMIN).json(),
-            "policy": gateway.policy, "cache": gateway.cache.version(gateway.policy),
-            "gate": [line for line in client.get("/metrics").text.splitlines()
-                     if line.startswith("cascade_gate_threshold{")]}
+    return {
+        "hashes": (config["policy_hash"], config["calibration_hash"]),
+        "control": client.get("/admin/control", headers=ADMIN).json(),
+        "policy": gateway.policy,
+        "cache": gateway.cache.version(gateway.policy),
+        "gate": [
+            line
+            for line in client.get("/metrics").text.splitlines()
+            if line.startswith("cascade_gate_threshold{")
+        ],
+    }
 
 
 def test_a_hook_that_cannot_apply_the_new_policy_refuses_it_and_nothing_changes(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "policy.toml"
     path.write_text(policy_text(0.5, extra=CACHE))
     app, gateway = cached_app(path, TierIds())
@@ -86,7 +96,8 @@ def test_a_hook_that_cannot_apply_the_new_policy_refuses_it_and_nothing_changes(
         r = client.post("/admin/reload", headers=ADMIN)
         assert r.status_code == 422, r.text
         assert r.json()["detail"]["lines"] == [
-            f"{path}: error: the new policy cannot be applied: no table for 'reload test'"]
+            f"{path}: error: the new policy cannot be applied: no table for 'reload test'"
+        ]
         assert reloads("rejected") == rejected + 1
         assert seen(client, gateway) == before
         assert before["control"]["thresholds"]["noul:2"] == 0.5
@@ -95,8 +106,7 @@ def test_a_hook_that_cannot_apply_the_new_policy_refuses_it_and_nothing_changes(
         assert client.get("/admin/control", headers=ADMIN).json()["thresholds"]["noul:2"] == 0.9
 
 
-def test_a_reload_hashes_the_weights_before_the_swap_and_off_the_event_loop(
-        tmp_path: Path) -> None:
+def test_a_reload_hashes_the_weights_before_the_swap_and_off_the_event_loop(tmp_path: Path) -> None:
     path = tmp_path / "policy.toml"
     path.write_text(policy_text(0.5, extra=CACHE))
     tier_ids = TierIds()

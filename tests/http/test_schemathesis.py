@@ -33,8 +33,10 @@ def _app(log: SqliteStore | None = None) -> Litestar:
     checks that the authenticated operations refuse requests without the key); served with a
     decision log, so that feedback reaches its lookup."""
     policy = Policy.single_tier("upstream", UpstreamTier(urls=["http://127.0.0.1:9"]))
-    return create_app(Settings(api_keys=(KEY,)),
-                      Gateway(policy, {"upstream": FakeEngine("upstream")}, decisions=log))
+    return create_app(
+        Settings(api_keys=(KEY,)),
+        Gateway(policy, {"upstream": FakeEngine("upstream")}, decisions=log),
+    )
 
 
 # The document the app serves at /docs/openapi.json, read at collection time (schemathesis'
@@ -57,8 +59,13 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 def test_the_api_matches_its_openapi_document(case: schemathesis.Case, base_url: str) -> None:
-    case.call_and_validate(base_url=base_url, timeout=30,
-                           excluded_checks=[positive_data_acceptance])
+    case.call_and_validate(
+        base_url=base_url, timeout=30, excluded_checks=[positive_data_acceptance]
+    )

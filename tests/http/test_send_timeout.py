@@ -25,10 +25,17 @@ SEND_TIMEOUT_S = 0.5
 # 64 states and a choice of 20 labels of 10 KB: a 200 KB request, a 13.5 MB answer (the labels
 # come back per state), far more than the kernel's socket buffers take.
 LABELS = {f"label{i:02d}" + "x" * 10_000: "d" for i in range(20)}
-BODY = json.dumps({"model": "m", "states": [f"ticket {i}" for i in range(64)],
-                   "questions": {"c": {"type": "choice", "criteria": LABELS}}}).encode()
-REQUEST = (b"POST /v1/systemone/batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-           b"Content-Length: %d\r\n\r\n" % len(BODY)) + BODY
+BODY = json.dumps(
+    {
+        "model": "m",
+        "states": [f"ticket {i}" for i in range(64)],
+        "questions": {"c": {"type": "choice", "criteria": LABELS}},
+    }
+).encode()
+REQUEST = (
+    b"POST /v1/systemone/batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n" % len(BODY)
+) + BODY
 
 
 @pytest.fixture(scope="module")

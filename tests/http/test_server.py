@@ -25,10 +25,21 @@ HEADER_TIMEOUT_S = 1.0
 def server() -> Iterator[tuple[str, int, int]]:
     """``(host, port, pid)`` of ``cascade serve`` with a 1 s header timeout."""
     port = free_port()
-    env = {**os.environ, "CASCADE_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
-           "CASCADE_KEEP_ALIVE_S": "1"}
-    cmd = [str(BIN / "cascade"), "serve", "--upstream", "http://127.0.0.1:9", "--port", str(port),
-           "--log-level", "warning"]
+    env = {
+        **os.environ,
+        "CASCADE_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+        "CASCADE_KEEP_ALIVE_S": "1",
+    }
+    cmd = [
+        str(BIN / "cascade"),
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     with run_process(cmd, ready_url=f"http://127.0.0.1:{port}/health", env=env) as proc:
         yield "127.0.0.1", port, proc.pid
 
@@ -91,7 +102,7 @@ def test_many_small_headers_over_the_count_are_431(server: tuple[str, int, int])
 
 
 def test_a_header_dribbled_past_the_timeout_is_closed_with_408(
-    server: tuple[str, int, int]
+    server: tuple[str, int, int],
 ) -> None:
     with _connect(server) as sock:
         sock.sendall(_head())
@@ -111,7 +122,7 @@ def test_a_header_dribbled_past_the_timeout_is_closed_with_408(
 
 
 def test_1000_slow_connections_are_closed_and_their_fds_return(
-    server: tuple[str, int, int]
+    server: tuple[str, int, int],
 ) -> None:
     host, port, pid = server
     baseline = _open_fds(pid)
@@ -153,11 +164,15 @@ def test_1000_slow_connections_are_closed_and_their_fds_return(
 
 # ---------------------------------------------------------------- issue 16: framing and errors
 
-_VALID = (b'{"model": "jev-latest", "state": "hi", "questions": '
-          b'{"q": {"type": "noul", "instructions": "Is it?"}}}')
-_H2C = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
-        b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
-        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n")
+_VALID = (
+    b'{"model": "jev-latest", "state": "hi", "questions": '
+    b'{"q": {"type": "noul", "instructions": "Is it?"}}}'
+)
+_H2C = (
+    b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+    b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
+    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+)
 
 
 def _segments(server: tuple[str, int, int], *segments: bytes) -> bytes:
@@ -177,7 +192,7 @@ def _statuses(answer: bytes) -> list[bytes]:
 
 
 def test_an_h2c_upgrade_body_in_a_later_segment_is_the_body_not_a_second_request(
-    server: tuple[str, int, int]
+    server: tuple[str, int, int],
 ) -> None:
     smuggled = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
     answer = _segments(server, _H2C % len(smuggled), smuggled)
@@ -189,7 +204,7 @@ def test_an_h2c_upgrade_body_in_a_later_segment_is_the_body_not_a_second_request
 
 
 def test_an_h2c_upgrade_request_is_served_as_http_1_1_with_its_body(
-    server: tuple[str, int, int]
+    server: tuple[str, int, int],
 ) -> None:
     follow_up = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
     answer = _segments(server, _H2C % len(_VALID), _VALID, follow_up)
@@ -206,7 +221,7 @@ def test_a_100_kb_header_is_431_in_one_write_or_many(
     head = _head(b"X-Big: " + b"a" * 100_000 + b"\r\n\r\n")
     size = -(-len(head) // writes)
     with _connect(server) as sock:
-        answer = _send_and_read(sock, (head[i:i + size] for i in range(0, len(head), size)))
+        answer = _send_and_read(sock, (head[i : i + size] for i in range(0, len(head), size)))
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     assert b"65536-byte limit" in answer
 
@@ -238,19 +253,29 @@ def test_head_on_a_post_route_is_405(server: tuple[str, int, int]) -> None:
     assert r.content == b""
 
 
-@pytest.mark.parametrize(("head", "reason"), [
-    (b"GET /health HTTP/1.1\r\n\r\n", b"Missing mandatory Host"),
-    (b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"multiple Host"),
-    (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", b"illegal header line"),
-    (b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
-     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"both Content-Length and Transfer-Encoding"),
-    (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n"
-     b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n",
-     b"conflicting Content-Length"),
-    (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
-     b"Transfer-Encoding: chunked is supported"),
-    (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", b"illegal request line"),
-])
+@pytest.mark.parametrize(
+    ("head", "reason"),
+    [
+        (b"GET /health HTTP/1.1\r\n\r\n", b"Missing mandatory Host"),
+        (b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"multiple Host"),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", b"illegal header line"),
+        (
+            b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"both Content-Length and Transfer-Encoding",
+        ),
+        (
+            b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            b"conflicting Content-Length",
+        ),
+        (
+            b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+            b"Transfer-Encoding: chunked is supported",
+        ),
+        (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", b"illegal request line"),
+    ],
+)
 def test_a_malformed_request_is_400_in_the_contract_error_shape(
     server: tuple[str, int, int], head: bytes, reason: bytes
 ) -> None:
@@ -274,8 +299,9 @@ def test_http_1_0_without_host_is_served(server: tuple[str, int, int]) -> None:
 def test_pipelined_requests_are_answered_in_order(server: tuple[str, int, int]) -> None:
     requests = b"".join(b"GET /health?n=%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(50))
     with _connect(server) as sock:
-        answer = _send_and_read(sock, iter([requests + b"GET /nope HTTP/1.1\r\nHost: x\r\n"
-                                            b"Connection: close\r\n\r\n"]))
+        answer = _send_and_read(
+            sock, iter([requests + b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"])
+        )
     assert _statuses(answer) == [b"HTTP/1.1 200 OK"] * 50 + [b"HTTP/1.1 404 Not Found"]
 
 

@@ -57,8 +57,9 @@ class Fifo(threading.Thread):
 
 
 @contextlib.contextmanager
-def served(cmd: list[str], url: str, log: Path, env: dict[str, str]
-           ) -> Iterator[subprocess.Popen[bytes]]:
+def served(
+    cmd: list[str], url: str, log: Path, env: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
@@ -77,12 +78,26 @@ def test_forty_sighups_during_a_reload_run_one_more_reload(tmp_path: Path) -> No
     log = tmp_path / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     # every reload line logged (the repeated-line limit would hide how many ran)
-    env |= {"CASCADE_ADMIN_KEYS_FILE": str(tmp_path / "admin-keys"),
-            "CASCADE_LOG_REPEAT_BURST": "1000"}
-    cmd = [sys.executable, "-m", "cascade", "serve", "--policy", str(policy), "--port", str(port),
-           "--log-level", "info"]
-    with Fifo(tmp_path / "admin-keys", "admin-key\n").running() as fifo, \
-            served(cmd, url, log, env) as proc:
+    env |= {
+        "CASCADE_ADMIN_KEYS_FILE": str(tmp_path / "admin-keys"),
+        "CASCADE_LOG_REPEAT_BURST": "1000",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "cascade",
+        "serve",
+        "--policy",
+        str(policy),
+        "--port",
+        str(port),
+        "--log-level",
+        "info",
+    ]
+    with (
+        Fifo(tmp_path / "admin-keys", "admin-key\n").running() as fifo,
+        served(cmd, url, log, env) as proc,
+    ):
         with fifo.held:  # the first reload waits for the admin keys file; 39 more SIGHUPs come
             for _ in range(40):
                 proc.send_signal(signal.SIGHUP)

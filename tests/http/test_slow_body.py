@@ -19,8 +19,10 @@ from cascade.policy.model import Policy, UpstreamTier
 from cascade.settings import Settings
 from tests.servers import serve_app
 
-HEAD = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n"
-        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+HEAD = (
+    b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n"
+    b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+)
 BODY = {"model": "m", "state": "hello", "questions": {"u": {"type": "noul"}}}
 
 
@@ -67,7 +69,8 @@ def test_stalled_body_gets_408(served: tuple[str, int]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "served", [Settings(min_body_rate=100, body_rate_grace_s=0.3, body_read_timeout_s=30)],
+    "served",
+    [Settings(min_body_rate=100, body_rate_grace_s=0.3, body_read_timeout_s=30)],
     indirect=True,
 )
 def test_a_body_slower_than_the_minimum_rate_gets_408_long_before_the_timeout(
@@ -94,8 +97,10 @@ def test_a_body_slower_than_the_minimum_rate_gets_408_long_before_the_timeout(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("served", "status"),
-    [(Settings(max_body_reads=10, max_body_reads_per_client=2), b"429"),
-     (Settings(max_body_reads=2, max_body_reads_per_client=10), b"503")],
+    [
+        (Settings(max_body_reads=10, max_body_reads_per_client=2), b"429"),
+        (Settings(max_body_reads=2, max_body_reads_per_client=10), b"503"),
+    ],
     indirect=["served"],
 )
 def test_slow_bodies_past_their_budget_are_refused_at_once(
@@ -126,8 +131,15 @@ SLOW_SENDERS = 24
 
 @pytest.mark.parametrize(
     "served",
-    [Settings(max_inflight=4, max_body_reads=8, max_body_reads_per_client=4,
-              body_rate_grace_s=0.5, body_read_timeout_s=2)],
+    [
+        Settings(
+            max_inflight=4,
+            max_body_reads=8,
+            max_body_reads_per_client=4,
+            body_rate_grace_s=0.5,
+            body_read_timeout_s=2,
+        )
+    ],
     indirect=True,
 )
 def test_slow_senders_never_starve_an_honest_client(served: tuple[str, int]) -> None:

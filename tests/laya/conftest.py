@@ -32,7 +32,9 @@ def to_questions(raw: dict[str, dict[str, Any]]) -> dict[str, Question]:
 
 
 def laya_dicts(
-    questions: dict[str, Question], results: dict[str, QuestionResult], usage: EngineUsage,
+    questions: dict[str, Question],
+    results: dict[str, QuestionResult],
+    usage: EngineUsage,
     min_confidence: float | dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """What the gateway's ``laya`` profile serves, as Laya's ``Agent`` dicts: the serving
@@ -61,12 +63,14 @@ class Ours:
         self.previewer = Previewer({"english": ckpt})
         self.ckpt = self.previewer.checkpoints["english"]
         # the export's extra output (the novelty gate's vectors) runs too: the parity holds with it
-        self.session = OnnxSession(export_dir / MODEL_FILE, intra_op_threads=1,
-                                   optional=("pooled",))
+        self.session = OnnxSession(
+            export_dir / MODEL_FILE, intra_op_threads=1, optional=("pooled",)
+        )
         self.last_logits: list = []
 
-    def __call__(self, state: Any, questions: dict, min_confidence: Any = None,
-                 **controls: Any) -> dict[str, Any]:
+    def __call__(
+        self, state: Any, questions: dict, min_confidence: Any = None, **controls: Any
+    ) -> dict[str, Any]:
         call = EngineCall(
             state=state,
             questions=to_questions(questions),
@@ -86,8 +90,12 @@ class Ours:
 def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("laya-tiny")
     return {
-        fmt: write_random(root / fmt, config_format=fmt, seed=i,  # type: ignore[arg-type]
-                          agent=UNCLAMPED)
+        fmt: write_random(
+            root / fmt,
+            config_format=fmt,
+            seed=i,  # type: ignore[arg-type]
+            agent=UNCLAMPED,
+        )
         for i, fmt in enumerate(FORMATS)
     }
 

@@ -69,12 +69,17 @@ def test_recorded_logits_decode_to_recorded_answers(path: Path) -> None:
     questions = questions_of(case)
     prepared = prepare(questions)
     outputs = [
-        (np.asarray(case["logits"][i][: len(pq["markers"])], dtype=np.float32),
-         np.asarray(case["act_logits"][i], dtype=np.float32), None)  # no pooled vector
+        (
+            np.asarray(case["logits"][i][: len(pq["markers"])], dtype=np.float32),
+            np.asarray(case["act_logits"][i], dtype=np.float32),
+            None,
+        )  # no pooled vector
         for i, pq in enumerate(case["per_question"])
     ]
-    rows = [_Markers(len(pq["markers"]), q.qtype) for pq, q in zip(
-        case["per_question"], prepared, strict=True)]
+    rows = [
+        _Markers(len(pq["markers"]), q.qtype)
+        for pq, q in zip(case["per_question"], prepared, strict=True)
+    ]
     results = decode.results(prepared, rows, outputs, cfg)  # type: ignore[arg-type]
     usage = decode.usage([], [], 0)
     assert laya_dicts(questions, results, usage)["answers"] == case["result"]["answers"]

@@ -27,13 +27,19 @@ from cascade.schema import Question
 from cascade.settings import Settings
 
 REQUESTS = [
-    {"id": f"r{i}", "state": f"Customer {i}: my parcel {'arrived broken' if i % 2 else 'is late'}.",
-     "questions": {
-         "dept": {"type": "choice", "instructions": "Which department?",
-                  "criteria": {"billing": "money", "tech": "bugs", "account": "login"}},
-         "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-     },
-     "gold": {"dept": "billing", "urgent": bool(i % 2)}}
+    {
+        "id": f"r{i}",
+        "state": f"Customer {i}: my parcel {'arrived broken' if i % 2 else 'is late'}.",
+        "questions": {
+            "dept": {
+                "type": "choice",
+                "instructions": "Which department?",
+                "criteria": {"billing": "money", "tech": "bugs", "account": "login"},
+            },
+            "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+        },
+        "gold": {"dept": "billing", "urgent": bool(i % 2)},
+    }
     for i in range(6)
 ]
 
@@ -58,8 +64,24 @@ def checked(ckpt: Path, cache: Path, tmp_path_factory: pytest.TempPathFactory) -
     data.write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CASCADE_CACHE", str(cache))
-        assert main(["export", "laya", str(ckpt), "--precision", "int8", "--check", str(data),
-                     "--max-flip-rate", "1", "--clients", "2"]) == 0
+        assert (
+            main(
+                [
+                    "export",
+                    "laya",
+                    str(ckpt),
+                    "--precision",
+                    "int8",
+                    "--check",
+                    str(data),
+                    "--max-flip-rate",
+                    "1",
+                    "--clients",
+                    "2",
+                ]
+            )
+            == 0
+        )
     found = cached_int8(ckpt, cache / "laya-onnx")
     assert found is not None
     return found
@@ -69,8 +91,7 @@ def _kinds(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:
     return int8.gemm_kinds(model, layers=3, head_layers=2)  # the tiny checkpoint's
 
 
-def test_only_the_gemms_over_every_token_are_int8(ckpt: Path, checked: Path,
-                                                  cache: Path) -> None:
+def test_only_the_gemms_over_every_token_are_int8(ckpt: Path, checked: Path, cache: Path) -> None:
     fp32 = onnx.load(str(cached_export(ckpt, cache / "laya-onnx") / MODEL_FILE))
     quant = onnx.load(str(checked / MODEL_FILE))
     before, after = (Counter(n.op_type for n in m.graph.node) for m in (fp32, quant))
@@ -100,8 +121,9 @@ def test_only_the_ffn_output_inputs_are_row_scaled(checked: Path) -> None:
     quant = onnx.load(str(checked / MODEL_FILE))
     made = {out: node for node in quant.graph.node for out in node.output}
     used = Counter(i for node in quant.graph.node for i in node.input)
-    quantized = [made[node.input[0]] for node in quant.graph.node
-                 if node.op_type == "DynamicQuantizeLinear"]
+    quantized = [
+        made[node.input[0]] for node in quant.graph.node if node.op_type == "DynamicQuantizeLinear"
+    ]
     assert len(quantized) == 4 * 3 + 5  # one per int8 GEMM
     assert int8.RECIPE["row_scaled"] == ["mlp.Wo", "head.linear2"]
     sources: Counter[str] = Counter()
@@ -120,8 +142,9 @@ def test_only_the_ffn_output_inputs_are_row_scaled(checked: Path) -> None:
     assert sources == {"LayerNormalization": 9, "Reshape": 4, "Div": 4}
 
 
-def test_row_scaling_leaves_the_fp32_model_unchanged(ckpt: Path, checked: Path,
-                                                      cache: Path) -> None:
+def test_row_scaling_leaves_the_fp32_model_unchanged(
+    ckpt: Path, checked: Path, cache: Path
+) -> None:
     import numpy as np
     import onnxruntime as ort
 
@@ -138,8 +161,12 @@ def test_row_scaling_leaves_the_fp32_model_unchanged(ckpt: Path, checked: Path,
     row_scale(scaled, names)
     assert len(scaled.graph.node) == len(fp32.graph.node) + 5 * len(names)
     feeds = sample_feeds(load_config(ckpt), 3, 40, 4, seed=1)
-    got = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-           .run(["logits"], feeds)[0] for m in (fp32, scaled)]
+    got = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            ["logits"], feeds
+        )[0]
+        for m in (fp32, scaled)
+    ]
     assert np.abs(got[0] - got[1]).max() < 1e-4
 
 
@@ -181,14 +208,25 @@ def test_the_report_is_stamped_and_counts_every_question(ckpt: Path, checked: Pa
 
 def _answer(probabilities: dict[str, list[float]]) -> EngineAnswer:
     types = {"dept": "choice", "urgent": "noul"}
-    return EngineAnswer(model="m", usage=EngineUsage(input_tokens=1), results={
-        q: QuestionResult(type=types[q], probabilities=p) for q, p in probabilities.items()})
+    return EngineAnswer(
+        model="m",
+        usage=EngineUsage(input_tokens=1),
+        results={
+            q: QuestionResult(type=types[q], probabilities=p) for q, p in probabilities.items()
+        },
+    )
 
 
 def test_compare_counts_flips_by_cell_gate_and_gold() -> None:
     questions = msgspec.convert(REQUESTS[0]["questions"], dict[str, Question])
-    items = [Item(id=str(i), call=EngineCall(state="s", questions=questions, model="m"),
-                  gold={"dept": "billing", "urgent": True}) for i in range(3)]
+    items = [
+        Item(
+            id=str(i),
+            call=EngineCall(state="s", questions=questions, model="m"),
+            gold={"dept": "billing", "urgent": True},
+        )
+        for i in range(3)
+    ]
     policy = load_policy(DEFAULT_POLICY)
     assert policy.thresholds.confidence.choice.get("3-5") is not None
     floor = policy.thresholds.confidence.choice.get("3-5")
@@ -228,8 +266,9 @@ def test_gateway_refuses_int8_without_a_report(
         build_gateway(_settings(ckpt))
 
 
-def test_gateway_gate_on_reports(ckpt: Path, checked: Path, cache: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gateway_gate_on_reports(
+    ckpt: Path, checked: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CASCADE_CACHE", str(cache))
     path = checked / REPORT_FILE
     good = read_report(path)
@@ -247,8 +286,11 @@ def test_gateway_gate_on_reports(ckpt: Path, checked: Path, cache: Path,
         with pytest.raises(FlipGateRefused, match="int8 b{64}"):
             build_gateway(_settings(ckpt))
         write_report(path, msgspec.structs.replace(good, flips=1, flip_rate=1 / 12))
-        with pytest.raises(FlipGateRefused, match=r"changed 1 of 12 answers: flip rate 0\.0833 "
-                           r"is above max_flip_rate 0\.005"):
+        with pytest.raises(
+            FlipGateRefused,
+            match=r"changed 1 of 12 answers: flip rate 0\.0833 "
+            r"is above max_flip_rate 0\.005",
+        ):
             build_gateway(_settings(ckpt))
         write_report(path, msgspec.structs.replace(good, flips=0, flip_rate=0.0))
         gateway = build_gateway(_settings(ckpt))
@@ -262,8 +304,10 @@ def test_a_policy_names_the_report_and_its_flip_rate(
 ) -> None:
     monkeypatch.setenv("CASCADE_CACHE", str(cache))
     report = read_report(checked / REPORT_FILE)
-    write_report(tmp_path / "reports" / "english.json",
-                 msgspec.structs.replace(report, flips=1, flip_rate=1 / 12))
+    write_report(
+        tmp_path / "reports" / "english.json",
+        msgspec.structs.replace(report, flips=1, flip_rate=1 / 12),
+    )
     policy = tmp_path / "policy.toml"
     policy.write_text(f"""
 [tiers.laya]
@@ -296,7 +340,7 @@ cheap = "laya"
         ("max_flip_rate = 1.5", "`tiers.laya.max_flip_rate`: Expected `float` <= 1.0"),
         ('flip_report = "r.json"', "flip_report names one report"),
     ):
-        policy, found = check_text(base.replace('[route]', f"{extra}\n[route]"))
+        policy, found = check_text(base.replace("[route]", f"{extra}\n[route]"))
         assert policy is None and any(message in f.message for f in found), (extra, found)
     policy, _ = check_text(base.replace("[route]", 'precision = "int8"\n[route]'))
     assert policy is not None and policy.tiers["laya"].precision == "int8"  # type: ignore[union-attr]
@@ -309,8 +353,7 @@ def test_the_engine_never_makes_an_int8_export_itself(tmp_path: Path) -> None:
     from cascade.errors import EngineUnavailable
 
     ckpt = make_tiny(tmp_path / "ckpt", seed=5)
-    engine = LayaEngine("laya", {"english": ckpt}, onnx_cache=tmp_path / "cache",
-                        precision="int8")
+    engine = LayaEngine("laya", {"english": ckpt}, onnx_cache=tmp_path / "cache", precision="int8")
     with pytest.raises(EngineUnavailable, match="--precision int8 --check"):
         asyncio.run(engine.start())
     assert not (tmp_path / "cache").exists()
@@ -329,22 +372,46 @@ def test_requests_come_back_from_a_decision_log(tmp_path: Path) -> None:
     key = hashlib.sha256(text.encode()).hexdigest()
 
     def row(rid: str, qid: str, mode: str, strong: list[float] | None, shadow: int) -> tuple:
-        return (rid, 0.0, "jev-latest", "p", "{}", qid, "choice", "3-5", json.dumps(question),
-                key if mode == "text" else "h" * 64, mode,
-                json.dumps({"tier": "laya", "checkpoint": "english",
-                            "probabilities": [0.5, 0.3, 0.2]}),
-                json.dumps({"tier": "clef", "probabilities": strong}) if strong else None,
-                "laya", None, 0, shadow, 0.01, "", 0, 0, "c", None, "r", None)
+        return (
+            rid,
+            0.0,
+            "jev-latest",
+            "p",
+            "{}",
+            qid,
+            "choice",
+            "3-5",
+            json.dumps(question),
+            key if mode == "text" else "h" * 64,
+            mode,
+            json.dumps({"tier": "laya", "checkpoint": "english", "probabilities": [0.5, 0.3, 0.2]}),
+            json.dumps({"tier": "clef", "probabilities": strong}) if strong else None,
+            "laya",
+            None,
+            0,
+            shadow,
+            0.01,
+            "",
+            0,
+            0,
+            "c",
+            None,
+            "r",
+            None,
+        )
 
     db = tmp_path / "log.db"
     with sqlite3.connect(db) as conn:
         conn.executescript(SCHEMA)
         conn.execute(INSERT_STATE, (key, text))
-        conn.executemany(INSERT, [
-            row("a", "q1", "text", [0.1, 0.8, 0.1], 1),  # shadowed: gold is the strong answer
-            row("a", "q2", "text", None, 0),
-            row("b", "q1", "hash", None, 0),  # no state to rerun
-        ])
+        conn.executemany(
+            INSERT,
+            [
+                row("a", "q1", "text", [0.1, 0.8, 0.1], 1),  # shadowed: gold is the strong answer
+                row("a", "q2", "text", None, 0),
+                row("b", "q1", "hash", None, 0),  # no state to rerun
+            ],
+        )
     items, unusable = items_from_log(db)
     assert unusable == 1 and len(items) == 1
     (item,) = items
@@ -365,17 +432,24 @@ def test_the_bench_compares_both_recipes_on_the_same_rows(
     ops = Counter(n.op_type for n in onnx.load(str(reference)).graph.node)
     chosen = int8.int8_gemms(onnx.load(str(fp32)), 3, 2)
     assert ops["MatMulInteger"] > len(chosen)  # every GEMM, the read positions' too
-    scales = [i for i in onnx.load(str(reference)).graph.initializer
-              if i.name.endswith("_scale")]
+    scales = [i for i in onnx.load(str(reference)).graph.initializer if i.name.endswith("_scale")]
     assert scales and all(len(i.dims) == 0 for i in scales)  # one scale per tensor
     previewer = Previewer({"english": ckpt})
-    calls = msgspec.convert([{"state": r["state"], "questions": r["questions"],
-                              "model": "english"} for r in REQUESTS], list[EngineCall])
+    calls = msgspec.convert(
+        [{"state": r["state"], "questions": r["questions"], "model": "english"} for r in REQUESTS],
+        list[EngineCall],
+    )
     rows = [row for call in calls for row in previewer.plan(call).rows]
     info = previewer.checkpoints["english"]
-    got = same_rows_flips(fp32, {"fp32": fp32, "recipe": checked / MODEL_FILE,
-                                 "per-tensor": reference},
-                          rows, info.cfg, info.tok.pad_id, threads=1, batch=4)
+    got = same_rows_flips(
+        fp32,
+        {"fp32": fp32, "recipe": checked / MODEL_FILE, "per-tensor": reference},
+        rows,
+        info.cfg,
+        info.tok.pad_id,
+        threads=1,
+        batch=4,
+    )
     assert got["fp32"] == {"questions": 12, "flips": 0, "mean_dp": 0.0, "max_dp": 0.0}
     for name in ("recipe", "per-tensor"):
         assert got[name]["questions"] == 12 and 0 <= got[name]["flips"] <= 12

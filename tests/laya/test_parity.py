@@ -156,7 +156,8 @@ def assert_same_result(ours: dict, theirs: dict) -> None:
         if "probabilities" in want:
             assert list(got["probabilities"]) == [wire(k) for k in want["probabilities"]]
             np.testing.assert_allclose(
-                list(got["probabilities"].values()), list(want["probabilities"].values()),
+                list(got["probabilities"].values()),
+                list(want["probabilities"].values()),
                 atol=ROUNDING_STEP,
             )
         assert got["action"]["act_probability"] == pytest.approx(

@@ -103,8 +103,20 @@ def test_make_tiny_and_export_commands(tmp_path: Path, capsys: pytest.CaptureFix
     meta = json.loads((tmp_path / "o" / "export.json").read_text())
     assert meta["self_check"]["logits"] <= 1e-3
     assert (tmp_path / "o" / "model.onnx.data").stat().st_size > 500_000
-    assert main(["export", "laya", str(tmp_path / "t"), "--precision", "int8",
-                 "--out", str(tmp_path / "o8")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "laya",
+                str(tmp_path / "t"),
+                "--precision",
+                "int8",
+                "--out",
+                str(tmp_path / "o8"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "o8" / "model.onnx").exists()
     assert "no flip check run" in capsys.readouterr().out
 

@@ -11,10 +11,37 @@ from tokenizers import AddedToken, Tokenizer
 
 from cascade.laya.tokenizer import LayaTokenizer, cuts_safely, pieces
 
-ALPHABET = [*"abcdefghij", *"ABC", *"0123456789", *"éüßçñ", "e\u0301", "日本語", "한국", "🙂",
-            "👍🏽", *".,;:!?'\"-()[]{}<>/\\@#$%&*_+=|~", "'s", "'ll", "[SEP]", "[MASK]", "[CLS]x",
-            "\u00b2", "\u0663", " ", " ", " ", "  ", "   ", "\n", "\n\n", "\t", " \n ", "\u00a0",
-            "\u3000", "\u200b"]
+ALPHABET = [
+    *"abcdefghij",
+    *"ABC",
+    *"0123456789",
+    *"éüßçñ",
+    "e\u0301",
+    "日本語",
+    "한국",
+    "🙂",
+    "👍🏽",
+    *".,;:!?'\"-()[]{}<>/\\@#$%&*_+=|~",
+    "'s",
+    "'ll",
+    "[SEP]",
+    "[MASK]",
+    "[CLS]x",
+    "\u00b2",
+    "\u0663",
+    " ",
+    " ",
+    " ",
+    "  ",
+    "   ",
+    "\n",
+    "\n\n",
+    "\t",
+    " \n ",
+    "\u00a0",
+    "\u3000",
+    "\u200b",
+]
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -38,8 +65,7 @@ def test_pieces_cover_the_text_and_cut_only_between_words() -> None:
 
 
 @pytest.mark.parametrize("space_runs", [False, True])
-def test_pieces_encode_to_the_whole_texts_ids(tiny_dirs: dict[str, Path], space_runs: bool
-                                              ) -> None:
+def test_pieces_encode_to_the_whole_texts_ids(tiny_dirs: dict[str, Path], space_runs: bool) -> None:
     tok = _tokenizer(tiny_dirs)
     raw = Tokenizer.from_str(tok._tok.to_str())  # the whole text in one call
     if space_runs:  # as ModernBERT's tokenizer has: runs of 2 to 24 spaces as added tokens
@@ -49,8 +75,11 @@ def test_pieces_encode_to_the_whole_texts_ids(tiny_dirs: dict[str, Path], space_
     for _ in range(300):
         text = tok.strip_mask(_text(rng, rng.randrange(1, 600)))
         whole = raw.encode(text, add_special_tokens=False).ids
-        cut = [i for p in pieces(text, size=rng.choice((2, 5, 16, 64)))
-               for i in raw.encode(p, add_special_tokens=False).ids]
+        cut = [
+            i
+            for p in pieces(text, size=rng.choice((2, 5, 16, 64)))
+            for i in raw.encode(p, add_special_tokens=False).ids
+        ]
         assert cut == whole, text
 
 
@@ -62,23 +91,45 @@ def test_a_long_state_is_encoded_in_pieces_with_the_same_ids(tiny_dirs: dict[str
     assert tok.encode(text) == tok._tok.encode(text, add_special_tokens=False).ids
 
 
-@pytest.mark.parametrize(("change", "safe"), [
-    ({}, True),
-    ({"added": AddedToken("[X]", rstrip=True)}, True),  # strips towards a bracket only
-    ({"added": AddedToken("x]", lstrip=True)}, False),  # could eat the space before it
-    ({"added": AddedToken("[X", rstrip=True)}, False),  # could eat the cut space
-    ({"added": AddedToken("[Y]y", rstrip=True)}, False),
-    ({"added": AddedToken("a b")}, False),  # could match across the cut
-    ({"added": AddedToken("   ", normalized=True)}, True),  # ModernBERT's space runs
-    ({"added": AddedToken("  ", lstrip=True)}, False),
-    ({"pre": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
-              "split": True}}, False),
-    ({"pre": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-              "use_regex": False}}, False),
-    ({"norm": {"type": "NFKC"}}, False),
-])
-def test_only_tokenizers_whose_cuts_are_safe_are_cut(tiny_dirs: dict[str, Path], change: dict,
-                                                     safe: bool) -> None:
+@pytest.mark.parametrize(
+    ("change", "safe"),
+    [
+        ({}, True),
+        ({"added": AddedToken("[X]", rstrip=True)}, True),  # strips towards a bracket only
+        ({"added": AddedToken("x]", lstrip=True)}, False),  # could eat the space before it
+        ({"added": AddedToken("[X", rstrip=True)}, False),  # could eat the cut space
+        ({"added": AddedToken("[Y]y", rstrip=True)}, False),
+        ({"added": AddedToken("a b")}, False),  # could match across the cut
+        ({"added": AddedToken("   ", normalized=True)}, True),  # ModernBERT's space runs
+        ({"added": AddedToken("  ", lstrip=True)}, False),
+        (
+            {
+                "pre": {
+                    "type": "Metaspace",
+                    "replacement": "▁",
+                    "prepend_scheme": "always",
+                    "split": True,
+                }
+            },
+            False,
+        ),
+        (
+            {
+                "pre": {
+                    "type": "ByteLevel",
+                    "add_prefix_space": False,
+                    "trim_offsets": True,
+                    "use_regex": False,
+                }
+            },
+            False,
+        ),
+        ({"norm": {"type": "NFKC"}}, False),
+    ],
+)
+def test_only_tokenizers_whose_cuts_are_safe_are_cut(
+    tiny_dirs: dict[str, Path], change: dict, safe: bool
+) -> None:
     raw = Tokenizer.from_file(str(next(iter(tiny_dirs.values())) / "tokenizer" / "tokenizer.json"))
     if "added" in change:
         raw.add_tokens([change["added"]])

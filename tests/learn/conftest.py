@@ -29,8 +29,11 @@ def distill(demo_dir: Path, *args: str | Path) -> Run:
     """``cascade distill ... --demo`` in process, the demo tiers read from ``demo_dir``."""
     out, err = io.StringIO(), io.StringIO()
     argv = ["distill", *map(str, args), "--no-progress"]
-    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
+    with (
+        pytest.MonkeyPatch.context() as env,
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         env.setenv("CASCADE_DEMO_DIR", str(demo_dir))
         code = main(argv)
     flag = argv.index("--out") + 1
@@ -56,11 +59,19 @@ def requests_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def distilled(demo_dir: Path, requests_file: Path, tmp_path_factory: pytest.TempPathFactory
-              ) -> Run:
+def distilled(demo_dir: Path, requests_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     root = tmp_path_factory.mktemp("distilled")
-    return distill(demo_dir, requests_file, "--demo", "--out", root / "new",
-                   "--run-dir", root / "run", "--epochs", EPOCHS)
+    return distill(
+        demo_dir,
+        requests_file,
+        "--demo",
+        "--out",
+        root / "new",
+        "--run-dir",
+        root / "run",
+        "--epochs",
+        EPOCHS,
+    )
 
 
 def report_of(run: Run) -> Report:

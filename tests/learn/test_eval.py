@@ -29,13 +29,16 @@ def agreement(out: Path) -> float:
 def evaluate(demo_dir: Path, data: Path, out: Path, *laya: str | Path) -> float:
     with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(io.StringIO()):
         env.setenv("CASCADE_DEMO_DIR", str(demo_dir))
-        assert main(["eval", str(data), "--demo", *map(str, laya), "--out", str(out),
-                     "--no-progress"]) == 0
+        assert (
+            main(["eval", str(data), "--demo", *map(str, laya), "--out", str(out), "--no-progress"])
+            == 0
+        )
     return agreement(out)
 
 
-def test_eval_of_newdir_agrees_with_the_strong_tier_far_more(distilled: Run, demo_dir: Path,
-                                                             tmp_path: Path) -> None:
+def test_eval_of_newdir_agrees_with_the_strong_tier_far_more(
+    distilled: Run, demo_dir: Path, tmp_path: Path
+) -> None:
     unseen = write(tmp_path / "unseen.jsonl", 60, seed=7)
     before = evaluate(demo_dir, unseen, tmp_path / "before")
     after = evaluate(demo_dir, unseen, tmp_path / "after", "--laya", distilled.out)

@@ -57,8 +57,12 @@ async def serve(policy: Path, n: int) -> None:
     await gateway.start()
     try:
         for i, raw in enumerate(requests(n, seed=2)):
-            call = EngineCall(state=raw["state"], model="jev-latest", request_id=f"r{i}",
-                              questions=msgspec.convert(raw["questions"], dict[str, Question]))
+            call = EngineCall(
+                state=raw["state"],
+                model="jev-latest",
+                request_id=f"r{i}",
+                questions=msgspec.convert(raw["questions"], dict[str, Question]),
+            )
             await gateway.systemone(call)
         await gateway.shadows.settled()
     finally:
@@ -66,13 +70,15 @@ async def serve(policy: Path, n: int) -> None:
         decisions.close()
 
 
-def test_from_log_learns_from_escalations_and_shadow_samples(demo_dir: Path, tmp_path: Path
-                                                             ) -> None:
+def test_from_log_learns_from_escalations_and_shadow_samples(
+    demo_dir: Path, tmp_path: Path
+) -> None:
     export(demo_dir / "laya-english", progress=lambda _: None)  # the engine finds it cached
     log = tmp_path / "decisions.sqlite"
     policy = tmp_path / "policy.toml"
-    policy.write_text(POLICY.format(laya=demo_dir / "laya-english", clef=demo_dir / "clef-flash",
-                                    log=log))
+    policy.write_text(
+        POLICY.format(laya=demo_dir / "laya-english", clef=demo_dir / "clef-flash", log=log)
+    )
     asyncio.run(serve(policy, 200))
     rows = list(read_rows(log))
     final = [r for r in rows if r.cheap is not None and not escalated(r) and not r.degraded]
@@ -80,13 +86,25 @@ def test_from_log_learns_from_escalations_and_shadow_samples(demo_dir: Path, tmp
     raised = [r for r in rows if escalated(r) and r.strong is not None]
     assert shadowed and raised and len(shadowed) < len(final)
 
-    run = distill(demo_dir, "--from-log", log, "--policy", policy, "--out", tmp_path / "new",
-                  "--run-dir", tmp_path / "run", "--epochs", "8")
+    run = distill(
+        demo_dir,
+        "--from-log",
+        log,
+        "--policy",
+        policy,
+        "--out",
+        tmp_path / "new",
+        "--run-dir",
+        tmp_path / "run",
+        "--epochs",
+        "8",
+    )
     assert run.code == 0, run.stderr
     report = report_of(run)
     teacher = report.meta["teacher"]
     assert teacher["rows"] == {"shadow": len(shadowed), "escalation": len(raised)}
     assert teacher["shadow_weight"] / teacher["escalation_weight"] == pytest.approx(
-        len(final) / len(shadowed), rel=1e-4)
+        len(final) / len(shadowed), rel=1e-4
+    )
     assert report.meta["data"]["kind"] == "log"
     assert report.after.agreement > report.before.agreement

@@ -26,8 +26,12 @@ async def answers(engine: LayaEngine) -> dict[str, tuple[dict, list]]:
     try:
         out = {}
         for name, (state, questions, controls) in CASES.items():
-            call = EngineCall(state=state, questions=to_questions(questions), model="english",
-                              controls=Controls(**controls))
+            call = EngineCall(
+                state=state,
+                questions=to_questions(questions),
+                model="english",
+                controls=Controls(**controls),
+            )
             answer = await engine.answer(call)
             out[name] = laya_dicts(call.questions, answer.results, answer.usage)
         return out
@@ -36,7 +40,8 @@ async def answers(engine: LayaEngine) -> dict[str, tuple[dict, list]]:
 
 
 def test_newdir_gets_its_own_export_and_laya_answers_it_as_cascade_does(
-        distilled: Run, demo_dir: Path, tmp_path: Path) -> None:
+    distilled: Run, demo_dir: Path, tmp_path: Path
+) -> None:
     import torch
     from laya import Agent
 
@@ -48,8 +53,9 @@ def test_newdir_gets_its_own_export_and_laya_answers_it_as_cascade_does(
     served = asyncio.run(answers(engine))
     own = cached_export(new, cache)
     assert own == cache / content_hash(new)[:16] != cached_export(source, cache)
-    assert msgspec.json.decode((own / "export.json").read_bytes())["content_hash"] == \
-        content_hash(new)
+    assert msgspec.json.decode((own / "export.json").read_bytes())["content_hash"] == content_hash(
+        new
+    )
 
     torch.set_num_threads(1)
     # the tiny temperatures are in Laya's range: laya loads both without a warning

@@ -16,11 +16,19 @@ from cascade.learn.source import SourceError, read_requests
 
 
 def test_refused_lines_and_images_are_counted_not_fatal(tmp_path: Path) -> None:
-    good = {"id": 1, "state": "hello", "gold": {"q": "a"}, "source": "x",
-            "questions": {"q": {"type": "choice", "criteria": ["a", "b"]}}}
-    lines = [good, {**good, "id": 2},  # the same content twice: one item
-             {**good, "state": "hi", "questions": {"q": {"type": "choice", "criteria": []}}},
-             {**good, "state": "img", "images": ["aGVsbG8="]}]
+    good = {
+        "id": 1,
+        "state": "hello",
+        "gold": {"q": "a"},
+        "source": "x",
+        "questions": {"q": {"type": "choice", "criteria": ["a", "b"]}},
+    }
+    lines = [
+        good,
+        {**good, "id": 2},  # the same content twice: one item
+        {**good, "state": "hi", "questions": {"q": {"type": "choice", "criteria": []}}},
+        {**good, "state": "img", "images": ["aGVsbG8="]},
+    ]
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines) + "{oops\n")
     items, left_out = read_requests(path)
@@ -33,8 +41,12 @@ def test_refused_lines_and_images_are_counted_not_fatal(tmp_path: Path) -> None:
 
 
 def test_teacher_probabilities_follow_option_order(demo_dir: Path, tmp_path: Path) -> None:
-    question = {"type": "score", "instructions": "How angry?", "criteria": ["a", "b", "c"],
-                "option_order": [2, 0, 1]}
+    question = {
+        "type": "score",
+        "instructions": "How angry?",
+        "criteria": ["a", "b", "c"],
+        "option_order": [2, 0, 1],
+    }
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps({"id": 1, "state": "x", "questions": {"q": question}}) + "\n")
     (item,), _ = read_requests(path)

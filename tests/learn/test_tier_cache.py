@@ -21,15 +21,24 @@ from cascade.learn import distill
 from cascade.settings import Settings
 from tests.learn.conftest import distill as distill_cli
 
-QUESTIONS = {"urgent": {"type": "noul", "instructions": "Is it urgent?"},
-             "team": {"type": "choice", "instructions": "Which team?",
-                      "criteria": ["billing", "tech", "sales"]}}
+QUESTIONS = {
+    "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": ["billing", "tech", "sales"],
+    },
+}
 
 
 def _requests(path: Path, states: list[str], ids: list[str] | None = None) -> Path:
     ids = ids or [f"r{i}" for i in range(len(states))]
-    path.write_text("".join(json.dumps({"id": i, "state": s, "questions": QUESTIONS}) + "\n"
-                            for i, s in zip(ids, states, strict=True)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": i, "state": s, "questions": QUESTIONS}) + "\n"
+            for i, s in zip(ids, states, strict=True)
+        )
+    )
     return path
 
 
@@ -37,8 +46,9 @@ def _lines(path: Path) -> int:
     return len(path.read_bytes().splitlines())
 
 
-def test_a_clef_release_retrained_in_place_is_asked_again_by_eval_and_distill(tmp_path: Path
-                                                                               ) -> None:
+def test_a_clef_release_retrained_in_place_is_asked_again_by_eval_and_distill(
+    tmp_path: Path,
+) -> None:
     from cascade.clef.tiny import make_tiny as make_clef
     from cascade.laya.tiny import make_tiny as make_laya
 
@@ -51,12 +61,16 @@ def test_a_clef_release_retrained_in_place_is_asked_again_by_eval_and_distill(tm
     items, _ = read_items(_requests(tmp_path / "r.jsonl", states), model="jev-latest")
     out, run_dir = tmp_path / "eval", tmp_path / "distill-run"
     options = distill.Options(settings=settings, out=tmp_path / "new", progress=False)
-    cheap, strong, taught = out / "cache/cheap.jsonl", out / "cache/strong.jsonl", \
-        run_dir / "teacher.jsonl"
+    cheap, strong, taught = (
+        out / "cache/cheap.jsonl",
+        out / "cache/strong.jsonl",
+        run_dir / "teacher.jsonl",
+    )
 
     def both() -> dict[str, list[float]]:
-        asyncio.run(run_tiers(items, policy, settings, out, slots=["cheap", "strong"],
-                              progress=False))
+        asyncio.run(
+            run_tiers(items, policy, settings, out, slots=["cheap", "strong"], progress=False)
+        )
         run_dir.mkdir(exist_ok=True)
         (first, *_) = distill._teach(options, policy, items, run_dir)
         assert first.teacher is not None
@@ -75,15 +89,18 @@ def test_a_clef_release_retrained_in_place_is_asked_again_by_eval_and_distill(tm
     assert distill.teacher_identity(policy)["release"] == teacher_before["release"]
 
 
-def test_eval_refuses_a_repeated_id_naming_its_line(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_eval_refuses_a_repeated_id_naming_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CASCADE_DEMO_DIR", str(tmp_path / "demo"))
     data = _requests(tmp_path / "r.jsonl", ["one", "two", "three"], ids=["a", "b", "a"])
     err = io.StringIO()
     with pytest.raises(SystemExit) as refused, contextlib.redirect_stderr(err):
         main(["eval", str(data), "--demo", "--out", str(tmp_path / "out"), "--no-progress"])
-    assert str(refused.value) == (f"cascade eval: {data}:3: duplicate id 'a' (first on line 1);"
-                                  " every item needs a unique `id`")
+    assert str(refused.value) == (
+        f"cascade eval: {data}:3: duplicate id 'a' (first on line 1);"
+        " every item needs a unique `id`"
+    )
 
 
 def test_distill_refuses_a_repeated_id_naming_its_line(demo_dir: Path, tmp_path: Path) -> None:

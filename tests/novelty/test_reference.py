@@ -28,8 +28,24 @@ from cascade.novelty.reference import (
 from cascade.schema import NoulQuestion
 
 FAMILIAR = ["refund", "crash", "price", "login", "invoice", "contract"]
-FOREIGN = ["the", "weather", "in", "lisbon", "will", "be", "sunny", "with", "light", "winds",
-           "harvest", "tractor", "wheat", "sonata", "violin", "glacier"]
+FOREIGN = [
+    "the",
+    "weather",
+    "in",
+    "lisbon",
+    "will",
+    "be",
+    "sunny",
+    "with",
+    "light",
+    "winds",
+    "harvest",
+    "tractor",
+    "wheat",
+    "sonata",
+    "violin",
+    "glacier",
+]
 CELL = cell_of("english", "noul", "2")
 RATE = 0.05
 
@@ -37,8 +53,7 @@ RATE = 0.05
 def _states(n: int, foreign: bool, seed: int) -> list[str]:
     rng = random.Random(seed)
     if foreign:
-        return [" ".join(rng.choice(FOREIGN) for _ in range(rng.randint(40, 80)))
-                for _ in range(n)]
+        return [" ".join(rng.choice(FOREIGN) for _ in range(rng.randint(40, 80))) for _ in range(n)]
     return [f"ticket {i}: " + " ".join(rng.choice(FAMILIAR) for _ in range(6)) for i in range(n)]
 
 
@@ -48,17 +63,28 @@ def vectors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[bytes]]:
     states, one noul question each."""
     root = tmp_path_factory.mktemp("novelty")
     ckpt = make_tiny(root / "laya", seed=0)
-    session = OnnxSession(export(ckpt, cache=root / "onnx", progress=lambda _: None) / MODEL_FILE,
-                          intra_op_threads=1, optional=("pooled",))
+    session = OnnxSession(
+        export(ckpt, cache=root / "onnx", progress=lambda _: None) / MODEL_FILE,
+        intra_op_threads=1,
+        optional=("pooled",),
+    )
     previewer = Previewer({"english": ckpt})
     tiny = previewer.checkpoints["english"]
     out: dict[str, list[bytes]] = {}
-    for name, states in (("fit", _states(300, False, 1)), ("familiar", _states(200, False, 2)),
-                         ("foreign", _states(100, True, 3))):
+    for name, states in (
+        ("fit", _states(300, False, 1)),
+        ("familiar", _states(200, False, 2)),
+        ("foreign", _states(100, True, 3)),
+    ):
         out[name] = []
         for state in states:
-            plan = previewer.plan(EngineCall(state=state, model="english",
-                                             questions={"q": NoulQuestion(instructions="Urgent?")}))
+            plan = previewer.plan(
+                EngineCall(
+                    state=state,
+                    model="english",
+                    questions={"q": NoulQuestion(instructions="Urgent?")},
+                )
+            )
             logits, act, pooled = session.run(collate(plan.rows, tiny.tok.pad_id))
             rows = [(logits[0, : len(plan.rows[0].markers)], act[0], pooled[0])]
             result = decode.results(plan.questions, plan.rows, rows, tiny.cfg)["q"]
@@ -68,8 +94,15 @@ def vectors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[bytes]]:
 
 
 def _fitted(vectors: dict[str, list[bytes]]) -> ReferenceSet:
-    return fit({CELL: vectors["fit"]}, weights="w1", k=5, dims=16, max_reference=250,
-               max_flag_rate=RATE, min_rows=30)
+    return fit(
+        {CELL: vectors["fit"]},
+        weights="w1",
+        k=5,
+        dims=16,
+        max_reference=250,
+        max_flag_rate=RATE,
+        min_rows=30,
+    )
 
 
 def _flag_rate(ref: ReferenceSet, rows: list[bytes]) -> float:
@@ -77,7 +110,8 @@ def _flag_rate(ref: ReferenceSet, rows: list[bytes]) -> float:
 
 
 def test_familiar_rows_flag_at_about_the_rate_and_foreign_rows_flag(
-        vectors: dict[str, list[bytes]]) -> None:
+    vectors: dict[str, list[bytes]],
+) -> None:
     ref = _fitted(vectors)
     assert ref.cells[CELL].shape == (250, 16)  # bounded and compressed
     own = knn(ref.cells[CELL], ref.cells[CELL], 5, leave_out_self=True)
@@ -87,13 +121,21 @@ def test_familiar_rows_flag_at_about_the_rate_and_foreign_rows_flag(
 
 
 def test_a_cell_with_too_few_rows_gets_no_reference(vectors: dict[str, list[bytes]]) -> None:
-    ref = fit({CELL: vectors["fit"][:20]}, weights="w1", k=5, dims=16, max_reference=250,
-              max_flag_rate=RATE, min_rows=30)
+    ref = fit(
+        {CELL: vectors["fit"][:20]},
+        weights="w1",
+        k=5,
+        dims=16,
+        max_reference=250,
+        max_flag_rate=RATE,
+        min_rows=30,
+    )
     assert ref.cells == {} and ref.novelty(CELL, vectors["fit"][0]) is None
 
 
 def test_the_file_round_trips_and_is_checked_against_its_hash(
-        vectors: dict[str, list[bytes]], tmp_path: Path) -> None:
+    vectors: dict[str, list[bytes]], tmp_path: Path
+) -> None:
     ref = _fitted(vectors)
     digest = save(tmp_path / "r.npz", ref)
     back = load(tmp_path / "r.npz", digest)

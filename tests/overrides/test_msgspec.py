@@ -35,7 +35,9 @@ def test_a_validation_error_splits_into_its_reason_and_where() -> None:
 
 def test_an_elided_index_is_left_out_and_the_top_has_no_path() -> None:
     assert messages.split(_message({"questions": [], "extra": {"k": "v"}})) == (
-        "Expected `int`, got `str`", ["extra"])
+        "Expected `int`, got `str`",
+        ["extra"],
+    )
     assert messages.split(_message([])) == ("Expected `object`, got `array`", [])
 
 
@@ -60,12 +62,15 @@ def test_a_decode_error_points_at_its_byte(data: bytes, at: int) -> None:
 
 
 def test_a_number_outside_its_declared_bounds_is_told_apart() -> None:
-    for tp, value in ((Annotated[int, msgspec.Meta(ge=1)], 0),
-                      (Annotated[float, msgspec.Meta(gt=0.0, lt=1.0)], 1.0),
-                      (Annotated[float, msgspec.Meta(ge=-0.5)], -1e9)):
+    for tp, value in (
+        (Annotated[int, msgspec.Meta(ge=1)], 0),
+        (Annotated[float, msgspec.Meta(gt=0.0, lt=1.0)], 1.0),
+        (Annotated[float, msgspec.Meta(ge=-0.5)], -1e9),
+    ):
         with pytest.raises(msgspec.ValidationError) as caught:
             msgspec.convert(value, tp)
         assert messages.out_of_bounds(str(caught.value)), str(caught.value)
     assert not messages.out_of_bounds("Expected `int`, got `str`")
-    assert not messages.out_of_bounds(messages.split(_message({"questions": [
-        {"id": "a", "text": "abcd"}]}))[0])  # a string's length is not a number's bounds
+    assert not messages.out_of_bounds(
+        messages.split(_message({"questions": [{"id": "a", "text": "abcd"}]}))[0]
+    )  # a string's length is not a number's bounds

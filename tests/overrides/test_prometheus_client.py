@@ -21,9 +21,11 @@ def test_a_removed_child_is_forgotten(forget: str) -> None:
     registry = CollectorRegistry()
     gauge = Gauge("t_share", "share", ["tier"], registry=registry)
     gauge.labels("laya").set(1)
-    {"remove": lambda: gauge.remove("laya"),
-     "remove_by_labels": lambda: gauge.remove_by_labels({"tier": "laya"}),
-     "clear": gauge.clear}[forget]()
+    {
+        "remove": lambda: gauge.remove("laya"),
+        "remove_by_labels": lambda: gauge.remove_by_labels({"tier": "laya"}),
+        "clear": gauge.clear,
+    }[forget]()
     assert registry.get_sample_value("t_share", {"tier": "laya"}) is None
     gauge.labels("laya").set(2)  # a stale child would take this and export nothing
     assert registry.get_sample_value("t_share", {"tier": "laya"}) == 2

@@ -20,8 +20,9 @@ UPGRADE = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n
 
 
 async def _app(scope: Any, receive: Any, send: Any) -> None:
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-length", b"2")]})
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
     await send({"type": "http.response.body", "body": b"ok"})
 
 
@@ -52,8 +53,9 @@ class _Transport(asyncio.Transport):
         pass
 
 
-def _serve(protocol_class: type[H11Protocol], data: bytes,
-           routed: _Transport | None = None) -> _Transport:
+def _serve(
+    protocol_class: type[H11Protocol], data: bytes, routed: _Transport | None = None
+) -> _Transport:
     """What ``protocol_class`` writes to its connection's transport when it receives ``data``
     (the answer goes to ``routed`` instead when given)."""
 

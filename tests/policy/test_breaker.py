@@ -7,8 +7,9 @@ import pytest
 from cascade.policy.breaker import CircuitBreaker
 from cascade.policy.model import BreakerConfig
 
-CONFIG = BreakerConfig(window_s=10.0, min_calls=4, failure_ratio=0.5, cooldown_s=5.0,
-                       half_open_probes=1)
+CONFIG = BreakerConfig(
+    window_s=10.0, min_calls=4, failure_ratio=0.5, cooldown_s=5.0, half_open_probes=1
+)
 
 
 def feed(breaker: CircuitBreaker, outcomes: str, start: float = 0.0, step: float = 0.1) -> float:
@@ -78,8 +79,9 @@ def test_a_failed_probe_reopens_with_a_fresh_cooldown() -> None:
 
 
 def test_several_probes_must_all_succeed() -> None:
-    breaker = CircuitBreaker(BreakerConfig(min_calls=2, failure_ratio=1.0, cooldown_s=1.0,
-                                           half_open_probes=2))
+    breaker = CircuitBreaker(
+        BreakerConfig(min_calls=2, failure_ratio=1.0, cooldown_s=1.0, half_open_probes=2)
+    )
     now = feed(breaker, "xx") + 1.0
     assert breaker.allow(now) and breaker.allow(now)
     assert not breaker.allow(now)

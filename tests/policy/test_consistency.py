@@ -40,8 +40,9 @@ def by_content(q: Question) -> list[float]:
     return NARROW if n == 3 else [0.9, *[0.1 / (n - 1)] * (n - 1)]
 
 
-def tier(answer: Callable[[Question], list[float]], *, fail_again: bool = False
-         ) -> tuple[list[EngineCall], Callable[[Ask], Reply]]:
+def tier(
+    answer: Callable[[Question], list[float]], *, fail_again: bool = False
+) -> tuple[list[EngineCall], Callable[[Ask], Reply]]:
     calls: list[EngineCall] = []
 
     def reply(ask: Ask) -> Reply:
@@ -49,9 +50,15 @@ def tier(answer: Callable[[Question], list[float]], *, fail_again: bool = False
         calls.append(ask.call)
         if fail_again and len(calls) == 2:
             return Failure(EngineUnavailable("laya is busy"))
-        return EngineAnswer(model=ask.tier, usage=EngineUsage(input_tokens=len(ask.call.questions)),
-                            results={q: QuestionResult(type=v.type, probabilities=answer(v))
-                                     for q, v in ask.call.questions.items()})
+        return EngineAnswer(
+            model=ask.tier,
+            usage=EngineUsage(input_tokens=len(ask.call.questions)),
+            results={
+                q: QuestionResult(type=v.type, probabilities=answer(v))
+                for q, v in ask.call.questions.items()
+            },
+        )
+
     return calls, reply
 
 
@@ -118,11 +125,14 @@ def test_255_options_never_add_more_rows_than_the_bounds() -> None:
     laya = msgspec.structs.replace(POLICY.tiers["laya"], max_batch_size=3)
     assert isinstance(laya, LayaTier)
     wide: dict[str, Question] = {
-        f"s{i}": ScoreQuestion(criteria=[f"l{j}" for j in range(255)]) for i in range(3)}
+        f"s{i}": ScoreQuestion(criteria=[f"l{j}" for j in range(255)]) for i in range(3)
+    }
     for max_rows, want in ((2, 2), (8, 3)):  # max_extra_rows binds, then the tier's batch
         policy = msgspec.structs.replace(
-            POLICY, tiers={**POLICY.tiers, "laya": laya},
-            consistency=Consistency(margin=1.0, orders=5, max_extra_rows=max_rows))
+            POLICY,
+            tiers={**POLICY.tiers, "laya": laya},
+            consistency=Consistency(margin=1.0, orders=5, max_extra_rows=max_rows),
+        )
         calls, reply = tier(by_content)
         decision = run(decide(policy, call(questions=wide), previews=False), reply)
         assert len(calls[1].questions) == want
@@ -130,23 +140,28 @@ def test_255_options_never_add_more_rows_than_the_bounds() -> None:
 
 
 def test_request_escalation_takes_the_other_cheap_questions_along() -> None:
-    policy = msgspec.structs.replace(CHECKED, route=msgspec.structs.replace(
-        CHECKED.route, escalate="request"))
+    policy = msgspec.structs.replace(
+        CHECKED, route=msgspec.structs.replace(CHECKED.route, escalate="request")
+    )
     questions = {**intent(), "mood": ScoreQuestion(criteria=["calm", "angry"])}
     calls, reply = tier(by_slot)
     decision = run(decide(policy, call(questions=questions), previews=False), reply)
     assert decision.escalated == {"intent": "order_unstable", "mood": "whole_request"}
 
 
-@pytest.mark.parametrize(("table", "key"), [
-    ("[consistency]\norders = 0", "consistency.orders"),
-    ("[consistency]\nmax_extra_rows = 0", "consistency.max_extra_rows"),
-    ("[consistency]\nmargin = 1.5", "consistency.margin"),
-    ("[novelty]\nmax_reference = 50000", "novelty.max_reference"),
-    ("[novelty]\nmax_flag_rate = 0", "novelty.max_flag_rate"),
-])
-def test_policy_files_reject_out_of_bounds_signal_settings(tmp_path: Path, table: str,
-                                                           key: str) -> None:
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ("[consistency]\norders = 0", "consistency.orders"),
+        ("[consistency]\nmax_extra_rows = 0", "consistency.max_extra_rows"),
+        ("[consistency]\nmargin = 1.5", "consistency.margin"),
+        ("[novelty]\nmax_reference = 50000", "novelty.max_reference"),
+        ("[novelty]\nmax_flag_rate = 0", "novelty.max_flag_rate"),
+    ],
+)
+def test_policy_files_reject_out_of_bounds_signal_settings(
+    tmp_path: Path, table: str, key: str
+) -> None:
     path = tmp_path / "p.toml"
     path.write_text(Path("policies/default.toml").read_text() + "\n" + table + "\n")
     with pytest.raises(PolicyError, match=key):

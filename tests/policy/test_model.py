@@ -35,7 +35,10 @@ def messages(text: str) -> list[str]:
 
 def test_the_shipped_policies_load_clean() -> None:
     assert {p.name for p in POLICIES} >= {
-        "default.toml", "support-triage.toml", "latency-first.toml", "quality-first.toml"
+        "default.toml",
+        "support-triage.toml",
+        "latency-first.toml",
+        "quality-first.toml",
     }
     for path in POLICIES:
         policy, found = check_text(path.read_text())
@@ -46,7 +49,8 @@ def test_the_shipped_policies_load_clean() -> None:
 def test_default_policy_shape() -> None:
     policy = load_policy(Path(__file__).parents[2] / "policies" / "default.toml")
     assert {resolve_model(policy, m) for m in ("jev-latest", "jev-preview", "jev-1.13.0")} == {
-        "cascade"}
+        "cascade"
+    }
     assert policy.route.max_choice_options == 48
     assert isinstance(policy.tiers["laya"], LayaTier)
     assert isinstance(policy.tiers["clef"], ClefTier)
@@ -63,7 +67,9 @@ def test_the_ollama_policy_puts_laya_in_front_of_ollama() -> None:
     laya, clef = policy.tiers[policy.route.cheap], policy.tiers[policy.route.strong]
     assert isinstance(laya, LayaTier)
     assert laya.checkpoints.named() == {
-        "english": "convaiinnovations/laya", "multilingual": "convaiinnovations/laya/multilingual"}
+        "english": "convaiinnovations/laya",
+        "multilingual": "convaiinnovations/laya/multilingual",
+    }
     assert isinstance(clef, UpstreamTier)
     assert clef.urls == ["http://127.0.0.1:11434"]
     assert (clef.model, clef.health_path) == ("clef-flash:9b", "/api/version")
@@ -82,9 +88,12 @@ def test_defaults_of_a_minimal_policy() -> None:
 
 
 def test_unknown_keys_are_all_reported_with_their_lines() -> None:
-    text = GOOD.replace('kind = "clef"', 'kind = "clef"\ndevise = "cuda"').replace(
-        'checkpoints = { english = "./en" }', 'checkpoints = { english = "./en", multi = "m" }'
-    ) + '\n[thresholds.confidence]\nchoice = { "2" = 0.6, "12" = 0.1 }\n'
+    text = (
+        GOOD.replace('kind = "clef"', 'kind = "clef"\ndevise = "cuda"').replace(
+            'checkpoints = { english = "./en" }', 'checkpoints = { english = "./en", multi = "m" }'
+        )
+        + '\n[thresholds.confidence]\nchoice = { "2" = 0.6, "12" = 0.1 }\n'
+    )
     assert messages(text) == [
         "p.toml:3: error: unknown key `multi` (known: english, multilingual, typed-decisions)",
         "p.toml:7: error: unknown key `devise` (known: device, download, kind, max_batch_size, "
@@ -117,8 +126,9 @@ def test_missing_required_keys() -> None:
 
 def test_invalid_toml_reports_the_parser_line() -> None:
     (line,) = messages(GOOD + "\n[route\n")
-    assert line == ("p.toml:12: error: invalid TOML: Cannot declare ('route',) twice "
-                    "(at line 12, column 7)")
+    assert line == (
+        "p.toml:12: error: invalid TOML: Cannot declare ('route',) twice (at line 12, column 7)"
+    )
 
 
 def test_cross_references() -> None:
@@ -135,23 +145,31 @@ def test_cross_references() -> None:
 
 
 def test_rules_that_need_a_strong_tier() -> None:
-    text = (GOOD.replace('strong = "clef"\n', 'strong_types = ["score"]\n')
-            .replace('[tiers.clef]\nkind = "clef"\n', "")
-            + '[models]\nstrong_only = ["clef-flash"]\n'
-            + '[thresholds.confidence]\nnoul = { "2" = 0.7 }\n[shadow]\nfraction = 0.1\n')
+    text = (
+        GOOD.replace('strong = "clef"\n', 'strong_types = ["score"]\n').replace(
+            '[tiers.clef]\nkind = "clef"\n', ""
+        )
+        + '[models]\nstrong_only = ["clef-flash"]\n'
+        + '[thresholds.confidence]\nnoul = { "2" = 0.7 }\n[shadow]\nfraction = 0.1\n'
+    )
     found = messages(text)
-    assert "p.toml:8: error: route.strong_types needs a strong tier, but route.strong is not set" \
+    assert (
+        "p.toml:8: error: route.strong_types needs a strong tier, but route.strong is not set"
         in found
-    assert "p.toml:10: error: models.strong_only needs a strong tier, but route.strong is not set" \
+    )
+    assert (
+        "p.toml:10: error: models.strong_only needs a strong tier, but route.strong is not set"
         in found
-    assert "p.toml:12: error: thresholds.confidence.noul needs a strong tier to escalate to" \
-        in found
+    )
+    assert (
+        "p.toml:12: error: thresholds.confidence.noul needs a strong tier to escalate to" in found
+    )
     assert "p.toml:14: error: shadow sampling needs a strong tier" in found
 
 
 def test_thresholds_outside_the_unit_interval_and_impossible_ones() -> None:
     text = GOOD + (
-        '[thresholds.confidence]\n'
+        "[thresholds.confidence]\n"
         'choice = { "2" = 0.5, "3-5" = 1.5, "6-10" = 0.1, "11+" = 0.05 }\n'
         'score = { "3-5" = 0.2, "6-10" = 1.0 }\n'
         'noul = { "2" = 0.7, "3-5" = 0.7 }\n'
@@ -160,31 +178,43 @@ def test_thresholds_outside_the_unit_interval_and_impossible_ones() -> None:
     found = messages(text)
     assert "p.toml:12: error: confidence threshold 1.5 is outside [0, 1]" in found
     assert "p.toml:16: error: margin threshold -0.1 is outside [0, 1]" in found
-    assert ('p.toml:14: error: noul questions are always band "2"; band \'3-5\' never applies'
-            in found)
+    assert (
+        "p.toml:14: error: noul questions are always band \"2\"; band '3-5' never applies" in found
+    )
     never = "can never be undercut"
-    assert any(m.startswith("p.toml:12: warning: confidence threshold 0.5 ") and never in m
-               for m in found)  # choice "2": max p >= 0.5
+    assert any(
+        m.startswith("p.toml:12: warning: confidence threshold 0.5 ") and never in m for m in found
+    )  # choice "2": max p >= 0.5
     assert any("threshold 0.1 " in m and never in m for m in found)  # 6-10: max p >= 0.1
     assert any("threshold 0.2 " in m and never in m for m in found)  # 3-5: max p >= 0.2
     assert not any("threshold 0.05 " in m for m in found)  # 11+ has no floor above 0
-    assert "p.toml:13: warning: confidence threshold 1.0 escalates every question of band 6-10" \
+    assert (
+        "p.toml:13: warning: confidence threshold 1.0 escalates every question of band 6-10"
         in found
-    assert "p.toml:16: warning: margin threshold 0 never escalates (a margin is never below 0)" \
+    )
+    assert (
+        "p.toml:16: warning: margin threshold 0 never escalates (a margin is never below 0)"
         in found
+    )
     assert not any("0.7" in m for m in found)
 
 
 def test_tier_and_model_checks() -> None:
-    text = GOOD.replace('checkpoints = { english = "./en" }',
-                        'checkpoints = { english = "./en" }\ndefault_checkpoint = "multilingual"')
-    text += ('[tiers.up]\nkind = "upstream"\nurls = [\n  "http://a:1",\n  "ftp://b",\n]\n'
-             '[models]\ncascade = ["x"]\ncheap_only = ["x"]\n')
+    text = GOOD.replace(
+        'checkpoints = { english = "./en" }',
+        'checkpoints = { english = "./en" }\ndefault_checkpoint = "multilingual"',
+    )
+    text += (
+        '[tiers.up]\nkind = "upstream"\nurls = [\n  "http://a:1",\n  "ftp://b",\n]\n'
+        '[models]\ncascade = ["x"]\ncheap_only = ["x"]\n'
+    )
     found = messages(text)
     assert "p.toml:4: error: default_checkpoint `multilingual` is not in checkpoints" in found
     assert "p.toml:14: error: `ftp://b` is not an http(s) URL" in found
-    assert "p.toml:20: error: model `x` is listed in both models.cascade and models.cheap_only" \
+    assert (
+        "p.toml:20: error: model `x` is listed in both models.cascade and models.cheap_only"
         in found
+    )
     assert "p.toml:18: warning: `jev-latest` (the SDKs' default model) is not accepted" in found
 
 
@@ -241,10 +271,13 @@ h = 1
 def test_load_policy_anchors_relative_paths_at_the_policy_file(tmp_path: Path) -> None:
     path = tmp_path / "conf" / "p.toml"
     path.parent.mkdir()
-    path.write_text(GOOD.replace('{ english = "./en" }',
-                                 '{ english = "../models/en", multilingual = "convaiinnovations/'
-                                 'laya/multilingual", typed-decisions = "~/td" }')
-                    .replace('kind = "clef"', 'kind = "clef"\nrelease = "./clef"'))
+    path.write_text(
+        GOOD.replace(
+            '{ english = "./en" }',
+            '{ english = "../models/en", multilingual = "convaiinnovations/'
+            'laya/multilingual", typed-decisions = "~/td" }',
+        ).replace('kind = "clef"', 'kind = "clef"\nrelease = "./clef"')
+    )
     policy = load_policy(path)
     laya, clef = policy.tiers["laya"], policy.tiers["clef"]
     assert isinstance(laya, LayaTier) and isinstance(clef, ClefTier)
@@ -259,9 +292,14 @@ def test_load_policy_anchors_relative_paths_at_the_policy_file(tmp_path: Path) -
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+nan"])
 @pytest.mark.parametrize(
     ("table", "key", "line"),
-    [("tiers.clef", "timeout_s", 7), ("breaker.clef", "window_s", 13),
-     ("breaker.clef", "cooldown_s", 13), ("degrade", "retry_after_s", 13),
-     ("cost", "clef", 13), ("shadow", "fraction", 13)],
+    [
+        ("tiers.clef", "timeout_s", 7),
+        ("breaker.clef", "window_s", 13),
+        ("breaker.clef", "cooldown_s", 13),
+        ("degrade", "retry_after_s", 13),
+        ("cost", "clef", 13),
+        ("shadow", "fraction", 13),
+    ],
 )
 def test_policy_numbers_must_be_finite(value: str, table: str, key: str, line: int) -> None:
     """TOML's nan and inf were accepted; with ``timeout_s = nan`` every strong call failed."""
@@ -271,8 +309,9 @@ def test_policy_numbers_must_be_finite(value: str, table: str, key: str, line: i
         text = GOOD + f"\n[{table}]\n{key} = {value}\n"
     policy, found = check_text(text)
     assert policy is None
-    assert f"p.toml:{line}: error: `{table}.{key}` must be a finite number, not " \
-        f"{float(value)}" in [format_finding("p.toml", text, f) for f in found]
+    assert f"p.toml:{line}: error: `{table}.{key}` must be a finite number, not {float(value)}" in [
+        format_finding("p.toml", text, f) for f in found
+    ]
 
 
 def test_a_policy_file_that_is_not_utf8_names_file_and_line(tmp_path: Path) -> None:
@@ -280,8 +319,9 @@ def test_a_policy_file_that_is_not_utf8_names_file_and_line(tmp_path: Path) -> N
     path.write_bytes(GOOD.encode() + "# caf\xe9\n".encode("latin-1"))
     with pytest.raises(PolicyError) as info:
         load_policy(path)
-    assert info.value.messages == [f"{path}:11: error: not UTF-8 text (byte {len(GOOD) + 5}: "
-                                   "invalid continuation byte)"]
+    assert info.value.messages == [
+        f"{path}:11: error: not UTF-8 text (byte {len(GOOD) + 5}: invalid continuation byte)"
+    ]
 
 
 def test_an_unreadable_policy_file_is_a_policy_error(tmp_path: Path) -> None:

@@ -31,41 +31,56 @@ def vector(foreign: bool) -> bytes:
 
 def reference() -> ReferenceSet:
     rows = [vector(False) for _ in range(200)]
-    return fit({cell_of("english", "noul", "2"): rows, cell_of("english", "choice", "3-5"): rows},
-               weights="w-cheap", k=5, dims=8, max_reference=500, max_flag_rate=0.02,
-               min_rows=30)
+    return fit(
+        {cell_of("english", "noul", "2"): rows, cell_of("english", "choice", "3-5"): rows},
+        weights="w-cheap",
+        k=5,
+        dims=8,
+        max_reference=500,
+        max_flag_rate=0.02,
+        min_rows=30,
+    )
 
 
 def tier(unsure: frozenset[str] = frozenset()) -> Callable[[Ask], Reply]:
     """Confident answers (``unsure``: a coin flip); ids starting ``far`` read foreign rows."""
+
     def reply(ask: Ask) -> Reply:
         assert isinstance(ask, TierCall)
         results = {}
         for qid, q in ask.call.questions.items():
             n = 2 if q.type == "noul" else len(q.criteria)  # type: ignore[union-attr]
             p = [1 / n] * n if qid in unsure else [0.95, *[0.05 / (n - 1)] * (n - 1)]
-            results[qid] = QuestionResult(type=q.type, probabilities=p,
-                                          vector=vector(qid.startswith("far")))
+            results[qid] = QuestionResult(
+                type=q.type, probabilities=p, vector=vector(qid.startswith("far"))
+            )
         return EngineAnswer(model=ask.tier, results=results, usage=EngineUsage(input_tokens=1))
+
     return reply
 
 
 QUESTIONS: dict[str, Question] = {
-    "near": NoulQuestion(), "far": NoulQuestion(),
+    "near": NoulQuestion(),
+    "far": NoulQuestion(),
     "far_team": ChoiceQuestion(criteria=["billing", "tech", "sales"]),
     "far_unsure": NoulQuestion(),
 }
 
 
 def decided(policy: Policy = POLICY, gate: Gate | None = None) -> Decision:
-    return run(decide(policy, call(questions=QUESTIONS), previews=False, gate=gate,
-                      reference=reference()), tier(frozenset({"far_unsure"})))
+    return run(
+        decide(policy, call(questions=QUESTIONS), previews=False, gate=gate, reference=reference()),
+        tier(frozenset({"far_unsure"})),
+    )
 
 
 def test_foreign_rows_escalate_novel_whatever_their_confidence() -> None:
     decision = decided()
-    assert decision.escalated == {"far": "novel", "far_team": "novel",
-                                  "far_unsure": "low_confidence"}  # an earlier reason stands
+    assert decision.escalated == {
+        "far": "novel",
+        "far_team": "novel",
+        "far_unsure": "low_confidence",
+    }  # an earlier reason stands
     assert decision.tiers["near"] == "laya"
     assert decision.novelty["near"] <= 1 < decision.novelty["far"]
     assert decision.novelty["far_unsure"] > 1  # judged, and counted, all the same
@@ -74,8 +89,11 @@ def test_foreign_rows_escalate_novel_whatever_their_confidence() -> None:
 def test_the_budget_cuts_novel_only_when_budgeted() -> None:
     closed = Gate.of(POLICY, escalate=False)  # the live budget keeps every escalation cheap
     # a low confidence the budget kept cheap goes novel too: the budget never cuts novelty
-    assert decided(gate=closed).escalated == {"far": "novel", "far_team": "novel",
-                                              "far_unsure": "novel"}
+    assert decided(gate=closed).escalated == {
+        "far": "novel",
+        "far_team": "novel",
+        "far_unsure": "novel",
+    }
     budgeted = msgspec.structs.replace(POLICY, novelty=Novelty(budgeted=True))
     decision = decided(budgeted, gate=closed)
     assert decision.escalated == {} and decision.routes["far"].reason == "budget"
@@ -89,8 +107,12 @@ def test_off_without_a_reference_set_or_when_disabled() -> None:
 
 
 def test_a_reference_set_for_other_weights_is_refused_with_both_hashes() -> None:
-    policy = msgspec.structs.replace(POLICY, calibration=Calibration(
-        file="cal.toml", reference=Reference(file="cal.novelty.npz", sha256="x")))
+    policy = msgspec.structs.replace(
+        POLICY,
+        calibration=Calibration(
+            file="cal.toml", reference=Reference(file="cal.novelty.npz", sha256="x")
+        ),
+    )
     check_reference(policy, reference(), {"laya": "w-cheap"})  # its own weights: fine
     with pytest.raises(CalibrationMismatch) as info:
         check_reference(policy, reference(), {"laya": "w-other"})

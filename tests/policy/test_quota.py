@@ -66,6 +66,13 @@ def test_a_request_whose_pre_routed_questions_do_not_all_fit_takes_nothing() -> 
     two = {"a": WIDE["big"], "b": WIDE["big"]}
     left = quota(1)
     with pytest.raises(TenantLimited):
-        run(decide(msgspec.structs.replace(POLICY, degrade=Degrade(cheap_answers=False)),
-                   call(questions=two), previews=True, quota=left), tiers()[1])
+        run(
+            decide(
+                msgspec.structs.replace(POLICY, degrade=Degrade(cheap_answers=False)),
+                call(questions=two),
+                previews=True,
+                quota=left,
+            ),
+            tiers()[1],
+        )
     assert left.left == 1  # given back

@@ -70,22 +70,35 @@ def with_(policy: Policy = POLICY, **route: object) -> Policy:
     return msgspec.structs.replace(policy, route=msgspec.structs.replace(policy.route, **route))
 
 
-def call(model: str = "jev-latest", questions: dict[str, Question] | None = None,
-         images: list[Image] | None = None) -> EngineCall:
-    return EngineCall(state="where is my refund?", questions=questions or dict(QUESTIONS),
-                      model=model, images=images or [])
+def call(
+    model: str = "jev-latest",
+    questions: dict[str, Question] | None = None,
+    images: list[Image] | None = None,
+) -> EngineCall:
+    return EngineCall(
+        state="where is my refund?",
+        questions=questions or dict(QUESTIONS),
+        model=model,
+        images=images or [],
+    )
 
 
-def preview(rows: dict[str, RowPreview] | None = None, *, checkpoint: str = "english",
-            readable: bool = True) -> CallPreview:
+def preview(
+    rows: dict[str, RowPreview] | None = None, *, checkpoint: str = "english", readable: bool = True
+) -> CallPreview:
     if rows is None:
         rows = {q: row() for q in QUESTIONS}
     return CallPreview(checkpoint=checkpoint, script="latin", readable=readable, rows=rows)
 
 
 def row(n: int = 3, dropped: int = 0, collapsed: bool = False) -> RowPreview:
-    return RowPreview(n_options=n, row_tokens=40, state_tokens=12, state_tokens_dropped=dropped,
-                      collapsed=collapsed)
+    return RowPreview(
+        n_options=n,
+        row_tokens=40,
+        state_tokens=12,
+        state_tokens_dropped=dropped,
+        collapsed=collapsed,
+    )
 
 
 def routes(pre: PreRoute) -> dict[str, tuple[str, str | None]]:
@@ -94,17 +107,22 @@ def routes(pre: PreRoute) -> dict[str, tuple[str, str | None]]:
 
 def answer(model: str, **results: list[float]) -> EngineAnswer:
     types = {"intent": "choice", "urgent": "noul", "mood": "score"}
-    return EngineAnswer(model=model, usage=EngineUsage(input_tokens=10), results={
-        q: QuestionResult(type=types[q], probabilities=p)  # type: ignore[arg-type]
-        for q, p in results.items()
-    })
+    return EngineAnswer(
+        model=model,
+        usage=EngineUsage(input_tokens=10),
+        results={
+            q: QuestionResult(type=types[q], probabilities=p)  # type: ignore[arg-type]
+            for q, p in results.items()
+        },
+    )
 
 
 CONFIDENT = {"intent": [0.9, 0.05, 0.05], "urgent": [0.1, 0.9], "mood": [0.2, 0.6, 0.2]}
 
 
-def planned(policy: Policy, pre: PreRoute, routes: dict[str, QuestionRoute],
-            **kw: float) -> Fallback:
+def planned(
+    policy: Policy, pre: PreRoute, routes: dict[str, QuestionRoute], **kw: float
+) -> Fallback:
     """``fallback``'s plan; its refusal raised, as the gateway answers it."""
     plan = fallback(policy, pre, routes, **kw)
     if isinstance(plan, EngineUnavailable):
@@ -112,12 +130,15 @@ def planned(policy: Policy, pre: PreRoute, routes: dict[str, QuestionRoute],
     return plan
 
 
-def stood_in(policy: Policy, c: EngineCall, previewer: Previewer,
-             checkpoint: str | None) -> tuple[str | None, list[Reason]]:
+def stood_in(
+    policy: Policy, c: EngineCall, previewer: Previewer, checkpoint: str | None
+) -> tuple[str | None, list[Reason]]:
     """``stand_in`` with its previews answered by ``previewer``."""
+
     def reply(ask: object) -> CallPreview:
         assert isinstance(ask, Preview)
         return previewer.preview(ask.call, checkpoint=ask.checkpoint)
+
     return run(stand_in(policy, c, checkpoint), reply)
 
 
@@ -126,7 +147,14 @@ def stood_in(policy: Policy, c: EngineCall, previewer: Previewer,
 
 def test_option_bands() -> None:
     assert [option_band(n) for n in (1, 2, 3, 5, 6, 10, 11, 255)] == [
-        "2", "2", "3-5", "3-5", "6-10", "6-10", "11+", "11+"
+        "2",
+        "2",
+        "3-5",
+        "3-5",
+        "6-10",
+        "6-10",
+        "11+",
+        "11+",
     ]
 
 
@@ -142,8 +170,9 @@ def test_resolve_model() -> None:
 
 
 def test_model_names_match_in_any_case_and_by_pattern() -> None:
-    models = Models(cascade=["jev-latest", "jev-*"], cheap_only=["laya", "jev-laya"],
-                    strong_only=["Clef-Flash"])
+    models = Models(
+        cascade=["jev-latest", "jev-*"], cheap_only=["laya", "jev-laya"], strong_only=["Clef-Flash"]
+    )
     policy = msgspec.structs.replace(POLICY, models=models)
     assert resolve_model(policy, "JEV-LATEST") == "cascade"
     assert resolve_model(policy, "jev-1") == "cascade"  # the jev-* family
@@ -159,8 +188,14 @@ def test_shipped_policies_accept_what_laya_serve_accepts(name: str) -> None:
     from cascade.policy.files import load_policy
 
     policy = load_policy(Path(__file__).parents[2] / "policies" / name)
-    for model in ("convaiinnovations/laya", "convaiinnovations/laya-multilingual",
-                  "ConvaiInnovations/Laya-Typed-Decisions", "English", "MULTILINGUAL", "Laya"):
+    for model in (
+        "convaiinnovations/laya",
+        "convaiinnovations/laya-multilingual",
+        "ConvaiInnovations/Laya-Typed-Decisions",
+        "English",
+        "MULTILINGUAL",
+        "Laya",
+    ):
         assert resolve_model(policy, model) == "cheap_only", (name, model)
     for model in ("jev-1", "jev-latest", "JEV-Preview", "jev-1.13.0", "jev-2"):
         assert resolve_model(policy, model) == "cascade", (name, model)
@@ -193,8 +228,13 @@ def test_unreadable_script_goes_strong() -> None:
 def test_per_question_rules_in_precedence_order() -> None:
     many = ChoiceQuestion(criteria=[f"o{i}" for i in range(49)])
     questions: dict[str, Question] = {**QUESTIONS, "many": many, "ok": NoulQuestion()}
-    rows = {"intent": row(dropped=5), "urgent": row(2, collapsed=True), "mood": row(),
-            "many": row(49), "ok": row(2)}
+    rows = {
+        "intent": row(dropped=5),
+        "urgent": row(2, collapsed=True),
+        "mood": row(),
+        "many": row(49),
+        "ok": row(2),
+    }
     policy = with_(strong_types=["score"])
     pre = pre_route(policy, call(questions=questions), preview(rows))
     assert routes(pre) == {
@@ -212,8 +252,9 @@ def test_per_question_rules_in_precedence_order() -> None:
 
 
 def test_signal_switches_turn_off_the_token_rules() -> None:
-    policy = msgspec.structs.replace(POLICY, thresholds=Thresholds(truncated=False,
-                                                                   collapsed=False))
+    policy = msgspec.structs.replace(
+        POLICY, thresholds=Thresholds(truncated=False, collapsed=False)
+    )
     rows = {"intent": row(dropped=5), "urgent": row(2, collapsed=True), "mood": row()}
     pre = pre_route(policy, call(), preview(rows))
     assert all(r.tier == "laya" for r in pre.questions.values())
@@ -222,8 +263,11 @@ def test_signal_switches_turn_off_the_token_rules() -> None:
 def test_whole_request_escalation_takes_the_others_along() -> None:
     rows = {"intent": row(dropped=5), "urgent": row(2), "mood": row()}
     pre = pre_route(with_(escalate="request"), call(), preview(rows))
-    assert routes(pre) == {"intent": ("clef", "state_too_long"),
-                           "urgent": ("clef", "whole_request"), "mood": ("clef", "whole_request")}
+    assert routes(pre) == {
+        "intent": ("clef", "state_too_long"),
+        "urgent": ("clef", "whole_request"),
+        "mood": ("clef", "whole_request"),
+    }
     assert pre.cheap_checkpoint is None
 
 
@@ -246,8 +290,9 @@ def test_one_tier_policies() -> None:
     pre = pre_route(up, call("anything", images=[IMAGE]), None)
     assert routes(pre) == {q: ("up", None) for q in QUESTIONS}
     laya_only = Policy.single_tier("laya", LAYA)
-    pre = pre_route(laya_only, call(), preview({"intent": row(dropped=9), "urgent": row(2),
-                                                "mood": row()}))
+    pre = pre_route(
+        laya_only, call(), preview({"intent": row(dropped=9), "urgent": row(2), "mood": row()})
+    )
     assert routes(pre) == {q: ("laya", None) for q in QUESTIONS}
     assert pre.cheap_checkpoint == "english"
     with pytest.raises(ValidationFailed):
@@ -301,9 +346,15 @@ def test_preview_call_with_unreadable_strong_checks_the_default_checkpoint() -> 
 def test_real_previewer_on_a_tiny_checkpoint(tmp_path: Path) -> None:
     ckpt = make_tiny(tmp_path / "en")  # max_len 512, head_max_len 192
     previewer = Previewer({"english": ckpt}, default="english")
-    english_only = msgspec.structs.replace(POLICY, tiers={
-        "laya": msgspec.convert({"kind": "laya", "checkpoints": {"english": str(ckpt)}},
-                                LayaTier), "clef": ClefTier()})
+    english_only = msgspec.structs.replace(
+        POLICY,
+        tiers={
+            "laya": msgspec.convert(
+                {"kind": "laya", "checkpoints": {"english": str(ckpt)}}, LayaTier
+            ),
+            "clef": ClefTier(),
+        },
+    )
     short, long = call(), msgspec.structs.replace(call(), state="refund please " * 300)
     khmer = msgspec.structs.replace(call(), state="សួស្តី ខ្ញុំចង់បានប្រាក់វិញ")
     decided = {}
@@ -328,16 +379,23 @@ def test_stand_in_respects_the_strong_only_rules(tmp_path: Path) -> None:
     """The cheap tier standing in for a dead strong tier must still read the text and fit the
     state, whatever rule sent the questions strong."""
     en = make_tiny(tmp_path / "en")  # max_len 512: 603 tokens of state are cut
-    english_only = msgspec.structs.replace(POLICY, tiers={
-        "laya": msgspec.convert({"kind": "laya", "checkpoints": {"english": str(en)}},
-                                LayaTier), "clef": ClefTier()})
+    english_only = msgspec.structs.replace(
+        POLICY,
+        tiers={
+            "laya": msgspec.convert(
+                {"kind": "laya", "checkpoints": {"english": str(en)}}, LayaTier
+            ),
+            "clef": ClefTier(),
+        },
+    )
     previewer = Previewer({"english": en}, default="english")
     chinese = msgspec.structs.replace(call(), state="我的退款还没有到账，请帮我查一下")
     assert stood_in(english_only, chinese, previewer, "english") == ("english", ["script"])
     long = msgspec.structs.replace(call(), state="refund please " * 300)
     assert stood_in(english_only, long, previewer, "english") == ("english", ["state_too_long"])
     lenient = msgspec.structs.replace(
-        english_only, thresholds=msgspec.structs.replace(POLICY.thresholds, truncated=False))
+        english_only, thresholds=msgspec.structs.replace(POLICY.thresholds, truncated=False)
+    )
     assert stood_in(lenient, long, previewer, "english") == ("english", [])
     assert stood_in(english_only, call(), previewer, "english") == ("english", [])
     # with a multilingual checkpoint configured the stand-in moves there
@@ -353,7 +411,8 @@ def test_post_route_thresholds_by_type_and_band() -> None:
     assert post_route(POLICY, call(), pre, answer("laya", **CONFIDENT), None) == {}
     unsure = {**CONFIDENT, "intent": [0.5, 0.3, 0.2], "urgent": [0.35, 0.65]}
     assert post_route(POLICY, call(), pre, answer("laya", **unsure), None) == {
-        "intent": "low_confidence", "urgent": "low_confidence"
+        "intent": "low_confidence",
+        "urgent": "low_confidence",
     }
     # 0.62 clears the 3-5 confidence bar (0.6), but the top-two margin 0.62-0.45 < 0.2 does not
     narrow = {**CONFIDENT, "intent": [0.62, 0.45, 0.0]}
@@ -363,18 +422,25 @@ def test_post_route_thresholds_by_type_and_band() -> None:
     # a 2-option choice uses band "2" (0.8): 0.75 escalates there, though it clears 3-5's 0.6
     two = {"c": ChoiceQuestion(criteria=["a", "b"])}
     pre2 = pre_route(POLICY, call(questions=two), preview({"c": row(2)}))
-    got = EngineAnswer(model="laya", usage=EngineUsage(input_tokens=1),
-                       results={"c": QuestionResult(type="choice", probabilities=[0.75, 0.25])})
+    got = EngineAnswer(
+        model="laya",
+        usage=EngineUsage(input_tokens=1),
+        results={"c": QuestionResult(type="choice", probabilities=[0.75, 0.25])},
+    )
     assert post_route(POLICY, call(questions=two), pre2, got, None) == {"c": "low_confidence"}
 
 
 def test_post_route_truncation_and_collapse_signals() -> None:
     pre = pre_route(POLICY, call(), preview())
     cheap = answer("laya", **CONFIDENT)
-    cheap.usage = EngineUsage(input_tokens=10, truncated_questions=["mood"], options={
-        "intent": OptionSpans(total=3, distinct=2, tokens_per_option=4)})
+    cheap.usage = EngineUsage(
+        input_tokens=10,
+        truncated_questions=["mood"],
+        options={"intent": OptionSpans(total=3, distinct=2, tokens_per_option=4)},
+    )
     assert post_route(POLICY, call(), pre, cheap, None) == {
-        "intent": "options_collapsed", "mood": "truncated"
+        "intent": "options_collapsed",
+        "mood": "truncated",
     }
     # the preview's signals count too (a cheap tier that does not report usage)
     plain = answer("laya", **CONFIDENT)
@@ -387,7 +453,9 @@ def test_post_route_whole_request_and_modes() -> None:
     pre = pre_route(policy, call(), preview())
     unsure = {**CONFIDENT, "urgent": [0.4, 0.6]}
     assert post_route(policy, call(), pre, answer("laya", **unsure), None) == {
-        "intent": "whole_request", "urgent": "low_confidence", "mood": "whole_request"
+        "intent": "whole_request",
+        "urgent": "low_confidence",
+        "mood": "whole_request",
     }
     only = pre_route(POLICY, call("laya"), preview())
     assert post_route(POLICY, call("laya"), only, answer("laya", **unsure), None) == {}
@@ -399,8 +467,10 @@ def test_post_route_whole_request_and_modes() -> None:
 
 
 def test_one_strong_call_for_pre_routed_and_escalated_questions() -> None:
-    questions: dict[str, Question] = {**QUESTIONS, "big": ChoiceQuestion(
-        criteria=[f"o{i}" for i in range(60)])}
+    questions: dict[str, Question] = {
+        **QUESTIONS,
+        "big": ChoiceQuestion(criteria=[f"o{i}" for i in range(60)]),
+    }
     c = call(questions=questions)
     pre = pre_route(POLICY, c, preview({**{q: row() for q in QUESTIONS}, "big": row(60)}))
     cheap_call = split(c, pre.questions)["laya"]
@@ -410,15 +480,21 @@ def test_one_strong_call_for_pre_routed_and_escalated_questions() -> None:
     escalated = post_route(POLICY, c, pre, cheap, None)
     final = final_routes(POLICY, pre, escalated)
     assert {q: (r.tier, r.reason) for q, r in final.items()} == {
-        "intent": ("laya", None), "urgent": ("clef", "low_confidence"),
-        "mood": ("laya", None), "big": ("clef", "too_many_options"),
+        "intent": ("laya", None),
+        "urgent": ("clef", "low_confidence"),
+        "mood": ("laya", None),
+        "big": ("clef", "too_many_options"),
     }
     calls = split(c, final)
     assert set(calls) == {"laya", "clef"} and list(calls["clef"].questions) == ["urgent", "big"]
-    strong = EngineAnswer(model="clef", usage=EngineUsage(input_tokens=5), results={
-        "urgent": QuestionResult(type="noul", probabilities=[0.2, 0.8]),
-        "big": QuestionResult(type="choice", probabilities=[1 / 60] * 60),
-    })
+    strong = EngineAnswer(
+        model="clef",
+        usage=EngineUsage(input_tokens=5),
+        results={
+            "urgent": QuestionResult(type="noul", probabilities=[0.2, 0.8]),
+            "big": QuestionResult(type="choice", probabilities=[1 / 60] * 60),
+        },
+    )
     merged = merge(c, final, {"laya": cheap, "clef": strong})
     assert list(merged) == ["intent", "urgent", "mood", "big"]
     assert merged["urgent"].probabilities == [0.2, 0.8]
@@ -431,8 +507,10 @@ def test_one_strong_call_for_pre_routed_and_escalated_questions() -> None:
 
 
 def test_fallback_degrades_what_the_cheap_tier_can_answer() -> None:
-    questions: dict[str, Question] = {**QUESTIONS, "big": ChoiceQuestion(
-        criteria=[f"o{i}" for i in range(60)])}
+    questions: dict[str, Question] = {
+        **QUESTIONS,
+        "big": ChoiceQuestion(criteria=[f"o{i}" for i in range(60)]),
+    }
     c = call(questions=questions)
     pre = pre_route(POLICY, c, preview({**{q: row() for q in QUESTIONS}, "big": row(60)}))
     final = final_routes(POLICY, pre, {"urgent": "low_confidence"})
@@ -445,9 +523,11 @@ def test_fallback_degrades_what_the_cheap_tier_can_answer() -> None:
 
 
 def test_fallback_refuses_what_only_the_strong_tier_can_serve() -> None:
-    for c, pv in ((call(images=[IMAGE]), None),
-                  (call(), preview({"intent": row(dropped=4), "urgent": row(2), "mood": row()})),
-                  (call("clef-flash"), None)):
+    for c, pv in (
+        (call(images=[IMAGE]), None),
+        (call(), preview({"intent": row(dropped=4), "urgent": row(2), "mood": row()})),
+        (call("clef-flash"), None),
+    ):
         pre = pre_route(POLICY, c, pv)
         with pytest.raises(EngineUnavailable) as info:
             planned(POLICY, pre, pre.questions)
@@ -464,9 +544,13 @@ def test_fallback_honours_degrade_off_and_multilingual_for_script() -> None:
     assert plan.cheap_checkpoint == "multilingual"
     assert plan.cheap_questions == list(QUESTIONS)
     assert set(plan.degraded.values()) == {"script"}
-    english_only = msgspec.structs.replace(POLICY, tiers={
-        "laya": msgspec.convert({"kind": "laya", "checkpoints": {"english": "./en"}}, LayaTier),
-        "clef": ClefTier()})
+    english_only = msgspec.structs.replace(
+        POLICY,
+        tiers={
+            "laya": msgspec.convert({"kind": "laya", "checkpoints": {"english": "./en"}}, LayaTier),
+            "clef": ClefTier(),
+        },
+    )
     with pytest.raises(EngineUnavailable, match="script"):
         planned(english_only, pre, pre.questions)
     strict = msgspec.structs.replace(POLICY, degrade=Degrade(cheap_answers=False))

@@ -11,8 +11,11 @@ from cascade.policy.routing import PreRoute, QuestionRoute
 from cascade.policy.shadow import agreement, compare, shadow_questions, shadow_sampled
 
 LAYA = msgspec.convert({"kind": "laya", "checkpoints": {"english": "./en"}}, LayaTier)
-POLICY = Policy(tiers={"laya": LAYA, "clef": ClefTier()}, route=Route(cheap="laya", strong="clef"),
-                shadow=Shadow(fraction=0.25, seed=3))
+POLICY = Policy(
+    tiers={"laya": LAYA, "clef": ClefTier()},
+    route=Route(cheap="laya", strong="clef"),
+    shadow=Shadow(fraction=0.25, seed=3),
+)
 
 
 def result(qtype: str, probabilities: list[float]) -> QuestionResult:
@@ -54,9 +57,14 @@ def test_mismatched_shapes_are_refused() -> None:
 
 def test_compare_covers_the_questions_both_answers_hold() -> None:
     usage = EngineUsage(input_tokens=1)
-    cheap = EngineAnswer(model="laya", usage=usage, results={
-        "a": result("noul", [0.9, 0.1]), "b": result("choice", [0.1, 0.9]),
-    })
+    cheap = EngineAnswer(
+        model="laya",
+        usage=usage,
+        results={
+            "a": result("noul", [0.9, 0.1]),
+            "b": result("choice", [0.1, 0.9]),
+        },
+    )
     strong = EngineAnswer(model="clef", usage=usage, results={"b": result("choice", [0.2, 0.8])})
     got = compare(cheap, strong)
     assert list(got) == ["b"] and got["b"].value == 1.0
@@ -86,8 +94,9 @@ def test_only_cheap_final_requests_are_mirrored() -> None:
     cheap = PreRoute("cascade", "english", {"a": QuestionRoute("laya"), "b": QuestionRoute("laya")})
     assert shadow_questions(every, cheap, {}, "k") == ["a", "b"]
     assert shadow_questions(every, cheap, {"b": "low_confidence"}, "k") == []
-    mixed = PreRoute("cascade", "english",
-                     {"a": QuestionRoute("laya"), "b": QuestionRoute("clef", "type_rule")})
+    mixed = PreRoute(
+        "cascade", "english", {"a": QuestionRoute("laya"), "b": QuestionRoute("clef", "type_rule")}
+    )
     assert shadow_questions(every, mixed, {}, "k") == []
     only = PreRoute("cheap_only", "english", {"a": QuestionRoute("laya")})
     assert shadow_questions(every, only, {}, "k") == []

@@ -24,15 +24,28 @@ from cascade.store.sqlite import SqliteStore
 from tests.servers import serve_app
 
 ADMIN = {"authorization": "Bearer admin-key"}
-QUESTIONS = {"team": {"type": "choice", "instructions": "Which team?",
-                      "criteria": ["billing", "technical", "sales"]},
-             "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-             "anger": {"type": "score", "instructions": "How angry?",
-                       "criteria": ["calm", "upset", "furious"]}}
+QUESTIONS = {
+    "team": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": ["billing", "technical", "sales"],
+    },
+    "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+    "anger": {
+        "type": "score",
+        "instructions": "How angry?",
+        "criteria": ["calm", "upset", "furious"],
+    },
+}
 
 
-def policy_text(threshold: float, *, cheap: str = "cheap", extra: str = "",
-                urls: tuple[str, str] = ("http://127.0.0.1:9", "http://127.0.0.1:9")) -> str:
+def policy_text(
+    threshold: float,
+    *,
+    cheap: str = "cheap",
+    extra: str = "",
+    urls: tuple[str, str] = ("http://127.0.0.1:9", "http://127.0.0.1:9"),
+) -> str:
     """Two upstream tiers at ``urls`` (or fake engines in their place); every cell's confidence
     threshold is ``threshold``: 0 keeps every cheap answer, 1 escalates every question."""
     cells = ", ".join(f'"{band}" = {threshold}' for band in ("2", "3-5", "6-10", "11+"))
@@ -62,8 +75,10 @@ def strong_answer(call: EngineCall) -> EngineAnswer:
 
 def gateway_of(path: Path, log: DecisionStore | None = None) -> Gateway:
     policy = load_policy(path)
-    engines = {name: FakeEngine(name, strong_answer if name == "strong" else
-                                deterministic_answer) for name in policy.tiers}
+    engines = {
+        name: FakeEngine(name, strong_answer if name == "strong" else deterministic_answer)
+        for name in policy.tiers
+    }
     return Gateway(policy, engines, decisions=log)
 
 
@@ -73,13 +88,22 @@ def served(path: Path, log: Path | str | None = None) -> Iterator[httpx.Client]:
     under a real server on loopback."""
     with tempfile.TemporaryDirectory() as spool:
         store: DecisionStore | None = (
-            None if log is None else SqliteStore(log) if isinstance(log, Path)
-            else PostgresStore(log, spool=Path(spool) / "spool", replica="r1"))
-        settings = Settings(policy=str(path), admin_keys=("admin-key",),
-                            decision_log=None if log is None else str(log))
+            None
+            if log is None
+            else SqliteStore(log)
+            if isinstance(log, Path)
+            else PostgresStore(log, spool=Path(spool) / "spool", replica="r1")
+        )
+        settings = Settings(
+            policy=str(path),
+            admin_keys=("admin-key",),
+            decision_log=None if log is None else str(log),
+        )
         try:
-            with serve_app(create_app(settings, gateway_of(path, store))) as url, \
-                    httpx.Client(base_url=url, timeout=30) as client:
+            with (
+                serve_app(create_app(settings, gateway_of(path, store))) as url,
+                httpx.Client(base_url=url, timeout=30) as client,
+            ):
                 yield client
         finally:
             if store is not None:
@@ -87,8 +111,11 @@ def served(path: Path, log: Path | str | None = None) -> Iterator[httpx.Client]:
 
 
 def body(n: int) -> dict[str, Any]:
-    return {"model": "jev-latest", "state": f"ticket {n}: I was charged twice",
-            "questions": QUESTIONS}
+    return {
+        "model": "jev-latest",
+        "state": f"ticket {n}: I was charged twice",
+        "questions": QUESTIONS,
+    }
 
 
 def ask(client: httpx.Client, n: int) -> dict[str, Any]:

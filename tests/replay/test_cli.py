@@ -24,12 +24,26 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return log
 
 
-def test_the_report_as_json_table_and_html(log: Path, tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_report_as_json_table_and_html(
+    log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     policy = tmp_path / "b.toml"
     policy.write_text(policy_text(0.0))  # every answer kept cheap
-    assert main(["replay", "--policy", str(policy), "--from-log", str(log), "--json",
-                 "--cost", "strong=10"]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                "--policy",
+                str(policy),
+                "--from-log",
+                str(log),
+                "--json",
+                "--cost",
+                "strong=10",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["requests"] == 6 and report["judged"] == 18
     assert report["tier_changes"] == {"cheap_to_strong": 0, "strong_to_cheap": 18}
@@ -37,8 +51,22 @@ def test_the_report_as_json_table_and_html(log: Path, tmp_path: Path,
     assert report["cost"]["per_1k_tokens"] == {"cheap": 20.0, "strong": 10.0}
     assert report["candidate"]["policy"] == str(policy) and not report["truncated"]
     out = tmp_path / "replay.html"
-    assert main(["replay", "--policy", str(policy), "--from-log", str(log), "--limit", "2",
-                 "--report", str(out)]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                "--policy",
+                str(policy),
+                "--from-log",
+                str(log),
+                "--limit",
+                "2",
+                "--report",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     assert table.startswith("2 requests, 6 questions: 6 judged, 0 not judged (--limit cut")
     assert "6 strong->cheap" in table and "strong share" in table
@@ -47,7 +75,8 @@ def test_the_report_as_json_table_and_html(log: Path, tmp_path: Path,
 
 
 def test_a_missing_log_or_a_file_that_is_no_log_is_exit_1(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     policy = tmp_path / "b.toml"
     policy.write_text(policy_text(0.0))
     missing = tmp_path / "nothing.db"
@@ -60,21 +89,36 @@ def test_a_missing_log_or_a_file_that_is_no_log_is_exit_1(
 
 
 def test_a_bad_policy_is_exit_1_with_file_line_errors(
-        log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     policy = tmp_path / "bad.toml"
     lines = policy_text(0.0, extra="[shadow]\nfraction = 2.0\n").splitlines()
     policy.write_text("\n".join(lines) + "\n")
     assert main(["replay", "--policy", str(policy), "--from-log", str(log)]) == 1
     at = lines.index("fraction = 2.0") + 1
     assert capsys.readouterr().err.strip() == (
-        f"{policy}:{at}: error: `shadow.fraction`: Expected `float` <= 1.0")
+        f"{policy}:{at}: error: `shadow.fraction`: Expected `float` <= 1.0"
+    )
 
 
 def test_a_report_that_is_not_html_is_a_usage_error(
-        log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     policy = tmp_path / "b.toml"
     policy.write_text(policy_text(0.0))
-    assert main(["replay", "--policy", str(policy), "--from-log", str(log),
-                 "--report", str(tmp_path / "r.png")]) == 2
+    assert (
+        main(
+            [
+                "replay",
+                "--policy",
+                str(policy),
+                "--from-log",
+                str(log),
+                "--report",
+                str(tmp_path / "r.png"),
+            ]
+        )
+        == 2
+    )
     assert "--report writes HTML" in capsys.readouterr().err
     assert not (tmp_path / "r.png").exists()

@@ -71,23 +71,29 @@ def test_questions_it_cannot_judge_are_counted_by_reason_not_guessed(tmp_path: P
     report = replay(same, [kept], weights={"cheap": "other weights"}, prices=prices)
     assert report["not_judged"]["changed_tier"] == 18
     with sqlite3.connect(kept) as db:  # requests r0, r1 as a file before token shares has them
-        db.execute("UPDATE decisions SET cheap_tokens = NULL, strong_tokens = NULL "
-                   "WHERE request_id IN ('r0', 'r1')")
+        db.execute(
+            "UPDATE decisions SET cheap_tokens = NULL, strong_tokens = NULL "
+            "WHERE request_id IN ('r0', 'r1')"
+        )
         db.execute("UPDATE decisions SET tenant_policy_hash = 'own' WHERE request_id = 'r2'")
     db.close()
     report = replay(same, [kept], weights={}, prices=prices)
-    assert report["not_judged"] == {**dict.fromkeys(REASONS, 0), "older_schema": 6,
-                                    "tenant_policy": 3}
-    assert report["judged"] == 9 and report["tier_changes"] == {"cheap_to_strong": 0,
-                                                                 "strong_to_cheap": 0}
+    assert report["not_judged"] == {
+        **dict.fromkeys(REASONS, 0),
+        "older_schema": 6,
+        "tenant_policy": 3,
+    }
+    assert report["judged"] == 9 and report["tier_changes"] == {
+        "cheap_to_strong": 0,
+        "strong_to_cheap": 0,
+    }
     assert report["answers_changed"] == 0
 
 
 def test_a_candidate_keeping_an_answer_never_logged_cheap_is_not_judged(tmp_path: Path) -> None:
     log = logged(tmp_path, 1.0, 2)
     with sqlite3.connect(log) as db:  # the cheap tier failed on r0: its answers were not logged
-        db.execute("UPDATE decisions SET cheap = NULL, cheap_tokens = NULL "
-                   "WHERE request_id = 'r0'")
+        db.execute("UPDATE decisions SET cheap = NULL, cheap_tokens = NULL WHERE request_id = 'r0'")
     db.close()
     policy = load_policy(tmp_path / "logged-1.0.toml")
     requests, cut = logged_requests([log])
@@ -112,8 +118,9 @@ def test_accuracy_on_labelled_and_shadow_rows_is_the_live_candidates(tmp_path: P
     with served(policy, log) as client:
         served_a = {n_: ask(client, n_) for n_ in range(n)}
         for n_ in range(n):
-            r = client.post("/v1/feedback", json={"request_id": f"r{n_}",
-                                                  "labels": {"team": "billing"}})
+            r = client.post(
+                "/v1/feedback", json={"request_id": f"r{n_}", "labels": {"team": "billing"}}
+            )
             assert r.status_code == 200, r.text
         for _ in range(200):  # the shadow answers land off the response path
             if all(row.shadow for row in read_rows(log)):

@@ -222,8 +222,9 @@ def test_a_part_claimed_twice_is_422() -> None:
 )
 def test_an_aspect_ratio_over_200_is_422_at_the_image(size: tuple[int, int], fmt: str) -> None:
     with pytest.raises(ValidationFailed, match="aspect ratio is over the 200:1 limit") as exc:
-        collect_images(_request(images=[B64, base64.b64encode(_encode(fmt, size)).decode()]),
-                       {}, LIMITS)
+        collect_images(
+            _request(images=[B64, base64.b64encode(_encode(fmt, size)).decode()]), {}, LIMITS
+        )
     assert _loc(exc) == ["body", "images", 1]
     assert exc.value.items[0]["type"] == "aspect_ratio"
 
@@ -255,8 +256,11 @@ before = peak_kib()
 load_image(data)
 print(peak_kib() - before)
 """
-    grown_kib = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                   check=True, timeout=120).stdout)
+    grown_kib = int(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        ).stdout
+    )
     assert grown_kib < 16 * 1024, f"checking the image grew the process by {grown_kib} KiB"
 
 
@@ -269,7 +273,7 @@ def _scan_bomb(side: int, extra: int) -> bytes:
     out = io.BytesIO()
     PILImage.new("RGB", (side, side), (120, 60, 200)).save(out, "JPEG", progressive=True)
     data = out.getvalue()
-    scan = data[data.rindex(b"\xff\xda"):-2]
+    scan = data[data.rindex(b"\xff\xda") : -2]
     return data[:-2] + scan * extra + b"\xff\xd9"
 
 
@@ -295,10 +299,14 @@ def test_a_scan_bomb_is_422_at_the_image_without_decoding_it() -> None:
 
 def test_the_gateway_decodes_no_image(monkeypatch: pytest.MonkeyPatch) -> None:
     # The tier that reads the pixels decodes each image once (tests/clef/test_media.py).
-    request = _request(images=[B64, base64.b64encode(_scan_bomb(64, 0)).decode(),
-                               base64.b64encode(WEBP).decode()])
+    request = _request(
+        images=[B64, base64.b64encode(_scan_bomb(64, 0)).decode(), base64.b64encode(WEBP).decode()]
+    )
     loads: list[str | None] = []
     monkeypatch.setattr(ImageFile.ImageFile, "load", lambda im: loads.append(im.format))
     assert [image.mime for image in collect_images(request, {}, Limits())] == [
-        "image/png", "image/jpeg", "image/webp"]
+        "image/png",
+        "image/jpeg",
+        "image/webp",
+    ]
     assert loads == []

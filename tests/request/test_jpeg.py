@@ -31,7 +31,7 @@ def _jpeg(mode: str = "RGB", size: tuple[int, int] = (64, 48), **options: object
     ],
 )
 def test_scans_are_counted_as_libjpeg_writes_them(data: bytes, scans: int) -> None:
-    assert b"\xff\x00" in data[data.index(b"\xff\xda"):]
+    assert b"\xff\x00" in data[data.index(b"\xff\xda") :]
     assert count_scans(data) == scans
 
 

@@ -52,15 +52,21 @@ TEXTS = [  # (question, loc after ["body", "questions", "q"], limit) with a text
     ({"type": "noul", "instructions": "i" * (INSTR + 1)}, ["instructions"], INSTR),
     ({"type": "noul", "instructions": {"k": "i" * INSTR}}, ["instructions"], INSTR),
     ({"type": "choice", "criteria": {"a": None, "b" * (LABEL + 1): None}}, ["criteria", 1], LABEL),
-    ({"type": "choice", "criteria": {"a": "d" * (OPTION + 1), "b": None}}, ["criteria", "a"],
-     OPTION),
+    (
+        {"type": "choice", "criteria": {"a": "d" * (OPTION + 1), "b": None}},
+        ["criteria", "a"],
+        OPTION,
+    ),
     ({"type": "choice", "criteria": ["a", "b" * (LABEL + 1)]}, ["criteria", 1], LABEL),
     ({"type": "score", "criteria": ["low", "l" * (OPTION + 1)]}, ["criteria", 1], OPTION),
     ({"type": "score", "criteria": ["low", {"level": "l" * OPTION}]}, ["criteria", 1], OPTION),
     ({"type": "noul", "criteria": {"true": "t" * (OPTION + 1)}}, ["criteria", "true"], OPTION),
     ({"type": "noul", "criteria": {"t" * (LABEL + 1): "x"}}, ["criteria", 0], LABEL),
-    ({"type": "noul", "labels": {"false": "no", "true": "y" * (LABEL + 1)}}, ["labels", "true"],
-     LABEL),
+    (
+        {"type": "noul", "labels": {"false": "no", "true": "y" * (LABEL + 1)}},
+        ["labels", "true"],
+        LABEL,
+    ),
 ]
 
 
@@ -87,23 +93,31 @@ def test_texts_at_their_limits_are_answered(client: TestClient) -> None:
         "n": {"type": "noul", "labels": {"false": "n" * LABEL, "true": "y"}},
         "q" * LIMITS.max_question_id_chars: {"type": "noul"},
     }
-    r = client.post("/v1/systemone", json={"state": "s", "questions": questions,
-                                           "model": "m" * LIMITS.max_name_chars})
+    r = client.post(
+        "/v1/systemone",
+        json={"state": "s", "questions": questions, "model": "m" * LIMITS.max_name_chars},
+    )
     assert r.status_code == 200, r.text  # a single-tier policy takes any model name
     assert CALLS
 
 
 @pytest.mark.parametrize(
     ("extra", "loc"),
-    [({"model": "m" * 257}, ["model"]), ({"task": "t" * 257}, ["task"]),
-     ({"lang": "l" * 257}, ["lang"]), ({"lang_guess": "l" * 257}, ["lang_guess"])],
+    [
+        ({"model": "m" * 257}, ["model"]),
+        ({"task": "t" * 257}, ["task"]),
+        ({"lang": "l" * 257}, ["lang"]),
+        ({"lang_guess": "l" * 257}, ["lang_guess"]),
+    ],
 )
-def test_names_are_limited_while_decoding(client: TestClient, extra: dict[str, Any],
-                                          loc: list[str]) -> None:
+def test_names_are_limited_while_decoding(
+    client: TestClient, extra: dict[str, Any], loc: list[str]
+) -> None:
     r = client.post("/v1/systemone", json=body({"type": "noul"}, **extra))
     assert r.status_code == 422, r.text
-    assert r.json()["detail"] == [{"loc": ["body", *loc], "type": "string_too_long",
-                                   "msg": "Expected `str` of length <= 256"}]
+    assert r.json()["detail"] == [
+        {"loc": ["body", *loc], "type": "string_too_long", "msg": "Expected `str` of length <= 256"}
+    ]
 
 
 def test_an_overlong_question_id_is_refused_without_echoing_it(client: TestClient) -> None:
@@ -128,26 +142,45 @@ def test_the_questions_texts_together_are_limited_413(client: TestClient) -> Non
 def test_states_and_questions_together_are_limited_413() -> None:
     states = ["s" * 500_000] * 9  # 4.5 M characters, each state within its own limit
     with make_client() as c:
-        r = c.post("/v1/systemone/batch", json={"states": states,
-                                               "questions": {"q": {"type": "noul"}}})
+        r = c.post(
+            "/v1/systemone/batch", json={"states": states, "questions": {"q": {"type": "noul"}}}
+        )
     assert r.status_code == 413, r.text
     assert f"at most {LIMITS.max_request_text_chars}" in r.json()["detail"]["message"]
     with make_client(max_request_text_chars=400) as c:
-        r = c.post("/v1/systemone", json={"state": "s" * 390, "questions": {
-            "q": {"type": "noul", "instructions": "i" * 20}}})
+        r = c.post(
+            "/v1/systemone",
+            json={
+                "state": "s" * 390,
+                "questions": {"q": {"type": "noul", "instructions": "i" * 20}},
+            },
+        )
     assert r.status_code == 413 and "at most 400" in r.text
 
 
 def test_the_text_limits_are_settings() -> None:
-    settings = from_env({"CASCADE_MAX_INSTRUCTIONS_CHARS": "10", "CASCADE_MAX_LABEL_CHARS": "3",
-                         "CASCADE_MAX_OPTION_CHARS": "4"})
-    fields = {k: getattr(settings, k) for k in
-              ("max_instructions_chars", "max_label_chars", "max_option_chars")}
+    settings = from_env(
+        {
+            "CASCADE_MAX_INSTRUCTIONS_CHARS": "10",
+            "CASCADE_MAX_LABEL_CHARS": "3",
+            "CASCADE_MAX_OPTION_CHARS": "4",
+        }
+    )
+    fields = {
+        k: getattr(settings, k)
+        for k in ("max_instructions_chars", "max_label_chars", "max_option_chars")
+    }
     with make_client(**fields) as c:
-        ok = c.post("/v1/systemone", json=body({"type": "choice", "instructions": "i" * 10,
-                                                "criteria": {"abc": "dddd", "b": None}}))
-        long = c.post("/v1/systemone", json=body({"type": "choice", "instructions": "i" * 11,
-                                                  "criteria": ["a", "b"]}))
+        ok = c.post(
+            "/v1/systemone",
+            json=body(
+                {"type": "choice", "instructions": "i" * 10, "criteria": {"abc": "dddd", "b": None}}
+            ),
+        )
+        long = c.post(
+            "/v1/systemone",
+            json=body({"type": "choice", "instructions": "i" * 11, "criteria": ["a", "b"]}),
+        )
         label = c.post("/v1/systemone", json=body({"type": "choice", "criteria": ["abcd", "b"]}))
         option = c.post("/v1/systemone", json=body({"type": "score", "criteria": ["ddddd", "b"]}))
     assert ok.status_code == 200, ok.text
@@ -155,8 +188,9 @@ def test_the_text_limits_are_settings() -> None:
 
 
 def test_command_line_readers_keep_the_default_limits() -> None:
-    line = msgspec.json.encode({"state": "s", "questions": {"q": {"type": "noul",
-                                                          "instructions": "i" * (INSTR + 1)}}})
+    line = msgspec.json.encode(
+        {"state": "s", "questions": {"q": {"type": "noul", "instructions": "i" * (INSTR + 1)}}}
+    )
     with pytest.raises(ValidationFailed, match="at most 100000 characters"):
         text_call(line, "1")
 
@@ -176,8 +210,10 @@ def test_a_batch_with_max_length_labels_is_answered_within_its_bound(client: Tes
     assert r.status_code == 422 and r.json()["detail"][0]["type"] == "string_too_long"
     questions = {
         "team": {"type": "choice", "criteria": [f"{i:02d}" + "x" * (LABEL - 2) for i in range(20)]},
-        "tone": {"type": "choice", "criteria": {f"{i:02d}" + "\u00e9" * (LABEL - 2): "d" * 100
-                                                for i in range(8)}},
+        "tone": {
+            "type": "choice",
+            "criteria": {f"{i:02d}" + "\u00e9" * (LABEL - 2): "d" * 100 for i in range(8)},
+        },
         "mood": {"type": "score", "criteria": ["\n" * OPTION, "l" * OPTION, "h"]},
         "flag": {"type": "noul", "labels": {"false": "n" * LABEL, "true": "y" * LABEL}},
         "\u00e9" * LIMITS.max_question_id_chars: {"type": "noul"},
@@ -195,9 +231,13 @@ def test_a_batch_with_max_length_labels_is_answered_within_its_bound(client: Tes
 def test_a_batch_whose_answers_could_pass_the_cap_is_refused_before_any_work(
     client: TestClient,
 ) -> None:
-    questions = {f"q{j}": {"type": "choice",
-                           "criteria": [f"{i:03d}" + "x" * (LABEL - 3) for i in range(255)]}
-                 for j in range(8)}  # 2040 labels of 256 characters: 0.5 MB, ~1.1 MB per state
+    questions = {
+        f"q{j}": {
+            "type": "choice",
+            "criteria": [f"{i:03d}" + "x" * (LABEL - 3) for i in range(255)],
+        }
+        for j in range(8)
+    }  # 2040 labels of 256 characters: 0.5 MB, ~1.1 MB per state
     r = client.post("/v1/systemone/batch", json=_batch(64, questions))
     assert r.status_code == 413, r.text
     message = r.json()["detail"]["message"]

@@ -12,17 +12,34 @@ from cascade.policy.flow import Decision
 from cascade.policy.routing import PreRoute, QuestionRoute
 from cascade.policy.stamp import Stamp
 
-STAMP = Stamp(policy_hash="p" * 64, calibration_hash="c" * 64,
-              weights={"laya": "h1", "clef": "h2"}, cheap="laya", strong="clef")
+STAMP = Stamp(
+    policy_hash="p" * 64,
+    calibration_hash="c" * 64,
+    weights={"laya": "h1", "clef": "h2"},
+    cheap="laya",
+    strong="clef",
+)
 
 
-def decided(routes: Mapping[str, QuestionRoute], answers: Mapping[str, EngineAnswer] | None = None,
-            degraded: Mapping[str, str] | None = None, checkpoint: str | None = None,
-            stamp: Stamp = STAMP) -> Decision:
-    return Decision(pre=PreRoute(mode="cascade", cheap_checkpoint=checkpoint, questions={}),
-                    escalated={}, routes=dict(routes), degraded=dict(degraded or {}), results={},
-                    answers=dict(answers or {}), usage=EngineUsage(input_tokens=0), model="m",
-                    shadow=None, stamp=stamp)
+def decided(
+    routes: Mapping[str, QuestionRoute],
+    answers: Mapping[str, EngineAnswer] | None = None,
+    degraded: Mapping[str, str] | None = None,
+    checkpoint: str | None = None,
+    stamp: Stamp = STAMP,
+) -> Decision:
+    return Decision(
+        pre=PreRoute(mode="cascade", cheap_checkpoint=checkpoint, questions={}),
+        escalated={},
+        routes=dict(routes),
+        degraded=dict(degraded or {}),
+        results={},
+        answers=dict(answers or {}),
+        usage=EngineUsage(input_tokens=0),
+        model="m",
+        shadow=None,
+        stamp=stamp,
+    )
 
 
 @contextlib.contextmanager
@@ -31,8 +48,12 @@ def small_disk(path: Path, size: str) -> Iterator[Path]:
     tmpfs, so its disk fills for real (ENOSPC). Needs root, as the PostgreSQL tests do; always
     unmounted."""
     path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(path)],
-                   check=True, capture_output=True, timeout=30)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     try:
         yield path
     finally:
@@ -54,8 +75,12 @@ def synthetic_log(path: Path, requests: int, *, shadowed: frozenset[int] = froze
 
     async def main() -> None:
         for n in range(requests):
-            call = EngineCall(state=f"ticket {n}: charged twice", model="jev-latest",
-                              request_id=f"r{n}", questions=dict(QUESTIONS))
+            call = EngineCall(
+                state=f"ticket {n}: charged twice",
+                model="jev-latest",
+                request_id=f"r{n}",
+                questions=dict(QUESTIONS),
+            )
             decision = _decided(call)
             await store.record(call, decision, 0.01)
             if n in shadowed:

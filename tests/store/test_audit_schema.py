@@ -19,8 +19,11 @@ RECORD = AuditRecord(ts=5.0, action="freeze", actor="alice", outcome="applied", 
 def test_a_schema_6_file_gets_the_audit_table_in_place(tmp_path: Path) -> None:
     path = tmp_path / "d.db"
     with sqlite3.connect(path) as conn:  # as schema 6 wrote it
-        conn.executescript(SCHEMA.replace(AUDIT, "").replace(
-            f"user_version = {SCHEMA_VERSION}", "user_version = 6"))
+        conn.executescript(
+            SCHEMA.replace(AUDIT, "").replace(
+                f"user_version = {SCHEMA_VERSION}", "user_version = 6"
+            )
+        )
         conn.execute(f"INSERT INTO decisions ({OLD_COLUMNS}) VALUES ({OLD_ROW})")
     assert read(str(path)) == []  # no audit table yet: no records, no error
     SqliteStore(path).close()
@@ -37,7 +40,7 @@ def test_a_schema_6_database_gets_the_audit_table(postgres: Postgres) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:  # what schema 6 created
-        conn.execute(pg.CREATE[:pg.CREATE.index("CREATE TABLE IF NOT EXISTS audit")])
+        conn.execute(pg.CREATE[: pg.CREATE.index("CREATE TABLE IF NOT EXISTS audit")])
         conn.execute("CREATE TABLE cascade_schema (version integer NOT NULL)")
         conn.execute("INSERT INTO cascade_schema VALUES (6)")
         conn.execute(f"INSERT INTO decisions (row_key, {OLD_COLUMNS}) VALUES ('k', {OLD_ROW})")
@@ -46,7 +49,8 @@ def test_a_schema_6_database_gets_the_audit_table(postgres: Postgres) -> None:
     assert [row.request_id for row in pg.read_rows(url)] == ["old"]
     write(url, RECORD)
     write(url, AuditRecord(ts=9.0, action="reload", actor="signal", outcome="refused"))
-    assert read(url, since=6.0) == [AuditRecord(ts=9.0, action="reload", actor="signal",
-                                                outcome="refused")]
+    assert read(url, since=6.0) == [
+        AuditRecord(ts=9.0, action="reload", actor="signal", outcome="refused")
+    ]
     assert [r.action for r in read(url, limit=1)] == ["reload"]
     assert [r.action for r in read(url)] == ["freeze", "reload"]

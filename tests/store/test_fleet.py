@@ -28,18 +28,29 @@ from tests.store.helpers import small_disk
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
-BODY = {"model": "jev-latest", "questions": {
-    "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-    "team": {"type": "choice", "instructions": "Which team?",
-             "criteria": {"billing": "Payments", "tech": "Bugs", "sales": "Sales"}}}}
+BODY = {
+    "model": "jev-latest",
+    "questions": {
+        "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+        "team": {
+            "type": "choice",
+            "instructions": "Which team?",
+            "criteria": {"billing": "Payments", "tech": "Bugs", "sales": "Sales"},
+        },
+    },
+}
 KEYS = {"acme": "acme-key", "globex": "globex-key", "initech": "initech-key"}
 
 
 def _keys_file(tmp_path: Path) -> Path:
     path = tmp_path / "keys.toml"
     digests = {name: hashlib.sha256(key.encode()).hexdigest() for name, key in KEYS.items()}
-    path.write_text("".join(f'[[tenant]]\nname = "{name}"\nkeys = ["sha256:{digest}"]\n\n'
-                            for name, digest in digests.items()))
+    path.write_text(
+        "".join(
+            f'[[tenant]]\nname = "{name}"\nkeys = ["sha256:{digest}"]\n\n'
+            for name, digest in digests.items()
+        )
+    )
     return path
 
 
@@ -49,27 +60,48 @@ def _auth(tenant: str) -> dict[str, str]:
 
 def _health(base: str) -> dict[str, Any]:
     """The operator's ``/health`` (an admin key)."""
-    found: dict[str, Any] = httpx.get(base + "/health", headers={
-        "authorization": "Bearer admin-key"}).json()
+    found: dict[str, Any] = httpx.get(
+        base + "/health", headers={"authorization": "Bearer admin-key"}
+    ).json()
     return found
 
 
 @contextlib.contextmanager
-def replica(tmp_path: Path, name: str, url: str, *args: str, port: int | None = None,
-            spool: Path | None = None,
-            log: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def replica(
+    tmp_path: Path,
+    name: str,
+    url: str,
+    *args: str,
+    port: int | None = None,
+    spool: Path | None = None,
+    log: Path | None = None,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """One ``cascade serve --demo`` logging to ``url`` (its own demo directory and spool, or
     ``spool``; its output to ``log`` when given), ready; yields its base URL and process."""
     port = port or free_port()
     spool = spool or tmp_path / f"spool-{name}"
-    env = {**os.environ, "CASCADE_DEMO_DIR": str(tmp_path / f"demo-{name}"),
-           "CASCADE_REPLICA": name, "CASCADE_DECISION_SPOOL": str(spool),
-           "CASCADE_API_KEYS_FILE": str(_keys_file(tmp_path)), "CASCADE_ADMIN_KEYS": "admin-key"}
-    cmd = [str(BIN / "cascade"), "serve", "--demo", "--decision-log", url, "--port", str(port),
-           "--log-level", "warning", *args]
+    env = {
+        **os.environ,
+        "CASCADE_DEMO_DIR": str(tmp_path / f"demo-{name}"),
+        "CASCADE_REPLICA": name,
+        "CASCADE_DECISION_SPOOL": str(spool),
+        "CASCADE_API_KEYS_FILE": str(_keys_file(tmp_path)),
+        "CASCADE_ADMIN_KEYS": "admin-key",
+    }
+    cmd = [
+        str(BIN / "cascade"),
+        "serve",
+        "--demo",
+        "--decision-log",
+        url,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        *args,
+    ]
     base = f"http://127.0.0.1:{port}"
-    with run_process(cmd, ready_url=base + "/health", env=env, timeout_s=240,
-                     log_path=log) as proc:
+    with run_process(cmd, ready_url=base + "/health", env=env, timeout_s=240, log_path=log) as proc:
         deadline = time.monotonic() + 240
         while httpx.get(base + "/ready").status_code != 200:
             assert time.monotonic() < deadline, "the replica never became ready"
@@ -77,8 +109,9 @@ def replica(tmp_path: Path, name: str, url: str, *args: str, port: int | None = 
         yield base, proc
 
 
-async def _load(bases: list[str], stop: asyncio.Event, workers: int = 4,
-                tenant: str = "acme") -> list[tuple[str, int, float, float]]:
+async def _load(
+    bases: list[str], stop: asyncio.Event, workers: int = 4, tenant: str = "acme"
+) -> list[tuple[str, int, float, float]]:
     """Requests from ``workers`` clients, round robin over ``bases``, until ``stop``; each as
     (request id, status or 0 for a transport error, start, end) on the monotonic clock."""
     done: list[tuple[str, int, float, float]] = []
@@ -92,9 +125,10 @@ async def _load(bases: list[str], stop: asyncio.Event, workers: int = 4,
                 started = time.monotonic()
                 try:
                     response = await client.post(
-                        bases[(w + n) % len(bases)] + "/v1/systemone", json={
-                            **BODY, "state": f"ticket {rid}"},
-                        headers={"x-request-id": rid, **_auth(tenant)})
+                        bases[(w + n) % len(bases)] + "/v1/systemone",
+                        json={**BODY, "state": f"ticket {rid}"},
+                        headers={"x-request-id": rid, **_auth(tenant)},
+                    )
                     status = response.status_code
                 except httpx.TransportError:
                     status = 0
@@ -104,8 +138,9 @@ async def _load(bases: list[str], stop: asyncio.Event, workers: int = 4,
     return done
 
 
-def _run_load(bases: list[str], during: Any, workers: int = 4) -> list[tuple[str, int, float,
-                                                                          float]]:
+def _run_load(
+    bases: list[str], during: Any, workers: int = 4
+) -> list[tuple[str, int, float, float]]:
     """Load while ``during()`` (a blocking function, run in a thread) runs, then stop."""
 
     async def main() -> list[tuple[str, int, float, float]]:
@@ -126,29 +161,38 @@ def test_feedback_reaches_any_replica_scoped_to_its_tenant(postgres: Postgres, t
     url = postgres.database("fleet_feedback")
     with replica(tmp_path, "a", url) as (a, _), replica(tmp_path, "b", url) as (b, _):
         for tenant in ("acme", "globex"):  # both send their ticket id: two requests
-            served = httpx.post(a + "/v1/systemone", json={**BODY, "state": tenant},
-                                headers={"x-request-id": "ticket-1001", **_auth(tenant)})
+            served = httpx.post(
+                a + "/v1/systemone",
+                json={**BODY, "state": tenant},
+                headers={"x-request-id": "ticket-1001", **_auth(tenant)},
+            )
             assert served.status_code == 200, served.text
         label = {"request_id": "ticket-1001", "labels": {"urgent": True}}
-        assert httpx.post(b + "/v1/feedback", json=label, headers=_auth("acme")).json()[
-            "stored"] == 1
-        other = httpx.post(b + "/v1/feedback", json={**label, "labels": {"urgent": False}},
-                           headers=_auth("globex"))
+        assert (
+            httpx.post(b + "/v1/feedback", json=label, headers=_auth("acme")).json()["stored"] == 1
+        )
+        other = httpx.post(
+            b + "/v1/feedback", json={**label, "labels": {"urgent": False}}, headers=_auth("globex")
+        )
         assert other.status_code == 200, other.text
         stranger = httpx.post(b + "/v1/feedback", json=label, headers=_auth("initech"))
         assert stranger.status_code == 404
         for rid in ("x" * 10_000, "ticket\x00\x1b[2J"):
-            bad = httpx.post(b + "/v1/feedback", json={**label, "request_id": rid},
-                             headers=_auth("acme"))
+            bad = httpx.post(
+                b + "/v1/feedback", json={**label, "request_id": rid}, headers=_auth("acme")
+            )
             assert bad.status_code == 422, bad.text
             assert bad.json()["detail"][0]["loc"] == ["body", "request_id"]
     rows = [r for r in read_rows(url) if r.question_id == "urgent"]
     assert [(r.tenant, r.replica, r.label and (r.label.value, r.label.tenant)) for r in rows] == [
-        ("acme", "a", (True, "acme")), ("globex", "a", (False, "globex"))]
+        ("acme", "a", (True, "acme")),
+        ("globex", "a", (False, "globex")),
+    ]
 
 
 def test_a_reload_under_load_stamps_each_row_with_the_policy_that_decided_it(
-        postgres: Postgres, tmp_path: Path):
+    postgres: Postgres, tmp_path: Path
+):
     url = postgres.database("fleet_reload")
     policy = tmp_path / "policy.toml"
     shutil.copy(ROOT / "policies" / "default.toml", policy)
@@ -182,8 +226,7 @@ def test_a_reload_under_load_stamps_each_row_with_the_policy_that_decided_it(
     assert set(stamped.values()) == {before, after}
 
 
-def test_postgres_stopped_20_s_under_load_loses_no_answered_row(postgres: Postgres,
-                                                               tmp_path: Path):
+def test_postgres_stopped_20_s_under_load_loses_no_answered_row(postgres: Postgres, tmp_path: Path):
     url = postgres.database("fleet_outage")
     seen: dict[str, Any] = {}
     with replica(tmp_path, "a", url) as (a, _), replica(tmp_path, "b", url) as (b, _):
@@ -195,8 +238,11 @@ def test_postgres_stopped_20_s_under_load_loses_no_answered_row(postgres: Postgr
                 time.sleep(3)
                 seen["health"] = _health(a)["decision_log"]
                 seen["ready"] = httpx.get(a + "/ready").status_code
-                seen["feedback"] = httpx.post(b + "/v1/feedback", headers=_auth("acme"), json={
-                    "request_id": "w0-0", "labels": {"urgent": True}})
+                seen["feedback"] = httpx.post(
+                    b + "/v1/feedback",
+                    headers=_auth("acme"),
+                    json={"request_id": "w0-0", "labels": {"urgent": True}},
+                )
                 time.sleep(17)
             finally:
                 postgres.start()
@@ -211,8 +257,10 @@ def test_postgres_stopped_20_s_under_load_loses_no_answered_row(postgres: Postgr
     statuses = Counter(status for _, status, _, _ in done)
     rows = _rows(url)
     answered = {rid for rid, status, _, _ in done if status == 200}
-    print(f"outage: {len(done)} requests, statuses {dict(statuses)}, "
-          f"{sum(rows.values())} rows, health while down {seen['health']}")
+    print(
+        f"outage: {len(done)} requests, statuses {dict(statuses)}, "
+        f"{sum(rows.values())} rows, health while down {seen['health']}"
+    )
     assert set(statuses) == {200} and len(answered) > 20
     assert {(rid, q) for rid in answered for q in ("urgent", "team")} <= set(rows)
     assert set(rows.values()) == {1}  # once each
@@ -223,8 +271,7 @@ def test_postgres_stopped_20_s_under_load_loses_no_answered_row(postgres: Postgr
     assert "cascade_decision_store_reachable 1.0" in metrics
 
 
-def test_a_replica_killed_with_sigkill_loses_no_answered_row(postgres: Postgres,
-                                                             tmp_path: Path):
+def test_a_replica_killed_with_sigkill_loses_no_answered_row(postgres: Postgres, tmp_path: Path):
     url = postgres.database("fleet_kill")
     with replica(tmp_path, "a", url) as (a, proc):
 
@@ -236,14 +283,14 @@ def test_a_replica_killed_with_sigkill_loses_no_answered_row(postgres: Postgres,
         done = _run_load([a], kill)
     answered = {rid for rid, status, _, _ in done if status == 200}
     rows = _rows(url)
-    print(f"kill -9: {len(done)} requests, {len(answered)} answered, "
-          f"{sum(rows.values())} rows")
+    print(f"kill -9: {len(done)} requests, {len(answered)} answered, {sum(rows.values())} rows")
     assert len(answered) > 10
     assert {(rid, q) for rid in answered for q in ("urgent", "team")} <= set(rows)
 
 
-def test_a_full_spool_disk_drops_and_counts_logged_once_and_costs_no_5xx(postgres: Postgres,
-                                                                         tmp_path: Path):
+def test_a_full_spool_disk_drops_and_counts_logged_once_and_costs_no_5xx(
+    postgres: Postgres, tmp_path: Path
+):
     """PostgreSQL stopped under load with the replica's spool on a 64 KiB tmpfs: the disk fills
     (ENOSPC, not the spool's cap), later batches are dropped and counted, the warning is logged
     once, every request is a 200; back up, the spool replays whole: each row once, and exactly
@@ -251,8 +298,10 @@ def test_a_full_spool_disk_drops_and_counts_logged_once_and_costs_no_5xx(postgre
     url = postgres.database("fleet_spool_full")
     log = tmp_path / "replica.log"
     seen: dict[str, Any] = {}
-    with small_disk(tmp_path / "disk", "64k") as disk, \
-            replica(tmp_path, "a", url, spool=disk / "spool", log=log) as (a, _):
+    with (
+        small_disk(tmp_path / "disk", "64k") as disk,
+        replica(tmp_path, "a", url, spool=disk / "spool", log=log) as (a, _),
+    ):
 
         def outage() -> None:
             time.sleep(1)
@@ -278,8 +327,10 @@ def test_a_full_spool_disk_drops_and_counts_logged_once_and_costs_no_5xx(postgre
     answered = {rid for rid, status, _, _ in done if status == 200}
     rows = _rows(url)
     lines = log.read_text().splitlines()
-    print(f"spool disk full: {len(done)} requests, statuses {dict(statuses)}, "
-          f"{sum(rows.values())} rows, health while down {seen['down']}, after {health}")
+    print(
+        f"spool disk full: {len(done)} requests, statuses {dict(statuses)}, "
+        f"{sum(rows.values())} rows, health while down {seen['down']}, after {health}"
+    )
     assert set(statuses) == {200} and len(answered) > 20
     assert seen["down"]["failed"] > 0 and seen["down"]["spool_bytes"] <= 64 << 10
     assert health["failed"] >= seen["down"]["failed"]

@@ -30,21 +30,32 @@ from cascade.store import read_rows
 from cascade.store.postgres import PostgresStore, migrate, prune
 from tests.servers import Postgres
 
-POLICY = Policy(tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-                       "clef": ClefTier(release="x")},
-                route=Route(cheap="laya", strong="clef"))
+POLICY = Policy(
+    tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")), "clef": ClefTier(release="x")},
+    route=Route(cheap="laya", strong="clef"),
+)
 
 
 def _call(rid: str, state: str = "ticket") -> EngineCall:
-    return EngineCall(state=state, model="jev-latest", request_id=rid,
-                      questions={"u": NoulQuestion(instructions="Urgent?"),
-                                 "v": NoulQuestion(instructions="Angry?")})
+    return EngineCall(
+        state=state,
+        model="jev-latest",
+        request_id=rid,
+        questions={
+            "u": NoulQuestion(instructions="Urgent?"),
+            "v": NoulQuestion(instructions="Angry?"),
+        },
+    )
 
 
 def _serve(store: PostgresStore, calls: list[tuple[str, str]]) -> None:
     """Answer each (request id, tenant) through a gateway logging to ``store``."""
-    gateway = Gateway(POLICY, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
-                      decisions=store, weights={"laya": "w1"})
+    gateway = Gateway(
+        POLICY,
+        {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
+        decisions=store,
+        weights={"laya": "w1"},
+    )
 
     async def run() -> None:
         await gateway.start()
@@ -59,8 +70,9 @@ def _store(url: str, tmp_path: Path, **kw: Any) -> PostgresStore:
     return PostgresStore(url, spool=tmp_path / "spool", replica="r1", **kw)
 
 
-def test_replicas_booting_at_once_migrate_the_schema_once(postgres: Postgres,
-                                                          capsys: pytest.CaptureFixture[str]):
+def test_replicas_booting_at_once_migrate_the_schema_once(
+    postgres: Postgres, capsys: pytest.CaptureFixture[str]
+):
     url = postgres.database("boot")
     start = threading.Barrier(6)
 
@@ -75,8 +87,9 @@ def test_replicas_booting_at_once_migrate_the_schema_once(postgres: Postgres,
     assert "schema 7, up to date" in capsys.readouterr().out
 
 
-def test_rows_labels_and_filters(postgres: Postgres, tmp_path: Path,
-                                 capsys: pytest.CaptureFixture[str]):
+def test_rows_labels_and_filters(
+    postgres: Postgres, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     url = postgres.database("rows")
     store = _store(url, tmp_path)
     _serve(store, [("ticket-1", "acme"), ("ticket-1", "globex"), ("solo", "acme")])
@@ -91,11 +104,17 @@ def test_rows_labels_and_filters(postgres: Postgres, tmp_path: Path,
     assert health["reachable"] and not health["behind"] and health["written"] == 6
     rows = list(read_rows(url))
     assert [(r.request_id, r.tenant, r.question_id) for r in rows] == [
-        ("ticket-1", "acme", "u"), ("ticket-1", "acme", "v"), ("ticket-1", "globex", "u"),
-        ("ticket-1", "globex", "v"), ("solo", "acme", "u"), ("solo", "acme", "v")]
+        ("ticket-1", "acme", "u"),
+        ("ticket-1", "acme", "v"),
+        ("ticket-1", "globex", "u"),
+        ("ticket-1", "globex", "v"),
+        ("solo", "acme", "u"),
+        ("solo", "acme", "v"),
+    ]
     labelled = [r for r in rows if r.label is not None]
     assert [(r.tenant, r.label.value, r.label.count, r.label.tenant) for r in labelled] == [
-        ("acme", False, 2, "acme")]  # globex's row of the same id untouched
+        ("acme", False, 2, "acme")
+    ]  # globex's row of the same id untouched
     assert rows[0].replica == "r1" and rows[0].checkpoints == {"laya": "w1"}
     assert rows[0].cheap is not None and rows[0].cheap.tier == "laya"
     assert [r.request_id for r in read_rows(url, tenant="globex")] == ["ticket-1"] * 2
@@ -108,8 +127,9 @@ def test_rows_labels_and_filters(postgres: Postgres, tmp_path: Path,
     assert {t["tenant"] for t in report["rows"]} == {"globex"} and report["log_rows"] == 2
 
 
-def test_rows_spool_while_the_server_is_down_and_are_written_once(postgres: Postgres,
-                                                                  tmp_path: Path):
+def test_rows_spool_while_the_server_is_down_and_are_written_once(
+    postgres: Postgres, tmp_path: Path
+):
     url = postgres.database("spool")
     store = _store(url, tmp_path)
     _serve(store, [("up-1", "")])
@@ -152,11 +172,16 @@ def test_a_spool_left_by_a_killed_replica_is_replayed_once(postgres: Postgres, t
         assert again._write(batch, rows)
     again.close()
     assert sorted((r.request_id, r.question_id) for r in read_rows(url)) == [
-        ("a", "u"), ("a", "v"), ("b", "u"), ("b", "v")]
+        ("a", "u"),
+        ("a", "v"),
+        ("b", "u"),
+        ("b", "v"),
+    ]
 
 
 def test_a_replica_booted_without_its_database_migrates_it_when_it_answers(
-        postgres: Postgres, tmp_path: Path):
+    postgres: Postgres, tmp_path: Path
+):
     url = postgres.database("late")
     postgres.stop()
     try:
@@ -188,43 +213,46 @@ def test_keep_days_deletes_old_rows_with_their_labels(postgres: Postgres, tmp_pa
     assert {r.request_id for r in read_rows(url)} == {"new"}
 
 
-def test_a_bad_url_or_an_unreachable_server_at_boot_is_one_line(postgres: Postgres,
-                                                                 tmp_path: Path):
+def test_a_bad_url_or_an_unreachable_server_at_boot_is_one_line(postgres: Postgres, tmp_path: Path):
     settings = Settings(decision_spool=str(tmp_path / "spool"))
     down = f"postgresql://postgres@127.0.0.1:{postgres.port + 1}/x"  # nothing listens there
     for url in ("postgresql://[::1/x", down):
         with pytest.raises(ConfigError) as caught:
             open_decision_log(Settings(decision_log=url), POLICY)
         assert "\n" not in str(caught.value) and "CASCADE_DECISION_LOG" in str(caught.value)
-    lenient = Policy(tiers=POLICY.tiers, route=POLICY.route,
-                     decision_log=DecisionLog(file=down, required=False))
+    lenient = Policy(
+        tiers=POLICY.tiers, route=POLICY.route, decision_log=DecisionLog(file=down, required=False)
+    )
     store = open_decision_log(settings, lenient)
     assert isinstance(store, PostgresStore) and not store.reachable
     store.close()
-    malformed = Policy(tiers=POLICY.tiers, route=POLICY.route,
-                       decision_log=DecisionLog(file="postgresql://[::1/x", required=False))
+    malformed = Policy(
+        tiers=POLICY.tiers,
+        route=POLICY.route,
+        decision_log=DecisionLog(file="postgresql://[::1/x", required=False),
+    )
     with pytest.raises(ConfigError, match="CASCADE_DECISION_LOG"):
         open_decision_log(settings, malformed)
 
 
-def test_bench_store_measures_both_backends(postgres: Postgres,
-                                            capsys: pytest.CaptureFixture[str]):
+def test_bench_store_measures_both_backends(postgres: Postgres, capsys: pytest.CaptureFixture[str]):
     url = postgres.database("bench")
-    assert main(["bench", "store", "--postgres", url, "--clients", "1,4",
-                 "--seconds", "0.3"]) == 0
+    assert main(["bench", "store", "--postgres", url, "--clients", "1,4", "--seconds", "0.3"]) == 0
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
     for name in ("sqlite", "postgresql"):
         rows = result["backends"][name]
         assert [r["clients"] for r in rows] == [1, 4]
-        assert all(r["requests"] > 0 and r["rows_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"]
-                   for r in rows)
+        assert all(
+            r["requests"] > 0 and r["rows_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"] for r in rows
+        )
     written = sum(r["requests"] for r in result["backends"]["postgresql"]) * 2
     assert sum(1 for _ in read_rows(url)) == written
 
 
 @pytest.mark.parametrize(("requests", "by_copy"), [(11, False), (40, True)])
 def test_one_batch_keeps_its_order_and_a_shadow_answer_finds_its_rows(
-        postgres: Postgres, tmp_path: Path, requests: int, by_copy: bool):
+    postgres: Postgres, tmp_path: Path, requests: int, by_copy: bool
+):
     """The writer blocked behind a lock while requests and a shadow answer queue up: they go in
     as one batch (pipelined inserts, or from ``COPY_ROWS`` rows COPY through the staging table),
     ids in queue order, and the shadow update of a request in that very batch lands on its
@@ -248,8 +276,10 @@ def test_one_batch_keeps_its_order_and_a_shadow_answer_finds_its_rows(
             while store._queue.qsize():  # the writer took the first and waits for the lock
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.01)
-            rest = [asyncio.ensure_future(store.record(c, d, 0.01))
-                    for c, d in zip(calls[1:], decisions[1:], strict=True)]
+            rest = [
+                asyncio.ensure_future(store.record(c, d, 0.01))
+                for c, d in zip(calls[1:], decisions[1:], strict=True)
+            ]
             await asyncio.sleep(0.05)
             store.shadowed(calls[4], deterministic_answer(calls[4]), decisions[4].stamp)
             assert store._queue.qsize() == requests

@@ -19,7 +19,9 @@ def test_records_come_back_in_order_and_the_cap_refuses(tmp_path: Path):
     assert spool.append([["shadow", [["x", 2]]]], 2)
     assert not spool.append([["rows", ["y" * 300]]], 1)  # past the cap: nothing written
     assert [(batch, rows) for batch, rows, _ in spool.records()] == [
-        ([["rows", [["k1", 1.5, None]]]], 1), ([["shadow", [["x", 2]]]], 2)]
+        ([["rows", [["k1", 1.5, None]]]], 1),
+        ([["shadow", [["x", 2]]]], 2),
+    ]
     assert (spool.rows, spool.size) == (3, (tmp_path / "s").stat().st_size)
     _, _, first_end = next(spool.records())
     assert [rows for _, rows, _ in spool.records(first_end)] == [2]

@@ -46,8 +46,10 @@ WIDE = ChoiceQuestion(instructions="Which?", criteria=[f"o{i}" for i in range(60
 
 def _policy(*, shadow: float = 0.0, noul_floor: float | None = None) -> Policy:
     return Policy(
-        tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-               "clef": ClefTier(release="x")},
+        tiers={
+            "laya": LayaTier(checkpoints=Checkpoints(english="x")),
+            "clef": ClefTier(release="x"),
+        },
         route=Route(cheap="laya", strong="clef"),
         thresholds=Thresholds(confidence=TypeBands(noul=Bands(two=noul_floor))),
         shadow=Shadow(fraction=shadow),
@@ -55,8 +57,12 @@ def _policy(*, shadow: float = 0.0, noul_floor: float | None = None) -> Policy:
 
 
 def _call(rid: str, state: object = "ticket text", **questions: object) -> EngineCall:
-    return EngineCall(state=state, model="jev-latest", request_id=rid,  # type: ignore[arg-type]
-                      questions=questions or {"u": NOUL})  # type: ignore[arg-type]
+    return EngineCall(
+        state=state,
+        model="jev-latest",
+        request_id=rid,  # type: ignore[arg-type]
+        questions=questions or {"u": NOUL},
+    )  # type: ignore[arg-type]
 
 
 def _log(path: Path, policy: Policy, **kw: object) -> SqliteStore:
@@ -77,8 +83,11 @@ async def _serve(gateway: Gateway, calls: list[EngineCall]) -> list[float]:
 
 def test_rows_carry_routes_tiers_and_shadow_answers(tmp_path: Path):
     policy = _policy(shadow=1.0)
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
-                      weights={"laya": "h1", "clef": "h2"})
+    gateway = Gateway(
+        policy,
+        {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
+        weights={"laya": "h1", "clef": "h2"},
+    )
     gateway.decisions = _log(tmp_path / "d.db", policy, state_mode="text")
     state = {"ticket": "charged twice", "n": 2}
     asyncio.run(_serve(gateway, [_call("r1", state, u=NOUL, w=WIDE)]))
@@ -86,8 +95,12 @@ def test_rows_carry_routes_tiers_and_shadow_answers(tmp_path: Path):
     rows = {r.question_id: r for r in read_rows(tmp_path / "d.db")}
     assert set(rows) == {"u", "w"}
     u, w = rows["u"], rows["w"]
-    assert (u.final_tier, u.reason, u.cheap.tier, u.cheap.checkpoint) == ("laya", None, "laya",
-                                                                          "english")
+    assert (u.final_tier, u.reason, u.cheap.tier, u.cheap.checkpoint) == (
+        "laya",
+        None,
+        "laya",
+        "english",
+    )
     assert (w.final_tier, w.reason, w.cheap, w.band) == ("clef", "too_many_options", None, "11+")
     assert w.strong is not None and len(w.strong.probabilities) == 60
     assert u.state == state and u.state_mode == "text" and u.question["type"] == "noul"
@@ -98,28 +111,40 @@ def test_rows_carry_routes_tiers_and_shadow_answers(tmp_path: Path):
 
 def test_a_shadow_sample_fills_in_the_strong_answer(tmp_path: Path):
     policy = _policy(shadow=1.0)
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
-                      weights={"laya": "h1", "clef": "h2"})
+    gateway = Gateway(
+        policy,
+        {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
+        weights={"laya": "h1", "clef": "h2"},
+    )
     gateway.decisions = _log(tmp_path / "d.db", policy)
     asyncio.run(_serve(gateway, [_call("r1", "state one"), _call("r2", "state two")]))
     gateway.decisions.close()
     rows = list(read_rows(tmp_path / "d.db"))
-    assert [(r.request_id, r.shadow, r.final_tier) for r in rows] == [("r1", True, "laya"),
-                                                                      ("r2", True, "laya")]
+    assert [(r.request_id, r.shadow, r.final_tier) for r in rows] == [
+        ("r1", True, "laya"),
+        ("r2", True, "laya"),
+    ]
     assert all(r.cheap is not None and r.strong is not None for r in rows)
     assert rows[0].state == state_hash("state one") and rows[0].state_mode == "hash"
 
 
 def test_escalated_rows_carry_both_tiers_and_state_none_stores_nothing(tmp_path: Path):
     policy = _policy(noul_floor=0.999)
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
-                      weights={"laya": "h1", "clef": "h2"})
+    gateway = Gateway(
+        policy,
+        {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
+        weights={"laya": "h1", "clef": "h2"},
+    )
     gateway.decisions = _log(tmp_path / "d.db", policy, state_mode="none")
     asyncio.run(_serve(gateway, [_call("r1")]))
     gateway.decisions.close()
     (row,) = read_rows(tmp_path / "d.db")
-    assert (row.final_tier, row.reason, row.shadow, row.state) == ("clef", "low_confidence",
-                                                                   False, None)
+    assert (row.final_tier, row.reason, row.shadow, row.state) == (
+        "clef",
+        "low_confidence",
+        False,
+        None,
+    )
     assert row.cheap is not None and row.strong is not None
 
 
@@ -158,8 +183,9 @@ def test_the_file_rotates_past_its_size_cap(tmp_path: Path):
     log = _log(tmp_path / "d.db", policy, state_mode="text", max_bytes=64 * 1024, keep=2)
     big = "x" * 2000  # each state distinct: equal states are stored once
     for i in range(150):
-        done = log.queue_record(_call(f"r{i}", f"{i} {big}"),
-                                decided({"u": QuestionRoute("laya")}), 0.001)
+        done = log.queue_record(
+            _call(f"r{i}", f"{i} {big}"), decided({"u": QuestionRoute("laya")}), 0.001
+        )
         if i % 10 == 9:  # the writer commits in batches of 10 at most, however busy the machine
             assert done is not None
             done.result(timeout=10)
@@ -181,13 +207,29 @@ def test_a_gateway_killed_with_sigkill_keeps_a_row_per_answered_question(tmp_pat
     port = free_port()
     db = tmp_path / "decisions.db"
     env = {**os.environ, "CASCADE_DEMO_DIR": str(tmp_path / "demo")}
-    cmd = [str(BIN / "cascade"), "serve", "--demo", "--decision-log", str(db), "--port",
-           str(port), "--log-level", "warning"]
+    cmd = [
+        str(BIN / "cascade"),
+        "serve",
+        "--demo",
+        "--decision-log",
+        str(db),
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     url = f"http://127.0.0.1:{port}"
-    body = {"model": "jev-latest", "questions": {
-        "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-        "team": {"type": "choice", "instructions": "Which team?",
-                 "criteria": {"billing": "Payments", "tech": "Bugs", "sales": "Sales"}}}}
+    body = {
+        "model": "jev-latest",
+        "questions": {
+            "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+            "team": {
+                "type": "choice",
+                "instructions": "Which team?",
+                "criteria": {"billing": "Payments", "tech": "Bugs", "sales": "Sales"},
+            },
+        },
+    }
     answered: list[str] = []
     with run_process(cmd, ready_url=url + "/health", env=env, timeout_s=240) as proc:
         deadline = time.monotonic() + 240
@@ -197,8 +239,11 @@ def test_a_gateway_killed_with_sigkill_keeps_a_row_per_answered_question(tmp_pat
         with httpx.Client(base_url=url, timeout=60) as client:
             for i in range(30):
                 rid = f"req-{i}"
-                response = client.post("/v1/systemone", json={**body, "state": f"ticket {i}"},
-                                       headers={"x-request-id": rid})
+                response = client.post(
+                    "/v1/systemone",
+                    json={**body, "state": f"ticket {i}"},
+                    headers={"x-request-id": rid},
+                )
                 assert response.status_code == 200, response.text
                 answered.append(rid)
             health = client.get("/health").json()["decision_log"]
@@ -237,22 +282,29 @@ class _Disk:
     def check(self, sql: str) -> None:
         verb = sql.split()[0].upper()
         if ("checkpoint" in self.faults and "wal_checkpoint" in sql) or (
-                "write" in self.faults and verb in {"INSERT", "UPDATE", "COMMIT"}):
+            "write" in self.faults and verb in {"INSERT", "UPDATE", "COMMIT"}
+        ):
             raise sqlite3.OperationalError("database or disk is full")
 
 
 def test_a_full_disk_during_rotation_never_stops_the_writer(tmp_path: Path, monkeypatch):
     disk = _Disk()
     connect = sqlite3.connect
-    monkeypatch.setattr(sqlite3, "connect",
-                        lambda *a, **kw: connect(*a, **kw, factory=disk.connection()))
+    monkeypatch.setattr(
+        sqlite3, "connect", lambda *a, **kw: connect(*a, **kw, factory=disk.connection())
+    )
     policy = _policy()
     log = _log(tmp_path / "d.db", policy, state_mode="text", max_bytes=1, keep=3)  # rotate always
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
-                      weights={"laya": "h1", "clef": "h2"})
+    gateway = Gateway(
+        policy,
+        {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
+        weights={"laya": "h1", "clef": "h2"},
+    )
     gateway.decisions = log
-    errors = {stage: metrics.DECISION_LOG_ERRORS.labels(stage=stage)._value.get()
-              for stage in ("write", "rotate")}
+    errors = {
+        stage: metrics.DECISION_LOG_ERRORS.labels(stage=stage)._value.get()
+        for stage in ("write", "rotate")
+    }
     n = 0
 
     def send(k: int) -> None:
@@ -307,14 +359,17 @@ def test_a_text_state_is_stored_once_per_request(tmp_path: Path):
 
 def test_a_log_of_the_schema_before_states_is_read_and_rotated_aside(tmp_path: Path):
     log = _log(tmp_path / "d.db", _policy(), state_mode="text")
-    done = log.queue_record(_call("old", {"t": "a state"}), decided({"u": QuestionRoute("laya")}),
-                            0.01)
+    done = log.queue_record(
+        _call("old", {"t": "a state"}), decided({"u": QuestionRoute("laya")}), 0.01
+    )
     assert done is not None
     done.result(timeout=5)
     log.close()
     conn = sqlite3.connect(tmp_path / "d.db")  # as written before: the state text in each row
-    conn.executescript("UPDATE decisions SET state = (SELECT state FROM states WHERE key = "
-                       "decisions.state); DROP TABLE states; PRAGMA user_version = 0;")
+    conn.executescript(
+        "UPDATE decisions SET state = (SELECT state FROM states WHERE key = "
+        "decisions.state); DROP TABLE states; PRAGMA user_version = 0;"
+    )
     conn.close()
     assert [r.state for r in read_rows(tmp_path / "d.db")] == [{"t": "a state"}]
     log = _log(tmp_path / "d.db", _policy(), state_mode="text")  # set aside, not mixed
@@ -323,5 +378,6 @@ def test_a_log_of_the_schema_before_states_is_read_and_rotated_aside(tmp_path: P
     done.result(timeout=5)
     log.close()
     assert [(r.request_id, r.state) for r in read_rows(tmp_path / "d.db.1")] == [
-        ("old", {"t": "a state"})]
+        ("old", {"t": "a state"})
+    ]
     assert [(r.request_id, r.state) for r in read_rows(tmp_path / "d.db")] == [("new", {"t": "b"})]

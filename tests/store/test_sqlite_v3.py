@@ -50,8 +50,10 @@ PRAGMA user_version = 2;
 
 def _policy(*, shadow: float = 0.0, noul_floor: float | None = None) -> Policy:
     return Policy(
-        tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-               "clef": ClefTier(release="x")},
+        tiers={
+            "laya": LayaTier(checkpoints=Checkpoints(english="x")),
+            "clef": ClefTier(release="x"),
+        },
         route=Route(cheap="laya", strong="clef"),
         thresholds=Thresholds(confidence=TypeBands(noul=Bands(two=noul_floor))),
         shadow=Shadow(fraction=shadow),
@@ -63,13 +65,15 @@ def _log(path: Path) -> SqliteStore:
 
 
 def _call(rid: str, state: str = "ticket text", **questions: object) -> EngineCall:
-    return EngineCall(state=state, model="jev-latest", request_id=rid,
-                      questions=questions or {"u": NOUL})  # type: ignore[arg-type]
+    return EngineCall(
+        state=state, model="jev-latest", request_id=rid, questions=questions or {"u": NOUL}
+    )  # type: ignore[arg-type]
 
 
 def _serve(policy: Policy, log: SqliteStore, *steps: object) -> None:
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")},
-                      decisions=log)
+    gateway = Gateway(
+        policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef")}, decisions=log
+    )
 
     async def run() -> None:
         await gateway.start()
@@ -86,10 +90,13 @@ def test_rows_carry_the_tenant_and_each_tiers_share_of_its_tokens(tmp_path: Path
     log = _log(tmp_path / "d.db")
     call = _call("r1", u=NOUL, t=TEAM)
     batch = [_call(f"b/{i}", f"state {i}") for i in range(2)]
-    _serve(_policy(noul_floor=0.999), log,  # u escalates, t stays cheap
-           lambda g: g.systemone(call, tenant="acme"),
-           lambda g: g.batch(batch, tenant="zeta"),
-           lambda g: g.decide(_call("anon"), partial=True))
+    _serve(
+        _policy(noul_floor=0.999),
+        log,  # u escalates, t stays cheap
+        lambda g: g.systemone(call, tenant="acme"),
+        lambda g: g.batch(batch, tenant="zeta"),
+        lambda g: g.decide(_call("anon"), partial=True),
+    )
     rows = {(r.request_id, r.question_id): r for r in read_rows(tmp_path / "d.db")}
     u, t = rows[("r1", "u")], rows[("r1", "t")]
     assert (u.tenant, t.tenant) == ("acme", "acme")
@@ -115,8 +122,9 @@ def test_labels_and_shadow_rows_are_evidence_as_the_gate_reads_them(tmp_path: Pa
     call = _call("r1", u=NOUL, t=TEAM)
     _serve(_policy(shadow=1.0), log, lambda g: g.systemone(call))
     cheap = deterministic_answer(call).results
-    top = ["billing", "tech", "sales"][cheap["t"].probabilities.index(
-        max(cheap["t"].probabilities))]
+    top = ["billing", "tech", "sales"][
+        cheap["t"].probabilities.index(max(cheap["t"].probabilities))
+    ]
     log = _log(tmp_path / "d.db")
     done = log.label("r1", {"t": top})
     assert done is not None and done.result(timeout=5).relabelled == []
@@ -129,13 +137,18 @@ def test_labels_and_shadow_rows_are_evidence_as_the_gate_reads_them(tmp_path: Pa
     assert by[("feedback", "choice")].confidence == pytest.approx(max(cheap["t"].probabilities))
     assert by[("shadow", "noul")].band == "2" and by[("feedback", "choice")].band == "3-5"
     assert read_labelled([tmp_path / "d.db"], policy, sources=("feedback",)) == [
-        by[("feedback", "choice")]]
+        by[("feedback", "choice")]
+    ]
 
 
 def test_labels_the_latest_rows_of_a_repeated_request_id(tmp_path: Path):
     log = _log(tmp_path / "d.db")
-    _serve(_policy(), log, lambda g: g.systemone(_call("r1", "first")),
-           lambda g: g.systemone(_call("r1", "second")))
+    _serve(
+        _policy(),
+        log,
+        lambda g: g.systemone(_call("r1", "first")),
+        lambda g: g.systemone(_call("r1", "second")),
+    )
     log = _log(tmp_path / "d.db")
     done = log.label("r1", {"u": True})
     assert done is not None
@@ -152,7 +165,12 @@ def test_a_log_of_schema_2_is_read_and_a_new_writer_sets_it_aside(tmp_path: Path
     conn.close()
     (row,) = read_rows(path)
     assert (row.request_id, row.tenant, row.cheap_tokens, row.strong_tokens, row.label) == (
-        "old", "", None, None, None)
+        "old",
+        "",
+        None,
+        None,
+        None,
+    )
     assert row.cheap is not None and row.cheap.probabilities == [0.3, 0.7]
     log = _log(path)  # schema 3 starts a file of its own; labels reach its requests only
     done = log.label("old", {"u": True})

@@ -76,13 +76,23 @@ def test_a_shadow_answer_lands_on_its_own_tenants_row(tmp_path: Path) -> None:
         await release.wait()
         return deterministic_answer(call)
 
-    policy = Policy(tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-                           "clef": ClefTier(release="x")},
-                    route=Route(cheap="laya", strong="clef"), shadow=Shadow(fraction=1.0))
-    gateway = Gateway(policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef", strong)},
-                      decisions=log)
-    call = EngineCall(state="ticket", model="jev-latest", request_id="ticket-1001",
-                      questions={"u": NoulQuestion(instructions="Urgent?")})
+    policy = Policy(
+        tiers={
+            "laya": LayaTier(checkpoints=Checkpoints(english="x")),
+            "clef": ClefTier(release="x"),
+        },
+        route=Route(cheap="laya", strong="clef"),
+        shadow=Shadow(fraction=1.0),
+    )
+    gateway = Gateway(
+        policy, {"laya": FakeEngine("laya"), "clef": FakeEngine("clef", strong)}, decisions=log
+    )
+    call = EngineCall(
+        state="ticket",
+        model="jev-latest",
+        request_id="ticket-1001",
+        questions={"u": NoulQuestion(instructions="Urgent?")},
+    )
 
     async def run() -> None:
         await gateway.start()
@@ -95,4 +105,6 @@ def test_a_shadow_answer_lands_on_its_own_tenants_row(tmp_path: Path) -> None:
     asyncio.run(run())
     log.close()
     assert [(r.tenant, r.shadow) for r in read_rows(tmp_path / "d.db")] == [
-        ("acme", True), ("beta", True)]
+        ("acme", True),
+        ("beta", True),
+    ]

@@ -26,14 +26,19 @@ from cascade.policy.model import (
 from cascade.schema import NoulQuestion
 from cascade.store.sqlite import SqliteStore, read_rows
 
-POLICY = Policy(tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")),
-                       "clef": ClefTier(release="x")},
-                route=Route(cheap="laya", strong="clef"))
+POLICY = Policy(
+    tiers={"laya": LayaTier(checkpoints=Checkpoints(english="x")), "clef": ClefTier(release="x")},
+    route=Route(cheap="laya", strong="clef"),
+)
 
 
 def _call(rid: str) -> EngineCall:
-    return EngineCall(state="ticket", model="jev-latest", request_id=rid,
-                      questions={"u": NoulQuestion(instructions="Urgent?")})
+    return EngineCall(
+        state="ticket",
+        model="jev-latest",
+        request_id=rid,
+        questions={"u": NoulQuestion(instructions="Urgent?")},
+    )
 
 
 def test_a_request_in_flight_keeps_the_stamp_of_the_version_it_started_on(tmp_path: Path):
@@ -46,12 +51,18 @@ def test_a_request_in_flight_keeps_the_stamp_of_the_version_it_started_on(tmp_pa
             await release.wait()
         return deterministic_answer(call)
 
-    gateway = Gateway(POLICY, {"laya": FakeEngine("laya", cheap), "clef": FakeEngine("clef")},
-                      decisions=store, weights={"laya": "w1", "clef": "w2"})
-    reloaded = msgspec.structs.replace(POLICY, thresholds=Thresholds(
-        confidence=TypeBands(noul=Bands(two=0.55))))
-    own = msgspec.structs.replace(POLICY, thresholds=Thresholds(
-        confidence=TypeBands(noul=Bands(two=0.6))))
+    gateway = Gateway(
+        POLICY,
+        {"laya": FakeEngine("laya", cheap), "clef": FakeEngine("clef")},
+        decisions=store,
+        weights={"laya": "w1", "clef": "w2"},
+    )
+    reloaded = msgspec.structs.replace(
+        POLICY, thresholds=Thresholds(confidence=TypeBands(noul=Bands(two=0.55)))
+    )
+    own = msgspec.structs.replace(
+        POLICY, thresholds=Thresholds(confidence=TypeBands(noul=Bands(two=0.6)))
+    )
 
     async def run() -> None:
         await gateway.start()

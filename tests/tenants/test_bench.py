@@ -11,8 +11,9 @@ from tests.tenants.test_http import TWO, app
 
 def test_the_bench_reports_each_phase(tmp_path: Path) -> None:
     with serve_app(app(tmp_path, TWO)) as url:
-        result = tenants.run(url, quiet_key="beta-key", flood_key="acme-key", requests=5,
-                             rate=20.0, timeout_s=10.0)
+        result = tenants.run(
+            url, quiet_key="beta-key", flood_key="acme-key", requests=5, rate=20.0, timeout_s=10.0
+        )
     phases = result["phases"]
     assert list(phases) == ["alone", "flood", "alone_again"]
     assert all(p["quiet_statuses"] == {200: 5} for p in phases.values())

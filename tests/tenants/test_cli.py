@@ -34,9 +34,11 @@ def test_add_prints_one_key_once_and_writes_only_its_hash(tmp_path: Path) -> Non
 
 def test_add_keeps_the_rest_of_the_file_as_it_is(tmp_path: Path) -> None:
     path = tmp_path / "keys.toml"
-    before = ('# our tenants\n[[tenant]]\nname = "acme"  # the first\nkeys = [\n'
-              f'  "sha256:{"a" * 64}",  # laptop\n]\nrequests_per_min = 60\n\n'
-              '[[tenant]]\nname = "beta"\n\n[limits]\non_error = "closed"\n')
+    before = (
+        '# our tenants\n[[tenant]]\nname = "acme"  # the first\nkeys = [\n'
+        f'  "sha256:{"a" * 64}",  # laptop\n]\nrequests_per_min = 60\n\n'
+        '[[tenant]]\nname = "beta"\n\n[limits]\non_error = "closed"\n'
+    )
     path.write_text(before)
     path.chmod(0o640)
     key = cascade("keys", "add", "beta", "--file", str(path)).stdout.strip()
@@ -44,8 +46,8 @@ def test_add_keeps_the_rest_of_the_file_as_it_is(tmp_path: Path) -> None:
     after = path.read_text()
     hashes = {k: "sha256:" + hashlib.sha256(k.encode()).hexdigest() for k in (key, other)}
     assert after == before.replace(
-        'name = "beta"\n', f'name = "beta"\nkeys = ["{hashes[key]}"]\n').replace(
-        'keys = [\n', f'keys = ["{hashes[other]}",\n')
+        'name = "beta"\n', f'name = "beta"\nkeys = ["{hashes[key]}"]\n'
+    ).replace("keys = [\n", f'keys = ["{hashes[other]}",\n')
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     tenants = load_tenants(Settings(api_keys_file=str(path)))
     assert tenants.verify(key).name == "beta" and tenants.verify(other).name == "acme"
@@ -99,17 +101,29 @@ def at_once(runs: list[list[str]]) -> list[tuple[int, str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     env["PYTHONPATH"] = str(ROOT)
     with contextlib.ExitStack() as stack:  # each Popen closes its pipes and is waited for
-        procs = [stack.enter_context(subprocess.Popen(
-            [sys.executable, "-c", AT_ONCE, *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=env)) for args in runs]
+        procs = [
+            stack.enter_context(
+                subprocess.Popen(
+                    [sys.executable, "-c", AT_ONCE, *args],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+            )
+            for args in runs
+        ]
         for proc in procs:
             assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.close()
-        outs = [(proc.stdout.read(), proc.stderr.read()) for proc in procs
-                if proc.stdout is not None and proc.stderr is not None]
+        outs = [
+            (proc.stdout.read(), proc.stderr.read())
+            for proc in procs
+            if proc.stdout is not None and proc.stderr is not None
+        ]
         for proc in procs:
             proc.wait(timeout=120)
     return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outs, strict=True)]
@@ -127,8 +141,10 @@ def test_concurrent_adds_keep_every_key_they_print(tmp_path: Path) -> None:
 
 def test_remove_takes_one_key_or_one_tenant_and_keeps_every_other_byte(tmp_path: Path) -> None:
     path = tmp_path / "keys.toml"
-    key_a1, key_a2, key_b = (cascade("keys", "add", name, "--file", str(path)).stdout.strip()
-                             for name in ("acme", "acme", "beta"))
+    key_a1, key_a2, key_b = (
+        cascade("keys", "add", name, "--file", str(path)).stdout.strip()
+        for name in ("acme", "acme", "beta")
+    )
     path.write_text(path.read_text() + '\n[limits]\nbackend = "local"  # per replica\n')
     before = path.read_text()
     prefix = hashlib.sha256(key_a1.encode()).hexdigest()[:8]
@@ -153,16 +169,25 @@ def test_remove_refuses_what_it_cannot_do_and_leaves_the_file(tmp_path: Path) ->
     key = cascade("keys", "add", "acme", "--file", str(path)).stdout.strip()
     text = path.read_text()
     digits = hashlib.sha256(key.encode()).hexdigest()[:8]
-    refused(cascade("keys", "remove", "acme", "--key", digits, "--file", str(path)), 1,
-            "only key", "cascade keys remove acme")
+    refused(
+        cascade("keys", "remove", "acme", "--key", digits, "--file", str(path)),
+        1,
+        "only key",
+        "cascade keys remove acme",
+    )
     refused(cascade("keys", "remove", "globex", "--file", str(path)), 1, "no tenant `globex`")
     other = "0" * 8 if digits != "0" * 8 else "1" * 8
-    refused(cascade("keys", "remove", "acme", "--key", other, "--file", str(path)), 1,
-            "no key whose hash starts with")
-    refused(cascade("keys", "remove", "acme", "--key", "xyz", "--file", str(path)), 2,
-            "--key xyz")
-    refused(cascade("keys", "remove", "acme", "--file", str(tmp_path / "none.toml")), 1,
-            "no such keys file")
+    refused(
+        cascade("keys", "remove", "acme", "--key", other, "--file", str(path)),
+        1,
+        "no key whose hash starts with",
+    )
+    refused(cascade("keys", "remove", "acme", "--key", "xyz", "--file", str(path)), 2, "--key xyz")
+    refused(
+        cascade("keys", "remove", "acme", "--file", str(tmp_path / "none.toml")),
+        1,
+        "no such keys file",
+    )
     assert path.read_text() == text
 
 

@@ -23,12 +23,12 @@ from tests.tenants.test_http import BODY, QUESTIONS, app, auth, sha
 TENANTS = f"""
 [[tenant]]
 name = "batcher"
-keys = ["{sha('batcher-key')}"]
+keys = ["{sha("batcher-key")}"]
 max_inflight = 4
 
 [[tenant]]
 name = "single"
-keys = ["{sha('single-key')}"]
+keys = ["{sha("single-key")}"]
 """
 
 
@@ -48,17 +48,22 @@ def test_a_batch_counts_its_states_so_another_tenant_is_not_refused(tmp_path: Pa
         return deterministic_answer(call)
 
     batch = {"states": [f"hold {i}" for i in range(64)], "questions": QUESTIONS}
-    with serve_app(app(tmp_path, TENANTS, handler)) as url, \
-            httpx.Client(base_url=url, timeout=60) as http, \
-            concurrent.futures.ThreadPoolExecutor(4) as pool:
-        batches = [pool.submit(http.post, "/v1/systemone/batch", json=batch,
-                               headers=auth("batcher-key")) for _ in range(4)]
+    with (
+        serve_app(app(tmp_path, TENANTS, handler)) as url,
+        httpx.Client(base_url=url, timeout=60) as http,
+        concurrent.futures.ThreadPoolExecutor(4) as pool,
+    ):
+        batches = [
+            pool.submit(http.post, "/v1/systemone/batch", json=batch, headers=auth("batcher-key"))
+            for _ in range(4)
+        ]
         for _ in range(1000):  # until the batches hold the gateway or were answered
             if entered[0] >= 256 or all(b.done() for b in batches):
                 break
             time.sleep(0.01)
-        singles = [http.post("/v1/systemone", json=BODY, headers=auth("single-key"))
-                   for _ in range(5)]
+        singles = [
+            http.post("/v1/systemone", json=BODY, headers=auth("single-key")) for _ in range(5)
+        ]
         release.set()
         refused = [b.result() for b in batches]
     assert [r.status_code for r in singles] == [200] * 5, [r.text for r in singles[:1]]
@@ -91,11 +96,18 @@ def test_while_a_tenant_waits_another_gets_no_more_than_its_fair_share(tmp_path:
     def batch(name: str) -> dict[str, object]:
         return {"states": [f"hold-{name}{i}" for i in range(4)], "questions": QUESTIONS}
 
-    with serve_app(server) as url, httpx.Client(base_url=url, timeout=60) as http, \
-            concurrent.futures.ThreadPoolExecutor(4) as pool:
+    with (
+        serve_app(server) as url,
+        httpx.Client(base_url=url, timeout=60) as http,
+        concurrent.futures.ThreadPoolExecutor(4) as pool,
+    ):
         services_of(server).admission = InflightLimit(8, clock=lambda: 0.0)  # waiting never expires
-        held = [pool.submit(http.post, "/v1/systemone/batch", json=batch(name),
-                            headers=auth("batcher-key")) for name in ("a", "b")]
+        held = [
+            pool.submit(
+                http.post, "/v1/systemone/batch", json=batch(name), headers=auth("batcher-key")
+            )
+            for name in ("a", "b")
+        ]
         for _ in range(1000):  # until both batches are in the engine
             if entered[0] >= 8 or any(h.done() for h in held):
                 break
@@ -103,8 +115,9 @@ def test_while_a_tenant_waits_another_gets_no_more_than_its_fair_share(tmp_path:
         first = http.post("/v1/systemone", json=BODY, headers=auth("single-key"))
         release["a"].set()
         answered = held[0].result()
-        third = pool.submit(http.post, "/v1/systemone/batch", json=batch("c"),
-                            headers=auth("batcher-key"))
+        third = pool.submit(
+            http.post, "/v1/systemone/batch", json=batch("c"), headers=auth("batcher-key")
+        )
         for _ in range(1000):  # until it is refused, or in the engine
             if entered[0] >= 12 or third.done():
                 break

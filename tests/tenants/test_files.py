@@ -29,7 +29,7 @@ ACME = f"""\
 # two tenants
 [[tenant]]
 name = "acme"
-keys = ["{sha('acme-1')}", "{sha('acme-2')}"]
+keys = ["{sha("acme-1")}", "{sha("acme-2")}"]
 requests_per_min = 600
 questions_per_min = 3000
 input_tokens_per_min = 2000000
@@ -39,7 +39,7 @@ expires = 2027-01-01T00:00:00Z
 
 [[tenant]]
 name = "beta"
-keys = ["{sha('beta-1')}"]
+keys = ["{sha("beta-1")}"]
 """
 
 
@@ -69,8 +69,16 @@ def test_the_old_one_key_per_line_format_still_loads(tmp_path: Path) -> None:
         tenants.verify("k3")
 
 
-@pytest.mark.parametrize("text", [ACME, "[limits]\nbackend = 'local'\n", 'name="x"\n',
-                                  "tenant=1\n", "[[tenants]]\nname = 'x'\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        ACME,
+        "[limits]\nbackend = 'local'\n",
+        'name="x"\n',
+        "tenant=1\n",
+        "[[tenants]]\nname = 'x'\n",
+    ],
+)
 def test_anything_that_is_not_one_token_per_line_is_toml(text: str) -> None:
     assert not is_old_format(text)
 
@@ -88,27 +96,39 @@ def test_keys_are_kept_as_digests_only(tmp_path: Path) -> None:
     assert hashed("acme-1") == sha("acme-1")
 
 
-@pytest.mark.parametrize(("text", "line", "words"), [
-    ('[[tenant]]\nname = "a"\nkeys = []\nrequests_per_mn = 5\n', 4,
-     "unknown key `requests_per_mn`"),
-    ('[[tenant]]\nname = "a"\n\n[[tenant]]\nname = "b"\nmax_inflight = "x"\n', 6,
-     "`max_inflight`: Expected `int"),
-    ('[[tenant]]\nname = "a"\n[[tenant]]\nname = "a"\n', 4, "tenant `a` is defined twice"),
-    ('[[tenant]]\nname = "a"\nkeys = ["k1"]\n', 3, "never a key"),
-    (f'[[tenant]]\nname = "a"\nkeys = ["{sha("x")}"]\n[[tenant]]\nname = "b"\n'
-     f'keys = ["{sha("x")}"]\n', 6, "a key of tenant `a` is listed again"),
-    ('[[tenant]]\nkeys = []\n', 1, "missing the key `name`"),
-    ('[[tenant]]\nname = "has space"\n', 2, "`name`"),
-    ('[[tenant]]\nname = "a"\nrequests_per_min = 0\n', 3, ">= 1"),
-    ('[[tenant]]\nname = "a"\nexpires = 2027-01-01T00:00:00\n', 3, "`expires`"),
-    ('[limits]\nbackend = "redis"\n', 2, "needs url"),
-    ('[limits]\nbackend = "memcached"\n', 2, "`backend`"),
-    ('[limits]\nbackend = "local"\nretry_s = 0\n', 3, "`retry_s`: Expected `float` > 0.0"),
-    ('[[tenant]]\nname = "a"\nkeys = [\n', 3, "invalid TOML"),
-    ('[[tenant]]\nname = "a"\n[other]\nx = 1\n', 3, "unknown key `other`"),
-])
-def test_a_bad_keys_file_names_the_line(tmp_path: Path, text: str, line: int,
-                                        words: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        (
+            '[[tenant]]\nname = "a"\nkeys = []\nrequests_per_mn = 5\n',
+            4,
+            "unknown key `requests_per_mn`",
+        ),
+        (
+            '[[tenant]]\nname = "a"\n\n[[tenant]]\nname = "b"\nmax_inflight = "x"\n',
+            6,
+            "`max_inflight`: Expected `int",
+        ),
+        ('[[tenant]]\nname = "a"\n[[tenant]]\nname = "a"\n', 4, "tenant `a` is defined twice"),
+        ('[[tenant]]\nname = "a"\nkeys = ["k1"]\n', 3, "never a key"),
+        (
+            f'[[tenant]]\nname = "a"\nkeys = ["{sha("x")}"]\n[[tenant]]\nname = "b"\n'
+            f'keys = ["{sha("x")}"]\n',
+            6,
+            "a key of tenant `a` is listed again",
+        ),
+        ("[[tenant]]\nkeys = []\n", 1, "missing the key `name`"),
+        ('[[tenant]]\nname = "has space"\n', 2, "`name`"),
+        ('[[tenant]]\nname = "a"\nrequests_per_min = 0\n', 3, ">= 1"),
+        ('[[tenant]]\nname = "a"\nexpires = 2027-01-01T00:00:00\n', 3, "`expires`"),
+        ('[limits]\nbackend = "redis"\n', 2, "needs url"),
+        ('[limits]\nbackend = "memcached"\n', 2, "`backend`"),
+        ('[limits]\nbackend = "local"\nretry_s = 0\n', 3, "`retry_s`: Expected `float` > 0.0"),
+        ('[[tenant]]\nname = "a"\nkeys = [\n', 3, "invalid TOML"),
+        ('[[tenant]]\nname = "a"\n[other]\nx = 1\n', 3, "unknown key `other`"),
+    ],
+)
+def test_a_bad_keys_file_names_the_line(tmp_path: Path, text: str, line: int, words: str) -> None:
     with pytest.raises(KeysFileError) as caught:
         load_tenants(write(tmp_path, text))
     message = caught.value.messages[0]
@@ -162,15 +182,18 @@ def test_verification_is_one_hash_and_one_lookup_whatever_the_keys() -> None:
 
 
 def test_loading_reads_the_structs_fields_once_not_per_tenant(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``msgspec.structs.fields`` evaluates annotations (0.3 ms a call): read per tenant, it made
     a boot with 100k tenants take 68 s."""
     import msgspec
 
     real, calls = msgspec.structs.fields, []
     monkeypatch.setattr(msgspec.structs, "fields", lambda cls: calls.append(cls) or real(cls))
-    text = "".join(f'[[tenant]]\nname = "t{i}"\nkeys = ["{sha(f"k{i}")}"]\n'
-                   f"requests_per_min = 5\n" for i in range(500))
+    text = "".join(
+        f'[[tenant]]\nname = "t{i}"\nkeys = ["{sha(f"k{i}")}"]\nrequests_per_min = 5\n'
+        for i in range(500)
+    )
     tenants = load_tenants(write(tmp_path, text))
     assert tenants.verify("k499").limits.requests_per_min == 5
     assert len(calls) <= 2

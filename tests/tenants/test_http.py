@@ -28,11 +28,16 @@ from tests.cache.helpers import Counting, joint_policy, per_question
 from tests.cache.helpers import gateway as cache_gateway
 from tests.servers import run_redis, serve_app
 
-QUESTIONS = {"urgent": {"type": "noul", "instructions": "Is it urgent?"},
-             "angry": {"type": "noul", "instructions": "Is it angry?"}}
+QUESTIONS = {
+    "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+    "angry": {"type": "noul", "instructions": "Is it angry?"},
+}
 BODY = {"model": "jev-latest", "state": "I was charged twice", "questions": QUESTIONS}
-DECISION = {"model": "jev-latest", "input": "I was charged twice",
-            "questions": [{"id": "urgent", "type": "noul", "instructions": "Is it urgent?"}]}
+DECISION = {
+    "model": "jev-latest",
+    "input": "I was charged twice",
+    "questions": [{"id": "urgent", "type": "noul", "instructions": "Is it urgent?"}],
+}
 
 
 def sha(key: str) -> str:
@@ -54,24 +59,25 @@ def app(tmp_path: Path, tenants: str, handler=deterministic_answer):  # type: ig
 TWO = f"""
 [[tenant]]
 name = "acme"
-keys = ["{sha('acme-key')}"]
+keys = ["{sha("acme-key")}"]
 requests_per_min = 2
 input_tokens_per_min = 100000
 
 [[tenant]]
 name = "beta"
-keys = ["{sha('beta-key')}"]
+keys = ["{sha("beta-key")}"]
 
 [[tenant]]
 name = "gone"
-keys = ["{sha('gone-key')}"]
+keys = ["{sha("gone-key")}"]
 expires = 2020-01-01T00:00:00Z
 """
 
 
 @pytest.mark.parametrize("headers", [{}, auth("nope"), auth("gone-key"), {"authorization": "x"}])
 def test_a_missing_wrong_or_expired_key_is_401_with_www_authenticate(
-        tmp_path: Path, headers: dict[str, str]) -> None:
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
     with TestClient(app(tmp_path, TWO)) as client:
         r = client.post("/v1/systemone", json=BODY, headers=headers)
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
@@ -92,9 +98,12 @@ def test_over_its_limit_a_tenant_gets_429_with_openai_rate_limit_headers(tmp_pat
         client.post("/v1/systemone", json=BODY, headers=auth("acme-key"))
         refused = client.post("/v1/systemone", json=BODY, headers=auth("acme-key"))
         assert refused.status_code == 429 and refused.headers["retry-after"] == "30"
-        assert refused.json() == {"detail": {"error_type": "rate_limit_exceeded", "message":
-                                  "tenant `acme` is over its requests_per_min (2); retry in "
-                                  "30 s"}}
+        assert refused.json() == {
+            "detail": {
+                "error_type": "rate_limit_exceeded",
+                "message": "tenant `acme` is over its requests_per_min (2); retry in 30 s",
+            }
+        }
         assert refused.headers["x-ratelimit-remaining-requests"] == "0"
         decisions = client.post("/v1/decisions", json=DECISION, headers=auth("acme-key"))
         assert decisions.status_code == 429 and decisions.headers["retry-after"] == "30"
@@ -119,15 +128,18 @@ def test_input_tokens_are_charged_after_the_answer(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("rate", [0.0, 0.5, 1.0])
 def test_a_cache_hit_is_charged_at_charge_cached_and_reported_as_cached(
-        tmp_path: Path, rate: float) -> None:
+    tmp_path: Path, rate: float
+) -> None:
     """A cache hit's input tokens are ``cached_tokens`` in both contracts and charged at
     ``[cache] charge_cached`` (it charged them all and said 0); ``x-ratelimit-remaining-tokens``
     is the level after the answer's charge (it was the level before)."""
     path = tmp_path / "keys.toml"
-    path.write_text(f'[[tenant]]\nname = "acme"\nkeys = ["{sha("k")}"]\n'
-                    "input_tokens_per_min = 6000\n")
-    gateway = cache_gateway(joint_policy(charge_cached=rate),
-                            Counting("upstream", per_question, independent=False))
+    path.write_text(
+        f'[[tenant]]\nname = "acme"\nkeys = ["{sha("k")}"]\ninput_tokens_per_min = 6000\n'
+    )
+    gateway = cache_gateway(
+        joint_policy(charge_cached=rate), Counting("upstream", per_question, independent=False)
+    )
     served = create_app(Settings(api_keys_file=str(path)), gateway)
     with serve_app(served) as url, httpx.Client(base_url=url, timeout=10) as http:
         services_of(served).tenant_admission = TenantAdmission(LocalStore(lambda: 0.0))
@@ -136,7 +148,9 @@ def test_a_cache_hit_is_charged_at_charge_cached_and_reported_as_cached(
         for route, body in (("/v1/decisions", predicate), ("/v1/systemone", BODY)):
             first, again = (http.post(route, json=body, headers=auth("k")) for _ in range(2))
             assert [first.headers["x-cascade-cache"], again.headers["x-cascade-cache"]] == [
-                "miss", "hit"]
+                "miss",
+                "hit",
+            ]
             usage = [r.json()["usage"] for r in (first, again)]
             tokens = usage[0]["input_tokens"]
             assert tokens > 0 and usage[1]["input_tokens"] == tokens
@@ -166,27 +180,44 @@ def test_spend_is_counted_per_tenant_and_tier(tmp_path: Path) -> None:
     def sample(counter, tenant: str) -> float:  # type: ignore[no-untyped-def]
         return counter.labels(tenant=tenant, tier="upstream")._value.get()
 
-    before = [sample(c, "beta") for c in (metrics.TENANT_QUESTIONS, metrics.TENANT_TOKENS,
-                                          metrics.TENANT_COST, metrics.TENANT_REQUESTS)]
+    before = [
+        sample(c, "beta")
+        for c in (
+            metrics.TENANT_QUESTIONS,
+            metrics.TENANT_TOKENS,
+            metrics.TENANT_COST,
+            metrics.TENANT_REQUESTS,
+        )
+    ]
     with TestClient(app(tmp_path, TWO)) as client:
         r = client.post("/v1/systemone", json=BODY, headers=auth("beta-key"))
     tokens = r.json()["usage"]["input_tokens"]
-    after = [sample(c, "beta") for c in (metrics.TENANT_QUESTIONS, metrics.TENANT_TOKENS,
-                                         metrics.TENANT_COST, metrics.TENANT_REQUESTS)]
+    after = [
+        sample(c, "beta")
+        for c in (
+            metrics.TENANT_QUESTIONS,
+            metrics.TENANT_TOKENS,
+            metrics.TENANT_COST,
+            metrics.TENANT_REQUESTS,
+        )
+    ]
     # an upstream tier costs 20 per 1000 input tokens by default (cascade eval's cost model)
     assert [a - b for a, b in zip(after, before, strict=True)] == pytest.approx(
-        [2, tokens, tokens * 20 / 1000, 1])
+        [2, tokens, tokens * 20 / 1000, 1]
+    )
 
 
 def test_a_tenant_gets_its_own_policy_overlay(tmp_path: Path) -> None:
     (tmp_path / "acme.toml").write_text('[models]\nunknown = "reject"\ncascade = ["acme-*"]\n')
-    tenants = TWO.replace('input_tokens_per_min = 100000\n',
-                          'input_tokens_per_min = 100000\npolicy = "acme.toml"\n')
+    tenants = TWO.replace(
+        "input_tokens_per_min = 100000\n", 'input_tokens_per_min = 100000\npolicy = "acme.toml"\n'
+    )
     with TestClient(app(tmp_path, tenants)) as client:
         acme = client.post("/v1/systemone", json=BODY, headers=auth("acme-key"))
         assert acme.status_code == 400 and acme.json()["detail"]["error_type"] == "api_usage_error"
-        mine = client.post("/v1/systemone", json={**BODY, "model": "acme-1"},
-                           headers=auth("acme-key"))
+        mine = client.post(
+            "/v1/systemone", json={**BODY, "model": "acme-1"}, headers=auth("acme-key")
+        )
         assert mine.status_code == 200, mine.text
         assert client.post("/v1/systemone", json=BODY, headers=auth("beta-key")).status_code == 200
 
@@ -205,8 +236,9 @@ def test_a_bad_overlay_names_its_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("on_error", "status"), [("open", 200), ("closed", 503)])
-def test_a_redis_outage_fails_open_or_closed_never_500(tmp_path: Path, on_error: str,
-                                                       status: int) -> None:
+def test_a_redis_outage_fails_open_or_closed_never_500(
+    tmp_path: Path, on_error: str, status: int
+) -> None:
     errors = metrics.LIMITS_BACKEND_ERRORS.labels(backend="redis")
     with run_redis() as (url, proc):
         tenants = TWO + f'\n[limits]\nbackend = "redis"\nurl = "{url}"\non_error = "{on_error}"\n'
@@ -224,25 +256,30 @@ def test_a_redis_outage_fails_open_or_closed_never_500(tmp_path: Path, on_error:
                 assert r.headers["retry-after"] == "1"
                 assert r.json()["detail"]["error_type"] == "overloaded_error"
             assert errors._value.get() > before
-            assert client.post("/v1/systemone", json=BODY,
-                               headers=auth("beta-key")).status_code == 200  # no limits
+            assert (
+                client.post("/v1/systemone", json=BODY, headers=auth("beta-key")).status_code == 200
+            )  # no limits
 
 
 def test_a_tenant_over_its_limits_never_delays_another(tmp_path: Path) -> None:
     """acme's one request in flight holds the engine for 2 s; its flood meanwhile is
     refused at once (429, max_inflight and requests_per_min), and beta is served at once."""
+
     async def handler(call: EngineCall) -> EngineAnswer:
         if call.state == "slow":
             await asyncio.sleep(2.0)
         return deterministic_answer(call)
 
-    tenants = TWO.replace('requests_per_min = 2\n', 'requests_per_min = 30\nmax_inflight = 1\n')
+    tenants = TWO.replace("requests_per_min = 2\n", "requests_per_min = 30\nmax_inflight = 1\n")
     with serve_app(app(tmp_path, tenants, handler)) as url:
-        with httpx.Client(base_url=url, timeout=10) as http, \
-                concurrent.futures.ThreadPoolExecutor(12) as pool:
+        with (
+            httpx.Client(base_url=url, timeout=10) as http,
+            concurrent.futures.ThreadPoolExecutor(12) as pool,
+        ):
             http.post("/v1/systemone", json=BODY, headers=auth("beta-key"))  # warm
-            slow = pool.submit(http.post, "/v1/systemone", json={**BODY, "state": "slow"},
-                               headers=auth("acme-key"))
+            slow = pool.submit(
+                http.post, "/v1/systemone", json={**BODY, "state": "slow"}, headers=auth("acme-key")
+            )
             time.sleep(0.2)
 
             def timed(key: str) -> tuple[int, float]:

@@ -69,9 +69,16 @@ def test_peek_refuses_only_once_over_and_look_never_refuses() -> None:
     assert gcra.admit([peek], 31.0).allowed  # 90 s of debt minus 60 s of window, plus one
 
 
-ACME = Tenant(name="acme", limits=TenantLimits(requests_per_min=2, questions_per_min=5,
-                                          input_tokens_per_min=100, max_inflight=1,
-                                          strong_questions_per_min=3))
+ACME = Tenant(
+    name="acme",
+    limits=TenantLimits(
+        requests_per_min=2,
+        questions_per_min=5,
+        input_tokens_per_min=100,
+        max_inflight=1,
+        strong_questions_per_min=3,
+    ),
+)
 
 
 def test_requests_over_the_limit_are_429_with_retry_after_and_counted() -> None:
@@ -82,9 +89,13 @@ def test_requests_over_the_limit_are_429_with_retry_after_and_counted() -> None:
     for grant in grants:
         run(admission.before_body(ACME, grant))
     assert grants[1].headers == {
-        "x-ratelimit-limit-requests": "2", "x-ratelimit-remaining-requests": "0",
-        "x-ratelimit-reset-requests": "1m0s", "x-ratelimit-limit-tokens": "100",
-        "x-ratelimit-remaining-tokens": "100", "x-ratelimit-reset-tokens": "0ms"}
+        "x-ratelimit-limit-requests": "2",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "1m0s",
+        "x-ratelimit-limit-tokens": "100",
+        "x-ratelimit-remaining-tokens": "100",
+        "x-ratelimit-reset-tokens": "0ms",
+    }
     third = Grant()
     with pytest.raises(TenantLimited, match="requests_per_min") as refused:
         run(admission.before_body(ACME, third))
@@ -187,7 +198,13 @@ def test_max_inflight_is_per_tenant_and_never_waits() -> None:
 
 def test_reset_is_written_as_openai_does() -> None:
     assert [reset_text(s) for s in (0.0, 0.0201, 1.5, 59.9994, 60, 360.2)] == [
-        "0ms", "21ms", "1.5s", "59.999s", "1m0s", "6m0s"]
+        "0ms",
+        "21ms",
+        "1.5s",
+        "59.999s",
+        "1m0s",
+        "6m0s",
+    ]
 
 
 class Failing:

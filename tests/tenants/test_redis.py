@@ -47,8 +47,9 @@ def test_admission_over_redis_counts_every_limit_as_locally() -> None:
     acme = Tenant(name="acme", limits=TenantLimits(requests_per_min=5, questions_per_min=4))
 
     async def main(url: str) -> None:
-        admission = TenantAdmission(RedisLimitStore(url, timeout_s=1.0, prefix="t2:"),
-                                    backend="redis")
+        admission = TenantAdmission(
+            RedisLimitStore(url, timeout_s=1.0, prefix="t2:"), backend="redis"
+        )
         grant = Grant()
         await admission.before_body(acme, grant)
         await admission.after_decode(acme, 3, grant)
@@ -84,9 +85,15 @@ def test_a_redis_down_or_hung_fails_within_the_timeout(fault: str) -> None:
     assert elapsed < 3 * 0.2 + 0.5  # bounded: the timeout, never the OS's TCP timeouts
 
 
-LIMITED = Tenant(name="acme", limits=TenantLimits(
-    requests_per_min=100, questions_per_min=100, input_tokens_per_min=1000,
-    strong_questions_per_min=10))
+LIMITED = Tenant(
+    name="acme",
+    limits=TenantLimits(
+        requests_per_min=100,
+        questions_per_min=100,
+        input_tokens_per_min=1000,
+        strong_questions_per_min=10,
+    ),
+)
 
 
 async def _request(admission: TenantAdmission) -> Grant:
@@ -138,8 +145,9 @@ def test_after_a_restart_dead_pooled_connections_reconnect_once() -> None:
     refused the first request on each dead connection)."""
     errors = metrics.LIMITS_BACKEND_ERRORS.labels(backend="redis")
 
-    async def main(url: str, proc: subprocess.Popen[bytes],
-                   restarted: contextlib.ExitStack) -> None:
+    async def main(
+        url: str, proc: subprocess.Popen[bytes], restarted: contextlib.ExitStack
+    ) -> None:
         store = RedisLimitStore(url, timeout_s=1.0, prefix="t5:")
         admission = TenantAdmission(store, backend="redis", on_error="closed")
         await asyncio.gather(*(admission.before_body(LIMITED, Grant()) for _ in range(4)))

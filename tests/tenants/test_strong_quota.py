@@ -29,18 +29,26 @@ from tests.test_gateway import policy
 TENANTS = f"""
 [[tenant]]
 name = "acme"
-keys = ["{sha('acme-key')}"]
+keys = ["{sha("acme-key")}"]
 strong_questions_per_min = 5
 
 [[tenant]]
 name = "beta"
-keys = ["{sha('beta-key')}"]
+keys = ["{sha("beta-key")}"]
 """
 ONE = {"urgent": {"type": "noul", "instructions": "Is it urgent?"}}
 STRONG_ONLY = {"model": "clef-only", "state": "I was charged twice", "questions": ONE}
-WIDE = {"model": "jev-latest", "state": "I was charged twice", "questions": {"desk": {
-    "type": "choice", "instructions": "Which desk?",
-    "criteria": [f"desk {i}" for i in range(60)]}}}  # 60 options: pre-routed strong
+WIDE = {
+    "model": "jev-latest",
+    "state": "I was charged twice",
+    "questions": {
+        "desk": {
+            "type": "choice",
+            "instructions": "Which desk?",
+            "criteria": [f"desk {i}" for i in range(60)],
+        }
+    },
+}  # 60 options: pre-routed strong
 
 
 def test_every_strong_answer_counts_against_the_quota(tmp_path: Path) -> None:
@@ -62,26 +70,43 @@ def test_every_strong_answer_counts_against_the_quota(tmp_path: Path) -> None:
     clock = [0.0]
     limited = metrics.TENANT_LIMITED.labels(tenant="acme", limit="strong_questions_per_min")
     before = limited._value.get()
-    with serve_app(app) as url, httpx.Client(base_url=url, timeout=30) as http, \
-            concurrent.futures.ThreadPoolExecutor(12) as pool:
+    with (
+        serve_app(app) as url,
+        httpx.Client(base_url=url, timeout=30) as http,
+        concurrent.futures.ThreadPoolExecutor(12) as pool,
+    ):
         services_of(app).tenant_admission = TenantAdmission(LocalStore(lambda: clock[0]))
-        flood = list(pool.map(lambda _: http.post("/v1/systemone", json=STRONG_ONLY,
-                                                  headers=auth("acme-key")), range(12)))
-        decisions = http.post("/v1/decisions", headers=auth("acme-key"), json={
-            "model": "clef-only", "input": "x",
-            "questions": [{"type": "predicate", "name": "urgent", "instructions": "Urgent?"}]})
+        flood = list(
+            pool.map(
+                lambda _: http.post("/v1/systemone", json=STRONG_ONLY, headers=auth("acme-key")),
+                range(12),
+            )
+        )
+        decisions = http.post(
+            "/v1/decisions",
+            headers=auth("acme-key"),
+            json={
+                "model": "clef-only",
+                "input": "x",
+                "questions": [{"type": "predicate", "name": "urgent", "instructions": "Urgent?"}],
+            },
+        )
         stand_in = http.post("/v1/systemone", json=WIDE, headers=auth("acme-key"))
         other = http.post("/v1/systemone", json=STRONG_ONLY, headers=auth("beta-key"))
         clock[0] = 12.0  # one strong answer back
-        again = [http.post("/v1/systemone", json=STRONG_ONLY, headers=auth("acme-key"))
-                 for _ in range(2)]
+        again = [
+            http.post("/v1/systemone", json=STRONG_ONLY, headers=auth("acme-key")) for _ in range(2)
+        ]
     codes = sorted(r.status_code for r in flood)
     assert codes == [200] * 5 + [429] * 7
     refused = next(r for r in flood if r.status_code == 429)
     assert refused.headers["retry-after"] == "12"  # 5 a minute: one every 12 s
-    assert refused.json() == {"detail": {"error_type": "rate_limit_exceeded", "message":
-                              "tenant `acme` is over its strong_questions_per_min (5); "
-                              "retry in 12 s"}}
+    assert refused.json() == {
+        "detail": {
+            "error_type": "rate_limit_exceeded",
+            "message": "tenant `acme` is over its strong_questions_per_min (5); retry in 12 s",
+        }
+    }
     assert decisions.status_code == 429, decisions.text
     assert decisions.headers["retry-after"] == "12"
     assert decisions.json()["error"]["code"] == "rate_limit_exceeded"

@@ -16,8 +16,13 @@ def test_days_are_utc_days_and_tenants_stay_apart() -> None:
     book = UsageBook(days=3, clock=lambda: now[0])
     book.request("acme", {"laya": Tally(requests=1, questions=2, input_tokens=10, cost=0.01)})
     now[0] += 120  # past midnight UTC: a new day
-    book.request("acme", {"laya": Tally(requests=1, input_tokens=10, cost=0.01),
-                          "clef": Tally(requests=1, questions=2, input_tokens=10, cost=0.2)})
+    book.request(
+        "acme",
+        {
+            "laya": Tally(requests=1, input_tokens=10, cost=0.01),
+            "clef": Tally(requests=1, questions=2, input_tokens=10, cost=0.2),
+        },
+    )
     book.request("beta", {"laya": Tally(requests=1, questions=1, input_tokens=5, cost=0.005)})
     acme = book.report("acme")
     assert [d.date for d in acme.days] == ["2026-12-05", "2026-12-06"]

@@ -105,12 +105,18 @@ def _spans(request: ExportTraceServiceRequest) -> Iterator[Span]:
         attrs = {a.key: _value(a.value) for a in resource.resource.attributes}
         for scope in resource.scope_spans:
             for span in scope.spans:
-                yield Span(name=span.name, service=attrs.get("service.name", ""),
-                           trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
-                           parent_id=span.parent_span_id.hex(), kind=span.kind,
-                           start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano,
-                           status=span.status.code,
-                           attributes={a.key: _value(a.value) for a in span.attributes})
+                yield Span(
+                    name=span.name,
+                    service=attrs.get("service.name", ""),
+                    trace_id=span.trace_id.hex(),
+                    span_id=span.span_id.hex(),
+                    parent_id=span.parent_span_id.hex(),
+                    kind=span.kind,
+                    start_ns=span.start_time_unix_nano,
+                    end_ns=span.end_time_unix_nano,
+                    status=span.status.code,
+                    attributes={a.key: _value(a.value) for a in span.attributes},
+                )
 
 
 @contextlib.contextmanager

@@ -10,15 +10,18 @@ from cascade.tracing import active
 from cascade.tracing.config import from_env, wanted
 
 
-@pytest.mark.parametrize(("environ", "on"), [
-    ({}, False),
-    ({"OTEL_SERVICE_NAME": "x", "OTEL_TRACES_SAMPLER": "always_on"}, False),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, True),
-    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, True),
-    ({"OTEL_TRACES_EXPORTER": "console"}, True),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, False),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, False),
-])
+@pytest.mark.parametrize(
+    ("environ", "on"),
+    [
+        ({}, False),
+        ({"OTEL_SERVICE_NAME": "x", "OTEL_TRACES_SAMPLER": "always_on"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, True),
+        ({"OTEL_TRACES_EXPORTER": "console"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, False),
+    ],
+)
 def test_only_an_exporter_turns_tracing_on(environ: dict[str, str], on: bool) -> None:
     assert wanted(environ) is on
     built = from_env(environ)
@@ -43,10 +46,12 @@ def test_off_is_the_default_and_costs_no_import() -> None:
 
 def test_otel_variables_are_read_through_settings() -> None:
     assert otel_environ({"OTEL_SERVICE_NAME": "a", "CASCADE_PORT": "1"}) == {
-        "OTEL_SERVICE_NAME": "a"}
+        "OTEL_SERVICE_NAME": "a"
+    }
 
 
 def test_a_missing_sdk_names_the_tracing_extra() -> None:
-    hint = missing_extra(ModuleNotFoundError("No module named 'opentelemetry'",
-                                             name="opentelemetry.sdk"))
+    hint = missing_extra(
+        ModuleNotFoundError("No module named 'opentelemetry'", name="opentelemetry.sdk")
+    )
     assert hint is not None and "cascade-router[tracing]" in hint

@@ -13,9 +13,14 @@ from tests.servers import serve_app
 from tests.tracing.helpers import BODY, MODEL, app, tracing_to
 from tests.tracing.receiver import run_receiver
 
-DECISION = {"model": MODEL, "input": "I was charged twice", "questions": [
-    {"type": "predicate", "name": "urgent", "instructions": "Is it urgent?"},
-    {"type": "predicate", "name": "unsure", "instructions": "Is it spam?"}]}
+DECISION = {
+    "model": MODEL,
+    "input": "I was charged twice",
+    "questions": [
+        {"type": "predicate", "name": "urgent", "instructions": "Is it urgent?"},
+        {"type": "predicate", "name": "unsure", "instructions": "Is it spam?"},
+    ],
+}
 BATCH = {"model": MODEL, "states": ["one", {"ticket": "two"}], "questions": BODY["questions"]}
 ENTRY = re.compile(r"^([\w.-]+);dur=(\d+\.\d{3})$")
 
@@ -27,12 +32,13 @@ def _timing(response: httpx.Response) -> dict[str, float]:
 
 
 def _cost(response: httpx.Response) -> dict[str, float]:
-    return {k: float(v) for k, v in
-            (item.split("=") for item in response.headers["x-cascade-cost"].split(","))}
+    return {
+        k: float(v)
+        for k, v in (item.split("=") for item in response.headers["x-cascade-cost"].split(","))
+    }
 
 
-@pytest.mark.parametrize(("path", "body"), [("/v1/systemone", BODY),
-                                            ("/v1/decisions", DECISION)])
+@pytest.mark.parametrize(("path", "body"), [("/v1/systemone", BODY), ("/v1/decisions", DECISION)])
 def test_both_contracts_time_each_tier_and_price_the_answer(path: str, body: Any) -> None:
     with serve_app(app()) as url:
         response = httpx.post(url + path, json=body)
@@ -62,9 +68,10 @@ def _untimed(value: Any) -> Any:
     return [_untimed(v) for v in value] if isinstance(value, list) else value
 
 
-@pytest.mark.parametrize(("path", "body"), [("/v1/systemone", BODY),
-                                            ("/v1/decisions", DECISION),
-                                            ("/v1/systemone/batch", BATCH)])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("/v1/systemone", BODY), ("/v1/decisions", DECISION), ("/v1/systemone/batch", BATCH)],
+)
 def test_tracing_changes_no_byte_but_the_timings(path: str, body: Any) -> None:
     def answer() -> httpx.Response:
         with serve_app(app()) as url:
@@ -78,5 +85,6 @@ def test_tracing_changes_no_byte_but_the_timings(path: str, body: Any) -> None:
     assert len(off.content) - len(on.content) in range(-20, 21)  # timings' digits only
     timed = {"server-timing", "date", "content-length"}  # the timings vary, in digits too
     assert {k: v for k, v in off.headers.items() if k not in timed} == {
-        k: v for k, v in on.headers.items() if k not in timed}
+        k: v for k, v in on.headers.items() if k not in timed
+    }
     assert list(_timing(off)) == list(_timing(on))

@@ -21,8 +21,11 @@ def _children(spans: list[Span], parent: Span) -> list[Span]:
 def test_a_request_continues_the_callers_trace_with_a_span_per_hop() -> None:
     with run_receiver() as receiver:
         with tracing_to(receiver.url) as tracing, serve_app(app()) as url:
-            response = httpx.post(url + "/v1/systemone", json=BODY, headers={
-                "traceparent": f"00-{TRACE}-{CALLER}-01", "x-request-id": "rid-1"})
+            response = httpx.post(
+                url + "/v1/systemone",
+                json=BODY,
+                headers={"traceparent": f"00-{TRACE}-{CALLER}-01", "x-request-id": "rid-1"},
+            )
             assert response.status_code == 200, response.text
             tracing.provider.force_flush()
         spans = receiver.wait_for(lambda found: any(s.kind == SERVER for s in found))
@@ -65,8 +68,9 @@ def test_a_malformed_traceparent_starts_a_new_trace() -> None:
     with run_receiver() as receiver:
         with tracing_to(receiver.url) as tracing, serve_app(app()) as url:
             for bad in ("00-zz-yy-01", "00-" + "0" * 32 + "-" + CALLER + "-01", "garbage" * 40):
-                response = httpx.post(url + "/v1/systemone", json=BODY,
-                                      headers={"traceparent": bad})
+                response = httpx.post(
+                    url + "/v1/systemone", json=BODY, headers={"traceparent": bad}
+                )
                 assert response.status_code == 200, response.text
             tracing.provider.force_flush()
         spans = receiver.wait_for(lambda found: sum(s.kind == SERVER for s in found) == 3)
@@ -76,8 +80,11 @@ def test_a_malformed_traceparent_starts_a_new_trace() -> None:
 
 
 def test_a_batch_has_one_decide_span_per_state() -> None:
-    batch = {"model": BODY["model"], "states": ["one", "two", "three"],
-             "questions": BODY["questions"]}
+    batch = {
+        "model": BODY["model"],
+        "states": ["one", "two", "three"],
+        "questions": BODY["questions"],
+    }
     with run_receiver() as receiver:
         with tracing_to(receiver.url) as tracing, serve_app(app()) as url:
             response = httpx.post(url + "/v1/systemone/batch", json=batch)

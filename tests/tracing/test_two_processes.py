@@ -23,20 +23,38 @@ BIN = Path(sys.executable).parent
 TRACE = "11f7651916cd43dd8448eb211c80319c"
 CALLER = "c7ad6b7169203331"
 SERVER, CLIENT = 2, 3
-BODY = {"model": "jev-latest", "state": {"ticket": "I was charged twice"},
-        "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"}}}
+BODY = {
+    "model": "jev-latest",
+    "state": {"ticket": "I was charged twice"},
+    "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"}},
+}
 
 
 @contextlib.contextmanager
 def _serve(service: str, receiver: Receiver, work: Path, *flags: str) -> Iterator[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CASCADE_", "OTEL_")) or k == "CASCADE_CACHE"}
-    env |= {"CASCADE_DEMO_DIR": str(work / "demo"), "CASCADE_LOG_LEVEL": "warning",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": service,
-            "OTEL_BSP_SCHEDULE_DELAY": "50", "CASCADE_DRAIN_S": "0"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CASCADE_", "OTEL_")) or k == "CASCADE_CACHE"
+    }
+    env |= {
+        "CASCADE_DEMO_DIR": str(work / "demo"),
+        "CASCADE_LOG_LEVEL": "warning",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "CASCADE_DRAIN_S": "0",
+    }
     url = f"http://127.0.0.1:{free_port()}"
-    cmd = [str(BIN / "cascade"), "serve", "--host", "127.0.0.1", "--port",
-           url.rsplit(":", 1)[1], *flags]
+    cmd = [
+        str(BIN / "cascade"),
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        url.rsplit(":", 1)[1],
+        *flags,
+    ]
     with run_process(cmd, ready_url=url + "/health", env=env, timeout_s=180):
         deadline = time.monotonic() + 60
         while httpx.get(url + "/ready").status_code != 200:
@@ -46,17 +64,26 @@ def _serve(service: str, receiver: Receiver, work: Path, *flags: str) -> Iterato
 
 
 @pytest.fixture(scope="module")
-def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Response,
-                                                                        list[Span]]]:
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Response, list[Span]]]:
     work = tmp_path_factory.mktemp("two")
     with run_receiver() as receiver:
-        with _serve("strong-cascade", receiver, work, "--demo") as back, \
-                _serve("front", receiver, work, "--upstream", back) as front:
-            response = httpx.post(front + "/v1/systemone", json=BODY, timeout=60,
-                                  headers={"traceparent": f"00-{TRACE}-{CALLER}-01"})
+        with (
+            _serve("strong-cascade", receiver, work, "--demo") as back,
+            _serve("front", receiver, work, "--upstream", back) as front,
+        ):
+            response = httpx.post(
+                front + "/v1/systemone",
+                json=BODY,
+                timeout=60,
+                headers={"traceparent": f"00-{TRACE}-{CALLER}-01"},
+            )
             # a server span ends last: once both are in, so is every span below them
-            spans = receiver.wait_for(lambda found: {"front", "strong-cascade"} <= {
-                s.service for s in found if s.kind == SERVER and s.trace_id == TRACE})
+            spans = receiver.wait_for(
+                lambda found: (
+                    {"front", "strong-cascade"}
+                    <= {s.service for s in found if s.kind == SERVER and s.trace_id == TRACE}
+                )
+            )
             yield response, [s for s in spans if s.trace_id == TRACE]
 
 
@@ -66,7 +93,8 @@ def _one(spans: list[Span], service: str, name: str) -> Span:
 
 
 def test_the_strong_tiers_span_is_a_child_of_the_tier_call(
-        traced: tuple[httpx.Response, list[Span]]) -> None:
+    traced: tuple[httpx.Response, list[Span]],
+) -> None:
     response, spans = traced
     assert response.status_code == 200, response.text
     front = _one(spans, "front", "POST /v1/systemone")
@@ -83,6 +111,11 @@ def test_the_strong_tiers_span_is_a_child_of_the_tier_call(
     back_decide = _one(spans, "strong-cascade", "cascade.decide")
     assert back_decide.parent_id == back.span_id
     assert back_decide.attributes["cascade.request_id"] == response.headers["x-request-id"]
-    tier_calls = [s for s in spans if s.service == "strong-cascade"
-                  and s.parent_id == back_decide.span_id and s.name.startswith("decide ")]
+    tier_calls = [
+        s
+        for s in spans
+        if s.service == "strong-cascade"
+        and s.parent_id == back_decide.span_id
+        and s.name.startswith("decide ")
+    ]
     assert tier_calls and tier_calls[0].attributes["gen_ai.provider.name"] == "laya"
