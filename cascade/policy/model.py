@@ -421,6 +421,31 @@ class Consistency(_Strict, frozen=True):
     seed: int = 0
 
 
+Share = Annotated[float, Meta(ge=0.0, le=1.0)]
+
+
+class Guards(_Strict, frozen=True):
+    """``[rollout.guards]``: what a candidate version must hold against the current one on the
+    same traffic window (``cascade.rollout.verdict`` judges it with a sequential test, so looking
+    every ``interval_s`` costs no extra false verdicts; ``alpha`` is spent over all the looks).
+    ``max_strong_share_delta``: the candidate's strong share may exceed the current's by at most
+    this; ``min_labelled_accuracy_delta``: its accuracy on labelled questions may fall below the
+    current's by at most ``-`` this; ``max_error_rate``: the most of its questions that may be
+    degraded. A guard set to none is not checked. The candidate is rolled back once a guard is
+    broken with confidence; promoted once every guard holds with confidence on at least
+    ``min_questions`` questions (and ``min_labels`` labelled ones, with the accuracy guard) per
+    arm. ``auto = false``: the verdict is reported, and only an admin promotes or aborts."""
+
+    max_strong_share_delta: Share | None = 0.05
+    min_labelled_accuracy_delta: Annotated[float, Meta(ge=-1.0, le=1.0)] | None = -0.02
+    max_error_rate: Share | None = 0.05
+    min_questions: Count = 200
+    min_labels: Count = 50
+    alpha: Annotated[float, Meta(gt=0.0, lt=0.5)] = 0.05
+    interval_s: Positive = 30.0
+    auto: bool = True
+
+
 class Policy(_Strict, frozen=True, kw_only=True):
     description: str = ""
     tiers: dict[str, Tier]
