@@ -60,6 +60,7 @@ from cascade.policy.routing import Gate
 from cascade.policy.serving import Reconfigurable, Serving
 from cascade.policy.stamp import Stamp
 from cascade.questions import n_options, option_band
+from cascade.rollout.canary import Chosen, Split
 from cascade.settings import ADMISSION_DEADLINE_S
 from cascade.shadowing.mirror import ShadowMirror
 from cascade.store.base import DecisionStore
@@ -104,6 +105,7 @@ class Gateway(Reconfigurable):
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
+        self.split = Split(lambda escalate: self.control.gate(escalate=escalate))  # a canary's
         shared = (
             functools.partial(shared_evidence, decisions.url)  # the fleet refit's labels
             if isinstance(decisions, PostgresStore)
@@ -153,11 +155,11 @@ class Gateway(Reconfigurable):
         """Laya's batch: every state under one budget (one flow, so the tiers share their
         capacity fairly between this batch and other requests), with ``decide``'s keywords
         ``kw``. The first failure cancels the sibling states and is raised."""
-        budget, serving = self.budget(), self.serving  # one version for every state
+        budget, chosen = self.budget(), self._pick(calls[0], kw)  # one version for every state
         try:
             async with asyncio.TaskGroup() as tg:
                 jobs = [
-                    tg.create_task(self.decide(c, budget=budget, serving=serving, **kw))
+                    tg.create_task(self.decide(c, budget=budget, chosen=chosen, **kw))
                     for c in calls
                 ]
         except BaseExceptionGroup as failed:  # report a cascade error when there is one
@@ -171,9 +173,18 @@ class Gateway(Reconfigurable):
         """System One's answer: every question, or the request fails (``decide``'s ``kw``)."""
         return await self.decide(call, **kw)
 
-    async def decide(self, call: EngineCall, **kw: Any) -> Outcome:
-        with tracing.span("cascade.decide"):  # ``_decide``'s keywords; one per state of a batch
-            return await self._decide(call, **kw)
+    async def decide(self, call: EngineCall, *, chosen: Chosen | None = None, **kw: Any) -> Outcome:
+        """One request, or one state of a batch (``_decide``'s keywords), on the version the
+        split chooses (``chosen``: a batch's, for every state)."""
+        chosen = chosen or self._pick(call, kw)
+        with tracing.span("cascade.decide"), self.split.meter(chosen) as done:
+            outcome = await self._decide(call, chosen=chosen, **kw)
+            done(outcome.label, outcome.tiers)
+        return outcome
+
+    def _pick(self, call: EngineCall, kw: Mapping[str, Any]) -> Chosen:
+        own = kw.get("policy") is not None  # a tenant's own policy: the current version
+        return self.split.pick(self.serving, kw.get("tenant", ""), call.request_id, own=own)
 
     async def _decide(
         self,
@@ -185,7 +196,7 @@ class Gateway(Reconfigurable):
         policy: Policy | None = None,
         escalate: bool = True,
         cache: CacheControl = "use",
-        serving: Serving | None = None,
+        chosen: Chosen,
         quota: StrongQuota | None = None,
     ) -> Outcome:
         """``partial``: the questions nothing can answer now are ``Outcome.refused`` (left out of
@@ -193,23 +204,20 @@ class Gateway(Reconfigurable):
         ``escalate=False``: no cheap answer escalates on confidence (flagged ``budget``).
         ``quota``: the tenant's strong answers left (``cascade.policy.quota``; a batch's states
         share one). ``tenant``: whose request (its cache namespace, spend, log rows);
-        ``policy``: its own."""
-        serving = serving or self.serving  # this request's version, read once, to its end
+        ``policy``: its own. ``chosen``: the version that decides it (``cascade.rollout``);
+        only the current one uses the decision cache, shadows and feeds the live control."""
+        serving = chosen.serving  # this request's version, read once, to its end
         call = msgspec.structs.replace(call, budget=budget or self.budget())
         timings: dict[str, float] = {}
         started = time.perf_counter()
         key = f"{self._shadow_salt}:{call.budget.flow if call.budget else 0}"
         lookup = (
             None
-            if self.cache is None
+            if self.cache is None or not chosen.live
             else self.cache.lookup(self, serving, tenant=tenant, control=cache)
         )
         # a tenant's own policy gates with its thresholds; the served one with the live gate
-        gate = (
-            self.control.gate(escalate=escalate)
-            if policy is None
-            else Gate.of(policy, escalate=escalate)
-        )
+        gate = chosen.gate(escalate) if policy is None else Gate.of(policy, escalate=escalate)
         stamp = Stamp(
             policy_hash=serving.policy_hash,
             calibration_hash=serving.calibration_hash,
@@ -234,15 +242,14 @@ class Gateway(Reconfigurable):
         )
         decision, merging = await self._drive(flow, serving, timings, started, lookup)
         call = subcall(call, decision.routes) if decision.refused else call  # the answered
-        self._count(call, decision, serving.policy)
-        self.control.decided(call, decision)
+        self._count(call, decision, serving.policy, live=chosen.live)
         charged = spend.record(tenant, policy, decision, self.usage)
         response = answers.response(call, decision, timings, profile=self.profile, demo=self.demo)
         metrics.HOP_DURATION.labels(hop="merge").observe(time.perf_counter() - merging)
         if self.decisions is not None:
             with tracing.span("cascade.decision_log"):
                 await self.decisions.record(call, decision, time.perf_counter() - started)
-        if decision.shadow is not None:
+        if decision.shadow is not None and chosen.live:
             self.shadows.mirror(serving, decision.shadow, decision.stamp, self.decisions)
         tiers = decision.tiers
         label = "degraded" if decision.degraded or decision.refused else "ok"
@@ -253,7 +260,8 @@ class Gateway(Reconfigurable):
             headers=answers.headers(
                 Counter(tiers.values()), demo=self.demo, timings=timings, costs=costs
             )
-            | (lookup.header if lookup else {}),
+            | (lookup.header if lookup else {})
+            | {"x-cascade-policy": serving.policy_hash},
             label=label,
             tiers=tiers,
             refused=decision.refused,
@@ -312,10 +320,13 @@ class Gateway(Reconfigurable):
         except CascadeError as exc:
             return Failure(exc)
 
-    def _count(self, call: EngineCall, decision: Decision, served: Policy) -> None:
-        """The per-question metrics of a decided request, and the drift monitor's counts (under
-        ``served``, the version the request ran on: a tenant's own policy never resets it)."""
-        self.drift.observe(served, decision)
+    def _count(self, call: EngineCall, decision: Decision, served: Policy, *, live: bool) -> None:
+        """The per-question metrics of a decided request and, when the current version decided
+        it (``live``), the live control's and the drift monitor's counts (under ``served``, the
+        version the request ran on: a tenant's own policy never resets it)."""
+        if live:
+            self.drift.observe(served, decision)
+            self.control.decided(call, decision)
         for qid, route in decision.routes.items():
             qtype, why = call.questions[qid].type, decision.degraded.get(qid)
             if why is not None:

@@ -377,6 +377,40 @@ for _outcome in ("stored", "failed", "log_only"):
     AUDIT_RECORDS.labels(outcome=_outcome)
 
 
+# ---------------------------------------------------------------- rollout (cascade.rollout)
+# ``arm`` is current or candidate; ``policy_hash`` only ever the two arms' of the running rollout
+# (a rollout that ends removes its old hash's series).
+
+ROLLOUT_SHARE = Gauge(
+    "cascade_rollout_share", "The candidate's share of requests now (0: no rollout runs)."
+)
+ROLLOUT_REQUESTS = Counter(
+    "cascade_rollout_requests_total",
+    "Requests (each state of a batch) decided while a rollout runs, by arm, its policy hash and "
+    "outcome: ok, degraded (a question degraded or refused), error (no answer).",
+    ["arm", "policy_hash", "outcome"],
+)
+ROLLOUT_QUESTIONS = Counter(
+    "cascade_rollout_questions_total",
+    "Questions answered while a rollout runs, by arm, its policy hash and the answering tier.",
+    ["arm", "policy_hash", "tier"],
+)
+ROLLOUT_SECONDS = Histogram(
+    "cascade_rollout_request_seconds",
+    "Time to decide a request while a rollout runs, by arm and its policy hash.",
+    ["arm", "policy_hash"],
+    buckets=LATENCY_BUCKETS,
+)
+ROLLOUT_DECISIONS = Counter(
+    "cascade_rollout_decisions_total",
+    "Rollout decisions by outcome: started, stepped (to the next share), promoted, rolled_back "
+    "(by the guards), aborted (by an admin).",
+    ["outcome"],
+)
+for _outcome in ("started", "stepped", "promoted", "rolled_back", "aborted"):
+    ROLLOUT_DECISIONS.labels(outcome=_outcome)
+
+
 class ControlGauges(Collector):
     """``cascade_gate_threshold{type,band}`` and ``cascade_strong_share``: one gateway's live
     gate (``cascade.control.live``), read at scrape time."""

@@ -35,6 +35,7 @@ LAYERS = [
     "cascade.request",
     "cascade.build",
     "cascade.gateway",
+    "cascade.rollout",
     "cascade.shadowing",
     "cascade.store",
     "cascade.cache",

@@ -207,6 +207,7 @@ def validate(policy: Policy) -> list[Finding]:
             found.append(_err(("cost", name), f"cost for an undefined tier `{name}`"))
     found += _control_findings(policy)
     found += _cache_findings(policy.cache)
+    found += _rollout_findings(policy)
     return sorted(found, key=lambda f: f.severity != "error")
 
 
@@ -219,6 +220,15 @@ def _cache_findings(cache: Cache) -> Iterator[Finding]:
         yield _err(("cache", "url"), f"`{cache.url}` is not a redis://, rediss:// or unix:// URL")
     if cache.backend == "memory" and cache.url is not None:
         yield _warn(("cache", "url"), 'cache.url is used only with backend = "redis"')
+
+
+def _rollout_findings(policy: Policy) -> Iterator[Finding]:
+    rollout = policy.rollout
+    if rollout is None:
+        return
+    shares = [rollout.share, *rollout.steps]
+    if any(b <= a for a, b in zip(shares, shares[1:], strict=False)):
+        yield _err(("rollout", "steps"), "rollout.steps must ascend, each above rollout.share")
 
 
 def _strong_needed(policy: Policy) -> Iterator[Finding]:
@@ -439,13 +449,17 @@ def _anchored(policy: Policy, base: Path) -> Policy:
             tiers[name] = msgspec.structs.replace(tier, release=local(tier.release))
         else:
             tiers[name] = tier
-    files = {
+    files: dict[str, Any] = {
         "calibration": policy.calibration.file
         and msgspec.structs.replace(policy.calibration, file=local_path(policy.calibration.file)),
         "decision_log": policy.decision_log.file
         and not is_database_url(policy.decision_log.file)
         and msgspec.structs.replace(policy.decision_log, file=local_path(policy.decision_log.file)),
     }
+    if policy.rollout is not None:
+        files["rollout"] = msgspec.structs.replace(
+            policy.rollout, candidate=local_path(policy.rollout.candidate)
+        )
     return msgspec.structs.replace(policy, tiers=tiers, **{k: v for k, v in files.items() if v})
 
 

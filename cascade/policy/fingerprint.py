@@ -14,8 +14,11 @@ from cascade.policy.model import Policy
 
 
 def policy_hash(policy: Policy) -> str:
-    """sha256 hex of the policy as loaded (calibration included), in canonical JSON."""
-    return hashlib.sha256(msgspec.json.encode(policy, order="sorted")).hexdigest()
+    """sha256 hex of the policy as loaded (calibration included), in canonical JSON. Its
+    ``[rollout]`` is left out: it names another version and changes nothing this one decides."""
+    plain = msgspec.to_builtins(policy)
+    plain.pop("rollout")
+    return hashlib.sha256(msgspec.json.encode(plain, order="sorted")).hexdigest()
 
 
 def calibration_hash(policy: Policy) -> str:

@@ -446,6 +446,23 @@ class Guards(_Strict, frozen=True):
     auto: bool = True
 
 
+CanaryShare = Annotated[float, Meta(gt=0.0, le=1.0)]
+
+
+class Rollout(_Strict, frozen=True):
+    """``[rollout]``: a canary of ``candidate``, another policy file (relative to this one; it
+    carries its own ``[calibration]``), decided for ``share`` of the requests, chosen by a
+    stable hash of tenant and request id (``sticky = "tenant"``: of the tenant alone). ``steps``:
+    the shares it is promoted through, ascending, before 100 %. ``guards``: when it is promoted or
+    rolled back on its own (``cascade.rollout``)."""
+
+    candidate: str
+    share: CanaryShare
+    steps: list[CanaryShare] = field(default_factory=list)
+    sticky: Literal["request", "tenant"] = "request"
+    guards: Guards = field(default_factory=Guards)
+
+
 class Policy(_Strict, frozen=True, kw_only=True):
     description: str = ""
     tiers: dict[str, Tier]
@@ -465,6 +482,7 @@ class Policy(_Strict, frozen=True, kw_only=True):
     cache: Cache = field(default_factory=lambda: Cache(enabled=False))  # off without [cache]
     consistency: Consistency = field(default_factory=lambda: Consistency(enabled=False))
     novelty: Novelty = field(default_factory=Novelty)
+    rollout: Rollout | None = None  # ``[rollout]``: a candidate version on a share of requests
 
     @classmethod
     def single_tier(cls, tier_name: str, tier: Tier) -> Policy:
