@@ -44,6 +44,7 @@ from cascade.policy.model import (
 )
 from cascade.policy.novelty import check_reference, load_reference
 from cascade.policy.precision import check_precision
+from cascade.rollout.candidate import read_candidate, refuse_restart
 from cascade.settings import Settings, env_secret
 from cascade.store.base import DecisionStore
 
@@ -367,6 +368,21 @@ def reread_policy(settings: Settings, serving: Policy) -> Policy:
         file = str(settings.calibration)
         raise ConfigRejected([f"{file}: error: {str(exc).removeprefix(file + ': ')}"]) from exc
     return checked_files(policy, settings.policy or "<settings>")
+
+
+def candidate_of(settings: Settings, policy: Policy) -> Policy | None:
+    """The candidate ``policy``'s ``[rollout]`` names (None: no rollout), checked as the policy
+    file is at boot and on reload (``cascade.rollout.candidate``, ``checked_files``); under
+    ``--demo`` it decides on the demo's tiers. Raises ``ConfigRejected`` (``RestartNeeded``)."""
+    if policy.rollout is None:
+        return None
+    path = policy.rollout.candidate
+    candidate = read_candidate(path)
+    if settings.demo:
+        shadow = msgspec.structs.replace(candidate.shadow, fraction=policy.shadow.fraction)
+        candidate = msgspec.structs.replace(candidate, tiers=policy.tiers, shadow=shadow)
+    refuse_restart(policy, candidate, path)
+    return checked_files(candidate, path)
 
 
 def checked_files(policy: Policy, source: str) -> Policy:

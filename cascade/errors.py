@@ -17,7 +17,8 @@ these classes to HTTP statuses is ``cascade.http.errors`` (the statuses below ar
     │   ├── Conflict                    409 conflict_error (feedback with the decision log off)
     │   ├── Forbidden                   403 permission_error (a valid key without the right)
     │   ├── ConfigRejected              422 config_error (a reload's files fail their checks)
-    │   │   └── RestartNeeded           409 config_error (a reload that needs new engines)
+    │   │   ├── RestartNeeded           409 config_error (a reload that needs new engines)
+    │   │   └── RolloutRunning          409 config_error (a reload that changes a running canary)
     │   └── UpstreamClientError         the upstream's own 4xx, its status passed through
     ├── Overloaded                      503 overloaded_error, with Retry-After
     │   └── RateLimited                 429 overloaded_error (an upstream's rate limit)
@@ -195,6 +196,11 @@ class ConfigRejected(ClientError):
 
 class RestartNeeded(ConfigRejected):
     """A valid reload that changes what an engine is built from: refused, a restart applies it."""
+
+
+class RolloutRunning(ConfigRejected):
+    """A valid reload that would change the versions of a running canary (another candidate, or
+    another current version): refused until the rollout is promoted or aborted."""
 
 
 class TenantLimited(RateLimited):

@@ -60,7 +60,7 @@ from cascade.policy.routing import Gate
 from cascade.policy.serving import Reconfigurable, Serving
 from cascade.policy.stamp import Stamp
 from cascade.questions import n_options, option_band
-from cascade.rollout.canary import Chosen, Split
+from cascade.rollout.canary import CanarySplit, Chosen
 from cascade.settings import ADMISSION_DEADLINE_S
 from cascade.shadowing.mirror import ShadowMirror
 from cascade.store.base import DecisionStore
@@ -105,7 +105,9 @@ class Gateway(Reconfigurable):
         self._shadow_salt = secrets.token_hex(8)  # sampling keys no client can steer
         self.control = LiveControl(policy, engines, clock=clock, deadline_s=admission_deadline_s)
         self.drift = DriftMonitor(policy, clock=clock)  # PSI of the cheap tier's confidences
-        self.split = Split(lambda escalate: self.control.gate(escalate=escalate))  # a canary's
+        self.split = CanarySplit(
+            lambda escalate: self.control.gate(escalate=escalate)
+        )  # a canary's
         shared = (
             functools.partial(shared_evidence, decisions.url)  # the fleet refit's labels
             if isinstance(decisions, PostgresStore)

@@ -1,9 +1,9 @@
-"""A running canary as the gateway serves it, and the ``Split`` that asks it which version decides
-each request.
+"""A running canary as the gateway serves it, and the ``CanarySplit`` that asks it which
+version decides each request.
 
 A ``Canary`` is never changed once built (as a ``Serving`` is not): a new share or the end of
-the rollout is a new one, or none, set with ``Split.run``. The candidate arm decides with the
-candidate's policy and its own configured gate; the live control (pacer, refit, drift), the
+the rollout is a new one, or none, set with ``CanarySplit.run``. The candidate arm decides with
+the candidate's policy and its own configured gate; the live control (pacer, refit, drift), the
 decision cache and shadow mirroring belong to the current version alone (``Chosen.live``).
 While a canary runs, every request is counted by arm and policy hash (``cascade.metrics``
 ``cascade_rollout_*``); only the two arms' hashes label series.
@@ -62,7 +62,7 @@ class Chosen(NamedTuple):
     metered: bool
 
 
-class Split:
+class CanarySplit:
     """The gateway's view of the canary: ``pick`` chooses each request's version, ``meter``
     counts it. ``live_gate``: the live control's gate for the current version."""
 
