@@ -35,6 +35,7 @@ LAYERS = [
     "cascade.request",
     "cascade.build",
     "cascade.gateway",
+    "cascade.rollout",
     "cascade.shadowing",
     "cascade.store",
     "cascade.cache",
@@ -214,6 +215,7 @@ KNOWN_TWICE = {
     "Stamp",
     "TierCall",
     "Usage",
+    "Verdict",  # cascade.tenants.limits (admission) and cascade.rollout.verdict (the guards)
     "_Line",
     "_Spans",
     "_Strict",

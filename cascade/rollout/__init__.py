@@ -1,0 +1,1 @@
+"""Canary rollouts of a candidate policy: the split, the guards' verdict, the state a fleet shares."""
