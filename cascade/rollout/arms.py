@@ -53,16 +53,16 @@ def arm_counts(target: str, hashes: Sequence[str], since: float) -> dict[str, Ar
     if dialect == "postgres":
         from cascade.store import postgres
 
-        with postgres.connect(target) as conn:
-            totals = conn.execute(counts, params).fetchall()
-            rows = conn.execute(labelled, params).fetchall()
+        with postgres.connect(target) as pg:
+            totals = pg.execute(counts, params).fetchall()
+            rows = pg.execute(labelled, params).fetchall()
     else:
-        conn = sqlite3.connect(f"file:{target}?mode=ro", uri=True, timeout=5.0)
+        lite = sqlite3.connect(f"file:{target}?mode=ro", uri=True, timeout=5.0)
         try:
-            totals = conn.execute(counts, params).fetchall()
-            rows = conn.execute(labelled, params).fetchall()
+            totals = lite.execute(counts, params).fetchall()
+            rows = lite.execute(labelled, params).fetchall()
         finally:
-            conn.close()
+            lite.close()
     correct = _correct(rows)
     found = {
         policy: ArmCounts(
