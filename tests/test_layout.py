@@ -215,6 +215,7 @@ KNOWN_TWICE = {
     "Stamp",
     "TierCall",
     "Usage",
+    "Verdict",  # cascade.tenants.limits (admission) and cascade.rollout.verdict (the guards)
     "_Line",
     "_Spans",
     "_Strict",

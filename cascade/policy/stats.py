@@ -84,6 +84,12 @@ def lower_bound(correct: int, n: int, alpha: float = ALPHA) -> float:
     return lo
 
 
+def upper_bound(correct: int, n: int, alpha: float = ALPHA) -> float:
+    """One-sided (1 - alpha) Clopper-Pearson upper bound of a binomial proportion: the lower
+    bound of the failures, mirrored (1 when nothing was seen)."""
+    return 1.0 - lower_bound(n - correct, n, alpha)
+
+
 def accuracy_threshold(
     scored: Sequence[tuple[float, bool]], target: float
 ) -> tuple[float, int, int]:

@@ -39,14 +39,15 @@ def replicas(
     env: dict[str, str] | None = None,
     own: Callable[[int], dict[str, str]] = lambda i: {},
 ) -> Iterator[list[Replica]]:
-    """``n`` demo replicas of ``policy`` on loopback, one after the other (``--demo`` rewrites
-    the tiny Laya checkpoints at every start, so one starting beside another could read a file
-    half written), ``own(i)`` added to replica ``i``'s ``env``; always stopped."""
+    """``n`` demo replicas of ``policy`` on loopback, started at once (``--demo`` writes its
+    tiny checkpoints beside their directory and renames them in, so none reads another's
+    half-written file), ``own(i)`` added to replica ``i``'s ``env``; always stopped."""
     with contextlib.ExitStack() as stack:
-        started = []
-        for i in range(n):
-            started.append(stack.enter_context(replica(policy, {**(env or {}), **own(i)})))
-            started[-1].wait_ready(timeout_s)
+        started = [
+            stack.enter_context(replica(policy, {**(env or {}), **own(i)})) for i in range(n)
+        ]
+        for one in started:
+            one.wait_ready(timeout_s)
         yield started
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascade.policy.stats import ALPHA, accuracy_threshold
+from cascade.policy.stats import ALPHA, accuracy_threshold, lower_bound, upper_bound
 
 # Few distinct confidences, so most sets tie; two of them adjacent floats (no room between).
 CONFIDENCES = (0.2, 0.5, 0.6, 0.7, math.nextafter(0.7, 1.0), 0.9, 1.0)
@@ -60,3 +61,14 @@ def test_a_tie_of_right_and_wrong_is_kept_or_escalated_whole():
 def test_a_cut_falls_between_distinct_confidences():
     scored = [(0.7, True)] * 30 + [(0.7, False)] * 30 + [(0.9, True)] * 40
     assert accuracy_threshold(scored, 0.9) == (0.8, 40, 40)
+
+
+def test_the_upper_bound_mirrors_the_lower():
+    assert upper_bound(0, 30) == pytest.approx(1 - 0.05 ** (1 / 30), abs=1e-9)  # 0.0950
+    assert upper_bound(2, 10) == pytest.approx(1 - lower_bound(8, 10), abs=1e-12)
+    assert upper_bound(10, 10) == 1.0
+    assert upper_bound(0, 0) == 1.0  # nothing seen: anything is possible
+    # the tail at the bound is alpha: P(X <= 12 | 60, upper) = 0.05
+    p = upper_bound(12, 60)
+    tail = sum(math.comb(60, i) * p**i * (1 - p) ** (60 - i) for i in range(13))
+    assert tail == pytest.approx(ALPHA, abs=1e-9)
