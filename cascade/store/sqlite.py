@@ -498,7 +498,7 @@ class SqliteStore:
         try:
             if conn is None:  # a failed rotation or reopen left none
                 conn = self._conn = self._open()
-            conn.execute("BEGIN")
+            conn.execute("BEGIN IMMEDIATE")  # the write lock first: waits out other writers
             for item in batch:
                 if item[0] == "record":
                     _, call, decision, latency_s, ts, _ = item
