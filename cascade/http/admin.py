@@ -15,8 +15,8 @@ they are open, as everything is.
 Every admin action is one audit record (``cascade.audit``) by the admin key's name and the
 caller's address (as the server takes it: uvicorn believes ``X-Forwarded-For`` only from
 ``FORWARDED_ALLOW_IPS``, by default loopback): reloads (``Reloader.reload``),
-dry runs, fleet reloads (as asked here), freeze and unfreeze. ``GET /admin/audit`` reads them
-back.
+dry runs, fleet reloads (as asked here), freeze and unfreeze, a rollout's start, steps,
+promotion, abort and rollback (``cascade.http.rollouts``). ``GET /admin/audit`` reads them back.
 """
 
 from __future__ import annotations
@@ -262,12 +262,40 @@ async def audit(request: Request, services: Services) -> Response[bytes]:
     return Response(content=encoder.encode(page), status_code=200, media_type=JSON)
 
 
+@get("/rollout")
+async def rollout(services: Services) -> Response[bytes]:
+    """The canary (``cascade.http.rollouts``): its versions' hashes, share, step, status,
+    start, each arm's counts and the guards' last verdict."""
+    return _rollout_status(services)
+
+
+@post("/rollout/promote", status_code=200)
+async def rollout_promote(request: Request, services: Services) -> Response[bytes]:
+    """The next step's share, or 100 %: the candidate becomes the served version. 409 when no
+    rollout runs."""
+    await services.reloader.rollouts.promote(admin_name(request) or "", _client(request))
+    return _rollout_status(services)
+
+
+@post("/rollout/abort", status_code=200)
+async def rollout_abort(request: Request, services: Services) -> Response[bytes]:
+    """Drop the candidate: the current version serves every request. 409 when no rollout
+    runs."""
+    await services.reloader.rollouts.abort(admin_name(request) or "", _client(request))
+    return _rollout_status(services)
+
+
+def _rollout_status(services: Services) -> Response[bytes]:
+    status = services.reloader.rollouts.status()
+    return Response(content=encoder.encode(status), status_code=200, media_type=JSON)
+
+
 def _control_status(services: Services) -> Response[bytes]:
     status = {**services.control.status(), "fleet": services.gateway.fleet.status()}
     return Response(content=encoder.encode(status), status_code=200, media_type=JSON)
 
 
-ROUTES = [reload, control, freeze, unfreeze, fleet, audit]
+ROUTES = [reload, control, freeze, unfreeze, fleet, audit, rollout, rollout_promote, rollout_abort]
 
 
 def admin_router() -> Router:

@@ -352,6 +352,7 @@ async def systemone_batch(request: Request, services: Services) -> Response[byte
             timings=timed.slowest(o.timings for o in outcomes),
             costs=timed.summed(o.costs for o in outcomes),
         )
+        headers["x-cascade-policy"] = outcomes[0].headers["x-cascade-policy"]  # one arm
         if gateway.cache is not None:
             headers["x-cascade-cache"] = combined([o.headers["x-cascade-cache"] for o in outcomes])
         return _json(BatchResponse(results=results, total_usage=total), headers), label
@@ -496,12 +497,14 @@ def create_app(
         services.decode_pool = DecodePool(settings.decode_threads, settings.decode_queue)
         services.tenant_admission = tenancy.admission_for(services.access.tenants.backend)
         await gateway.start()
+        await services.reloader.rollouts.boot()  # a bad [rollout] candidate: no start
         services.ready = True
         log.info("cascade %s ready: %s", __version__, status.describe(view))
         try:
             yield
         finally:
             services.ready = False
+            await services.reloader.rollouts.aclose()
             await gateway.aclose()
             services.decode_pool.close()
             await services.tenant_admission.store.aclose()

@@ -37,6 +37,7 @@ from cascade.audit.log import AuditLog
 from cascade.build import reread_policy
 from cascade.errors import ConfigRejected, RestartNeeded
 from cascade.gateway import Gateway
+from cascade.http.rollouts import RolloutPlan, Rollouts
 from cascade.policy.fingerprint import policy_hash
 from cascade.policy.model import Policy
 from cascade.policy.serving import NextVersion
@@ -79,11 +80,12 @@ def limits_restart(old: LimitsBackend, new: LimitsBackend) -> list[str]:
 
 class Read(NamedTuple):
     """What a reload read and computed: the next version (None: the policy is unchanged), the
-    tenants and the admin keys."""
+    tenants, the admin keys and what the policy's ``[rollout]`` asks for."""
 
     prepared: NextVersion | None
     tenants: Tenants
     admin: Tenants
+    plan: RolloutPlan
 
 
 class Snapshot(NamedTuple):
@@ -105,6 +107,7 @@ class Reloader:
         self.last: LastReload | None = None
         self._lock = asyncio.Lock()
         self._waiting: asyncio.Future[ReloadReport] | None = None
+        self.rollouts = Rollouts(settings, gateway, audit, self._lock)  # the [rollout] canary
 
     def config(self) -> ConfigState:
         serving = self.gateway.serving
@@ -183,9 +186,9 @@ class Reloader:
 
     async def _run(self, actor: str, client: str | None) -> ReloadReport:
         try:
-            read = await asyncio.to_thread(self._read)
+            read = await asyncio.to_thread(self._read, actor)
             old = self.access.tenants
-            outcome = self._swap(read)
+            outcome = self._swap(read, actor, client)
             for name, was, now in key_changes(old, read.tenants):
                 self.audit.record(
                     "tenant_keys_added" if now > was else "tenant_keys_removed",
@@ -222,12 +225,15 @@ class Reloader:
             note=None if self.settings.policy else NO_POLICY_FILE,
         )
 
-    def _read(self) -> Read:
+    def _read(self, actor: str) -> Read:
         """Every file, checked, and the next version computed in full (``Gateway.prepare``:
         its hashes, its gate, the cache's identity of its weights); nothing is applied here.
         The tenants (the client keys, their limits and policies) are read against the new
-        policy."""
+        policy. A ``[rollout]``'s candidate is read and checked too (``Rollouts.plan``); a
+        promoted rollout's candidate is the next version."""
         policy = reread_policy(self.settings, self.gateway.policy)
+        plan = self.rollouts.plan(policy, actor)
+        policy = plan.serve
         try:
             tenants = load_tenants(self.settings, policy)  # the one place a reload reads keys
             admin = load_admins(self.settings)
@@ -244,19 +250,21 @@ class Reloader:
             if same_policy
             else self.gateway.prepare(policy, source=self.settings.policy or "<policy>")
         )
-        return Read(prepared, tenants, admin)
+        return Read(prepared, tenants, admin, plan)
 
-    def _swap(self, read: Read) -> Literal["applied", "unchanged"]:
+    def _swap(self, read: Read, actor: str, client: str | None) -> Literal["applied", "unchanged"]:
         """All or nothing, with no await: everything that can fail ran in ``_read``. The
         tenants' limit counters (the app's ``tenant_admission``) carry over."""
         access = self.access
-        if read.prepared is None and (read.tenants, read.admin) == (
-            access.tenants,
-            access.admin_keys,
+        if (
+            read.prepared is None
+            and read.plan.canary is self.gateway.split.canary
+            and (read.tenants, read.admin) == (access.tenants, access.admin_keys)
         ):
             return "unchanged"
         if read.prepared is not None:
             self.gateway.swap(read.prepared)
+        self.rollouts.install(read.plan, actor, client)
         access.tenants, access.admin_keys = read.tenants, read.admin
         return "applied"
 
