@@ -22,8 +22,8 @@ import msgspec
 
 from cascade.settings import is_database_url
 
-Status = Literal["running", "promoted", "rolled_back", "aborted"]
-STATUSES: tuple[str, ...] = get_args(Status)
+RolloutStatus = Literal["running", "promoted", "rolled_back", "aborted"]
+STATUSES: tuple[str, ...] = get_args(RolloutStatus)
 
 
 class RolloutState(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,7 +36,7 @@ class RolloutState(msgspec.Struct, frozen=True, kw_only=True):
     candidate_hash: str
     started: float
     share: float
-    status: Status = "running"
+    status: RolloutStatus = "running"
     decided: float | None = None
     reason: str = ""
     actor: str = ""
@@ -95,7 +95,7 @@ def update(
     target: str,
     rollout_id: int,
     *,
-    status: Status | None = None,
+    status: RolloutStatus | None = None,
     share: float | None = None,
     looks: int | None = None,
     reason: str | None = None,

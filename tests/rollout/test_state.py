@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from cascade.audit.log import read
-from cascade.rollout.state import RolloutFinished, Status, latest, open_rollout, update
+from cascade.rollout.state import RolloutFinished, RolloutStatus, latest, open_rollout, update
 from cascade.store import postgres as pg
 from cascade.store.sqlite import ROLLOUTS, SCHEMA, SCHEMA_VERSION, SqliteStore, read_rows
 from tests.servers import Postgres
@@ -97,7 +97,7 @@ def test_a_final_status_is_final_and_a_new_rollout_may_follow(store):
         update(target, again.id, status="done", now=210.0)  # type: ignore[arg-type]
 
 
-def _decide(target: str, rollout_id: int, start: threading.Barrier, status: Status) -> str:
+def _decide(target: str, rollout_id: int, start: threading.Barrier, status: RolloutStatus) -> str:
     start.wait()
     try:
         update(target, rollout_id, status=status, actor=status, now=1.0)
