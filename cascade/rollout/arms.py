@@ -10,13 +10,13 @@ labelled rows only. Blocking: the caller runs it in a thread.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
 
 from cascade.questions import answer_label
+from cascade.rollout.state import open_file
 from cascade.rollout.verdict import ArmCounts
 from cascade.schema import Question
 from cascade.settings import is_database_url
@@ -57,7 +57,7 @@ def arm_counts(target: str, hashes: Sequence[str], since: float) -> dict[str, Ar
             totals = pg.execute(counts, params).fetchall()
             rows = pg.execute(labelled, params).fetchall()
     else:
-        lite = sqlite3.connect(f"file:{target}?mode=ro", uri=True, timeout=5.0)
+        lite = open_file(target, "ro")
         try:
             totals = lite.execute(counts, params).fetchall()
             rows = lite.execute(labelled, params).fetchall()

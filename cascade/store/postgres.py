@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7  # the SQLite file's layout this database holds (``cascade.store.sqlite``)
+SCHEMA_VERSION = 8  # the SQLite file's layout this database holds (``cascade.store.sqlite``)
 LOCK = 0x63617363_64656373  # pg_advisory_xact_lock's key: "cascdecs"
 CREATE = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -94,6 +94,15 @@ CREATE TABLE IF NOT EXISTS audit (  -- schema 6 -> 7 (cascade.audit)
     action text NOT NULL, actor text NOT NULL, outcome text NOT NULL, replica text,
     record text NOT NULL
 );
+CREATE TABLE IF NOT EXISTS rollouts (  -- schema 7 -> 8 (cascade.rollout.state)
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, current_hash text NOT NULL,
+    candidate_hash text NOT NULL, started double precision NOT NULL,
+    share double precision NOT NULL, status text NOT NULL, decided double precision,
+    reason text NOT NULL DEFAULT '', actor text NOT NULL, looks integer NOT NULL DEFAULT 0,
+    replica text NOT NULL DEFAULT ''
+);
+CREATE UNIQUE INDEX IF NOT EXISTS rollouts_running ON rollouts (current_hash, candidate_hash)
+    WHERE status = 'running';
 """
 INSERT = (
     f"INSERT INTO decisions (row_key, {', '.join(COLUMNS)}) VALUES "
@@ -239,7 +248,7 @@ def _reader(url: str) -> tuple[psycopg.Connection[Any], str]:
             f"{safe_url(url)}: cannot connect: {' '.join(str(exc).split())}"
         ) from None
     try:
-        old = _check_version(conn, url) < SCHEMA_VERSION  # not migrated yet: no trace_id
+        old = _check_version(conn, url) < 6  # not migrated to 6 yet: no trace_id
     except BaseException:
         conn.close()
         raise

@@ -51,6 +51,11 @@ The tables (agreed with ``cascade distill --from-log``; read them through ``read
            tenant TEXT)           -- who gave the latest (the key's tenant name; "": none)
     audit(id INTEGER PRIMARY KEY, ts REAL, action TEXT, actor TEXT, outcome TEXT,
           replica TEXT, record TEXT)  -- cascade.audit: the whole record as JSON, append-only
+    rollouts(id INTEGER PRIMARY KEY, current_hash TEXT, candidate_hash TEXT,  -- policy hashes
+             started REAL, share REAL,  -- when it began; the candidate's share now
+             status TEXT,        -- running, promoted, rolled_back or aborted (final)
+             decided REAL, reason TEXT, actor TEXT,  -- when, why and by whom it ended
+             looks INTEGER, replica TEXT)  -- cascade.rollout.state: one running row per pair
 
 Every row is stamped by the version that decided it, carried on the request's decision
 (``cascade.policy.stamp``): the policy's and calibration's hashes, the tier names (in
@@ -59,10 +64,11 @@ Every row is stamped by the version that decided it, carried on the request's de
 Schema versions (``PRAGMA user_version``): 0, files written before the ``states`` table, kept
 the state text in every row; 2 added ``states``; 3 rows' tenants, token shares and ``labels``; 4
 ``labels.tenant``; 5 the stamp's calibration hash, tenant policy hash and replica; 6 the
-request's trace id; ``SCHEMA_VERSION`` (7) is the layout above (the ``audit`` table).
+request's trace id; 7 the ``audit`` table; ``SCHEMA_VERSION`` (8) is the layout above (the
+``rollouts`` table).
 ``read_rows`` reads every one of them (an older file's rows have no tenant, no token shares, no
 labels and no stamp beyond the policy hash; a label of schema 3 has tenant ""). The writer never
-mixes layouts in one file: it migrates a file of schema 3 to 6 in place (``ALTER TABLE``s: old
+mixes layouts in one file: it migrates a file of schema 3 to 7 in place (``ALTER TABLE``s: old
 rows keep NULL there, labels of schema 3 keep tenant "") and rotates a file of any other version
 aside when it opens it (labels then go to requests of the new file only).
 
@@ -116,11 +122,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 AUDIT = """CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY, ts REAL NOT NULL, action TEXT NOT NULL, actor TEXT NOT NULL,
     outcome TEXT NOT NULL, replica TEXT, record TEXT NOT NULL
 );"""
+# One row per rollout (cascade.rollout.state); at most one running per (current, candidate).
+ROLLOUTS = """CREATE TABLE IF NOT EXISTS rollouts (
+    id INTEGER PRIMARY KEY, current_hash TEXT NOT NULL, candidate_hash TEXT NOT NULL,
+    started REAL NOT NULL, share REAL NOT NULL, status TEXT NOT NULL, decided REAL,
+    reason TEXT NOT NULL DEFAULT '', actor TEXT NOT NULL, looks INTEGER NOT NULL DEFAULT 0,
+    replica TEXT NOT NULL DEFAULT ''
+);
+CREATE UNIQUE INDEX IF NOT EXISTS rollouts_running ON rollouts (current_hash, candidate_hash)
+    WHERE status = 'running';"""
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY,
@@ -138,11 +153,12 @@ CREATE TABLE IF NOT EXISTS labels (
     ts REAL, source TEXT, count INTEGER, tenant TEXT NOT NULL DEFAULT ''
 );
 {AUDIT}
+{ROLLOUTS}
 PRAGMA user_version = {SCHEMA_VERSION};
 """
-# Files of schema 3 to 6 become files of schema 7 in place, by version: labels of schema 3 were
+# Files of schema 3 to 7 become files of schema 8 in place, by version: labels of schema 3 were
 # given by no one named; rows before 5 have no stamp beyond the policy hash, before 6 no trace,
-# before 7 there is no audit table.
+# before 7 there is no audit table, before 8 no rollouts table.
 MIGRATE = {
     3: "ALTER TABLE labels ADD COLUMN tenant TEXT NOT NULL DEFAULT '';",
     4: "ALTER TABLE decisions ADD COLUMN calibration_hash TEXT;\n"
@@ -150,6 +166,7 @@ MIGRATE = {
     "ALTER TABLE decisions ADD COLUMN replica TEXT;",
     5: "ALTER TABLE decisions ADD COLUMN trace_id TEXT;",
     6: AUDIT,
+    7: ROLLOUTS,
 }
 # What a file of an older version has in place of the columns it lacks (by the first version
 # that has them).

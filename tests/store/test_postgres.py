@@ -82,9 +82,9 @@ def test_replicas_booting_at_once_migrate_the_schema_once(
 
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         found = sorted(pool.map(lambda _: boot(), range(6)))
-    assert found == [(0, 7)] + [(7, 7)] * 5  # one created it, the others found it done
+    assert found == [(0, 8)] + [(8, 8)] * 5  # one created it, the others found it done
     assert main(["store", "migrate", url]) == 0
-    assert "schema 7, up to date" in capsys.readouterr().out
+    assert "schema 8, up to date" in capsys.readouterr().out
 
 
 def test_rows_labels_and_filters(

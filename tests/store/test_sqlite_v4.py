@@ -63,7 +63,7 @@ def test_a_log_of_schema_3_is_read_and_migrated_in_place(tmp_path: Path) -> None
     assert (row.label.value, row.label.count, row.label.tenant) == (False, 2, "acme")
     assert not (tmp_path / "d.db.1").exists()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (8,)
 
 
 def test_a_shadow_answer_lands_on_its_own_tenants_row(tmp_path: Path) -> None:
