@@ -266,7 +266,12 @@ class Rollouts:
         return canary
 
     async def _end(
-        self, canary: Canary | None, status: RolloutStatus, actor: str, client: str | None, reason: str
+        self,
+        canary: Canary | None,
+        status: RolloutStatus,
+        actor: str,
+        client: str | None,
+        reason: str,
     ) -> None:
         async with self.lock:
             running = self._running()
