@@ -53,7 +53,7 @@ class CalibrationMismatch(SystemExit):
     """The calibration was fitted for other weights than the ones configured."""
 
 
-class Stamp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class CalibrationStamp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     checkpoints: dict[str, str]  # {tier name: content hash of its weights}
     items: int  # data items (requests) fitted on
     questions: int  # questions fitted on (those that reached the confidence gate)
@@ -78,7 +78,7 @@ class CellFit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 class CalibrationFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     version: int = 1
-    stamp: Stamp
+    stamp: CalibrationStamp
     thresholds: TypeBands  # confidence thresholds (escalate when max p is below)
     temperatures: TypeBands
     fit: dict[str, CellFit] = msgspec.field(default_factory=dict)  # "choice:3-5" -> diagnostics
