@@ -43,10 +43,11 @@ test: $(VENV)/.installed-test
 	$(BIN)/mypy cascade
 	# The docs site (mkdocs.yml): a broken link or anchor fails; written to .cache/site (ignored).
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
-	# Two steps, so a flake names itself: the suite on injected clocks, then the tests whose
-	# subject is the wall clock (@pytest.mark.slow: bounds on elapsed time). pytest exits 5
-	# when a step selects no test, and that fails the step.
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -m "not slow"
+	# Two steps, so a flake names itself: the suite on injected clocks, on two workers
+	# (pytest-xdist; a module's tests stay on one, so its servers start once), then the tests
+	# whose subject is the wall clock (@pytest.mark.slow: bounds on elapsed time), alone.
+	# pytest exits 5 when a step selects no test, and that fails the step.
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -m "not slow" -n 2 --dist loadscope
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -m slow
 
 bench: $(VENV)/.installed-test

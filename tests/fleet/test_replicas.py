@@ -107,10 +107,11 @@ def test_a_configmap_swap_reaches_every_replica_and_skew_shows_the_odd_one(tmp_p
             n: serving(b) for n, b in bases.items()
         }
 
+        # each replica's entry in the registry moves with its next heartbeat: wait for all three
         assert until(
             lambda: (
                 fleet_view(bases["b"])["policy_hash"] == new
-                and len(fleet_view(bases["b"])["replicas"]) == 3
+                and [r["policy_hash"] for r in fleet_view(bases["b"])["replicas"]] == [new] * 3
             )
         )
         view = fleet_view(bases["b"])
