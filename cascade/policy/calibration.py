@@ -33,7 +33,7 @@ import msgspec
 from cascade.calls import QuestionResult
 from cascade.policy.model import (
     Calibration,
-    Histogram,
+    ConfidenceHistogram,
     Policy,
     Reference,
     Thresholds,
@@ -83,7 +83,7 @@ class CalibrationFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     temperatures: TypeBands
     fit: dict[str, CellFit] = msgspec.field(default_factory=dict)  # "choice:3-5" -> diagnostics
     # "choice:3-5" -> the fitted data's gate confidences (cascade.control.drift's reference)
-    snapshot: dict[str, Histogram] = msgspec.field(default_factory=dict)
+    snapshot: dict[str, ConfidenceHistogram] = msgspec.field(default_factory=dict)
     # the novelty gate's reference set (its file relative to this one), when it was fitted
     novelty: Reference | None = None
 
@@ -123,7 +123,7 @@ def parse_calibration(text: str, path: str) -> CalibrationFile:
     return cal
 
 
-def histogram_problem(hist: Histogram) -> str | None:
+def histogram_problem(hist: ConfidenceHistogram) -> str | None:
     """What is wrong with a snapshot's histogram, or None."""
     edges = hist.edges
     if not all(map(math.isfinite, edges)) or any(a >= b for a, b in itertools.pairwise(edges)):
