@@ -181,3 +181,12 @@ def test_without_a_decision_log_only_an_admin_ends_the_rollout(tmp_path: Path) -
         assert (found["status"], found["stored"]) == ("running", False)
         assert "no decision log" in found["note"]
         assert client.post("/admin/rollout/abort", headers=ALICE).json()["status"] == "aborted"
+
+
+def test_a_bad_candidate_at_boot_keeps_the_server_from_starting(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path, policy_text(0.5) + "[tiers\n")
+    with pytest.raises(RuntimeError, match="did not start"), serve(tmp_path, None):
+        pass
+    assert f"{tmp_path / 'candidate.toml'}:17: error: invalid TOML" in capfd.readouterr().err
