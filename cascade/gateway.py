@@ -15,6 +15,8 @@ measured work ahead would keep it waiting past the deadline (an in-process tier'
 of remote tiers, unavailability. Client errors, overload and cancellations only free a half-open
 probe slot. Shadow calls never touch a breaker. What is served is one ``Serving``
 (``cascade.policy.serving``): a request runs on the one it started on; ``reconfigure`` swaps it.
+While a canary runs, ``split`` (``cascade.rollout.canary``) gives a share of the requests the
+candidate's ``Serving`` and gate instead.
 """
 
 from __future__ import annotations

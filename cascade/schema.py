@@ -395,7 +395,7 @@ class AuditRecord(Base, kw_only=True):
     """One admin action (``cascade.audit``): append-only, never a key."""
 
     ts: float  # unix time (wall clock)
-    action: str  # reload, dry_run, freeze, unfreeze, tenant_keys_added, tenant_keys_removed, ...
+    action: str  # reload, dry_run, freeze, unfreeze, tenant_keys_added, rollout_start, ...
     actor: str  # the admin key's name; "signal" (SIGHUP), "watch" (file watch), "fleet"
     client: str | None = None  # the caller's address (X-Forwarded-For from trusted proxies)
     outcome: AuditOutcome
