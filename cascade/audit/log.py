@@ -2,9 +2,9 @@
 makes (reloads, dry runs, freeze/unfreeze, a rollout's start/step/promote/abort/rollback): it
 logs the record as one structured line (logger ``cascade.audit``) and, with a decision log
 configured, appends it to the store's ``audit`` table on a writer thread of its own, never
-blocking the event loop. A store write that fails is counted (``cascade_audit_records_total{outcome="failed"}``)
-and logged; the admin action goes on. ``read`` runs on the same thread, so it sees every record
-made before it.
+blocking the event loop. A store write that fails is counted
+(``cascade_audit_records_total{outcome="failed"}``) and logged; the admin action goes on.
+``read`` runs on the same thread, so it sees every record made before it.
 """
 
 from __future__ import annotations
