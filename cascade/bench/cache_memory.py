@@ -34,7 +34,7 @@ def _part(rng: random.Random) -> bytes:
         type="choice", probabilities=[w / total for w in weights], act_probability=rng.random()
     )
     return parts.encode(
-        parts.Part(
+        parts.CachedPart(
             model="english",
             result=result,
             row_tokens=rng.randint(40, 512),

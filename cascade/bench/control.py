@@ -65,7 +65,7 @@ GAUGES = ("cascade_gate_threshold", "cascade_strong_share")
 
 
 @dataclass(frozen=True)
-class Asked:
+class AskedQuestion:
     """One question of an item: its cell (``choice:3-5``) and every label it can have."""
 
     type: str
@@ -74,30 +74,30 @@ class Asked:
 
 
 @dataclass(frozen=True)
-class Item:
+class BenchItem:
     id: str
     body: dict[str, Any]  # what is posted to /v1/systemone
-    questions: dict[str, Asked]
+    questions: dict[str, AskedQuestion]
     gold: dict[str, Label]
     hard: bool
     forced: bool = False  # likely pre-routed strong: a wide question or a long state
 
 
-def _asked(question: Question) -> Asked:
+def _asked(question: Question) -> AskedQuestion:
     if isinstance(question, ChoiceQuestion):
         labels: tuple[Label, ...] = tuple(option_names(question))
     elif isinstance(question, NoulQuestion):
         labels = (False, True)
     else:
         labels = tuple(range(n_options(question)))
-    return Asked(
+    return AskedQuestion(
         type=question.type,
         cell=f"{question.type}:{option_band(n_options(question))}",
         labels=labels,
     )
 
 
-def read_items(path: Path | None, model: str) -> list[Item]:
+def read_items(path: Path | None, model: str) -> list[BenchItem]:
     """The items of a JSONL file (the bundled sample by default), images left out; the longer
     half of the states and every item with a question of over ``HARD_OPTIONS`` options are
     hard."""
@@ -127,7 +127,7 @@ def read_items(path: Path | None, model: str) -> list[Item]:
             "questions": entry["questions"],
         }
         items.append(
-            Item(
+            BenchItem(
                 id=str(entry.get("id", f"line-{i + 1}")),
                 body=body,
                 questions={q: _asked(v) for q, v in questions.items()},
@@ -180,7 +180,7 @@ class Cheap:
     confidence: float
 
 
-def synthetic_label(seed: int, item: Item, qid: str, cheap: Cheap) -> Label:
+def synthetic_label(seed: int, item: BenchItem, qid: str, cheap: Cheap) -> Label:
     """The cheap answer with probability ``f(c)``, else another label, the same every time."""
     if uniform(seed, item.id, qid, "right") < f(cheap.confidence):
         return cheap.label
@@ -223,7 +223,7 @@ class Run:
     scrapes: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     reloads: list[tuple[float, int | str]] = field(default_factory=list)
     cheap: dict[tuple[str, str], Cheap] = field(default_factory=dict)  # the probe's answers
-    items: list[Item] = field(default_factory=list)  # as replayed (hard ones marked)
+    items: list[BenchItem] = field(default_factory=list)  # as replayed (hard ones marked)
     started: float = 0.0
     # request ids are bench-TOKEN-pPHASE-N: a second run never labels the first one's requests
     token: str = field(default_factory=lambda: secrets.token_hex(4))
@@ -233,7 +233,7 @@ class Run:
 
 
 @dataclass
-class Options:
+class ControlOptions:
     phase_s: float = 120.0
     concurrency: int = 4
     mix: tuple[float, float] = (0.2, 0.8)
@@ -259,11 +259,13 @@ def _headers(key: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"} if key else {}
 
 
-async def _probe(client: httpx.AsyncClient, items: list[Item], opts: Options, run: Run) -> None:
+async def _probe(
+    client: httpx.AsyncClient, items: list[BenchItem], opts: ControlOptions, run: Run
+) -> None:
     """Ask the cheap tier alone for every item once: the answers synthetic labels build on."""
     gate = asyncio.Semaphore(opts.concurrency)
 
-    async def one(item: Item) -> None:
+    async def one(item: BenchItem) -> None:
         async with gate:
             body = {**item.body, "model": opts.cheap_model}
             response = await client.post("/v1/systemone", json=body, headers=_headers(opts.key))
@@ -279,7 +281,7 @@ async def _probe(client: httpx.AsyncClient, items: list[Item], opts: Options, ru
     await asyncio.gather(*(one(item) for item in items))
 
 
-def by_confidence(items: list[Item], run: Run, *, forced: bool = False) -> list[Item]:
+def by_confidence(items: list[BenchItem], run: Run, *, forced: bool = False) -> list[BenchItem]:
     """The items the confidence gate decides (not ``forced``), the less confident half hard:
     those whose least confident cheap answer (the probe's) is under the median. A mix of them
     asks more of the gate, and so of the budget, while nothing is pre-routed strong (a budget
@@ -295,7 +297,7 @@ def by_confidence(items: list[Item], run: Run, *, forced: bool = False) -> list[
     return [dataclasses.replace(i, hard=least[i.id] < median) for i in items]
 
 
-def label_of(item: Item, qid: str, opts: Options, run: Run) -> Label | None:
+def label_of(item: BenchItem, qid: str, opts: ControlOptions, run: Run) -> Label | None:
     """The label a labeller gives ``qid`` of ``item`` (None: none)."""
     if opts.synthetic:
         cheap = run.cheap.get((item.id, qid))
@@ -304,7 +306,7 @@ def label_of(item: Item, qid: str, opts: Options, run: Run) -> Label | None:
 
 
 def _record(
-    run: Run, item: Item, phase: int, t: float, body: dict[str, Any], opts: Options
+    run: Run, item: BenchItem, phase: int, t: float, body: dict[str, Any], opts: ControlOptions
 ) -> None:
     extra = body.get("x_cascade") or {}
     tiers, reasons, degraded = (extra.get(k) or {} for k in ("tiers", "reasons", "degraded"))
@@ -332,9 +334,9 @@ def _record(
 
 async def _client(
     client: httpx.AsyncClient,
-    pools: tuple[list[Item], list[Item]],
+    pools: tuple[list[BenchItem], list[BenchItem]],
     worker: int,
-    opts: Options,
+    opts: ControlOptions,
     run: Run,
     counter: Iterator[int],
 ) -> None:
@@ -366,7 +368,7 @@ async def _client(
 
 
 async def _feedback(
-    client: httpx.AsyncClient, item: Item, rid: str, phase: int, opts: Options, run: Run
+    client: httpx.AsyncClient, item: BenchItem, rid: str, phase: int, opts: ControlOptions, run: Run
 ) -> None:
     labels = {
         q: label for q in item.questions if (label := label_of(item, q, opts, run)) is not None
@@ -397,7 +399,7 @@ def gauges(text: str) -> dict[str, float]:
     return found
 
 
-async def _scrape(client: httpx.AsyncClient, opts: Options, run: Run) -> None:
+async def _scrape(client: httpx.AsyncClient, opts: ControlOptions, run: Run) -> None:
     while run.now() < 2 * opts.phase_s:
         with contextlib.suppress(httpx.HTTPError, ValueError):
             # /metrics is the operator's: the admin key when there is one (docs/metrics.md)
@@ -407,7 +409,7 @@ async def _scrape(client: httpx.AsyncClient, opts: Options, run: Run) -> None:
         await asyncio.sleep(opts.scrape_every_s)
 
 
-async def _reload(client: httpx.AsyncClient, opts: Options, run: Run) -> None:
+async def _reload(client: httpx.AsyncClient, opts: ControlOptions, run: Run) -> None:
     every = 2 * opts.phase_s / (opts.reloads + 1)
     for k in range(1, opts.reloads + 1):
         await asyncio.sleep(max(0.0, k * every - run.now()))
@@ -418,7 +420,7 @@ async def _reload(client: httpx.AsyncClient, opts: Options, run: Run) -> None:
             run.reloads.append((run.now(), type(exc).__name__))
 
 
-async def drive(url: str, items: list[Item], opts: Options) -> Run:
+async def drive(url: str, items: list[BenchItem], opts: ControlOptions) -> Run:
     """The probe (synthetic labels), then both phases with the scraper and the reloads."""
     run = Run(url=url, phase_s=opts.phase_s, cheap_tier=opts.cheap_tier)
     limits = httpx.Limits(
@@ -517,8 +519,8 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> No
 
 
 def run(
-    url: str | None, *, requests: Path | None, opts: Options, model: str = "jev-latest"
-) -> tuple[list[Item], Run]:
+    url: str | None, *, requests: Path | None, opts: ControlOptions, model: str = "jev-latest"
+) -> tuple[list[BenchItem], Run]:
     """Replay against ``url``, or against a demo of its own when None."""
     items = read_items(requests, model)
     if url is not None:

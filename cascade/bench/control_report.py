@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cascade.bench.control import Answered, Item, Options, Run, f
+from cascade.bench.control import Answered, BenchItem, ControlOptions, Run, f
 from cascade.errors import install_hint
 
 TOLERANCE = 0.02
@@ -112,7 +112,7 @@ def _statuses(values: Sequence[int | str]) -> dict[str, int]:
 
 
 def phase_summary(
-    run: Run, phase: int, opts: Options, *, max_share: float, target: float, window_s: float
+    run: Run, phase: int, opts: ControlOptions, *, max_share: float, target: float, window_s: float
 ) -> dict[str, Any]:
     start, end = (phase - 1) * run.phase_s, phase * run.phase_s
     answered = [a for a in run.answered if a.phase == phase]
@@ -148,8 +148,8 @@ def phase_summary(
 
 def summarize(
     run: Run,
-    items: Sequence[Item],
-    opts: Options,
+    items: Sequence[BenchItem],
+    opts: ControlOptions,
     *,
     max_share: float,
     target: float,
@@ -190,7 +190,7 @@ def summarize(
     return result
 
 
-def _reload_summary(run: Run, opts: Options) -> dict[str, Any]:
+def _reload_summary(run: Run, opts: ControlOptions) -> dict[str, Any]:
     """The reloads asked and their answers, and the requests answered within 2 s after one."""
     near = [s for t, _, s in run.requests if any(0 <= t - r <= 2.0 for r, _ in run.reloads)]
     return {

@@ -77,7 +77,7 @@ PHASES = ("a", "b", "c")
 
 
 @dataclass(frozen=True)
-class Options:
+class FleetOptions:
     replicas: int = 3
     budget: float = 0.25
     target: float = 0.7
@@ -136,7 +136,7 @@ class Record:
     failures: dict[str, int] = field(default_factory=dict)
 
 
-def policy_text(scope: str, redis: str, opts: Options) -> str:
+def policy_text(scope: str, redis: str, opts: FleetOptions) -> str:
     """The default policy with a ``[control]`` table for ``scope``."""
     return DEFAULT_POLICY.read_text(encoding="utf-8") + (
         f"\n[control]\nmax_strong_share = {opts.budget}\nwindow_s = {opts.window_s}\n"
@@ -239,7 +239,7 @@ class Fleet:
 
 @contextlib.asynccontextmanager
 async def started(
-    scope: str, redis: str, store: str, opts: Options, admin_key: str
+    scope: str, redis: str, store: str, opts: FleetOptions, admin_key: str
 ) -> AsyncIterator[Fleet]:
     """``opts.replicas`` ready replicas (the first alone: it writes the demo checkpoints)."""
     with tempfile.TemporaryDirectory(prefix=f"cascade-bench-fleet-{scope}-") as tmp:
@@ -263,7 +263,7 @@ def body(state: str, question: dict[str, Any], model: str = "jev-latest") -> dic
     return {"model": model, "state": state, "questions": {"q": question}}
 
 
-async def learn_pool(http: httpx.AsyncClient, url: str, opts: Options) -> list[PoolItem]:
+async def learn_pool(http: httpx.AsyncClient, url: str, opts: FleetOptions) -> list[PoolItem]:
     """The pool's items, each with its cheap answer (one cheap-only request) and label."""
     out = []
     for i in range(opts.pool):
@@ -287,7 +287,7 @@ class ScopeDriver:
         self,
         fleet: Fleet,
         pool: list[PoolItem],
-        opts: Options,
+        opts: FleetOptions,
         record: Record,
         http: httpx.AsyncClient,
     ) -> None:
@@ -521,7 +521,7 @@ async def close_phase(driver: ScopeDriver, phase: Phase, store: str) -> None:
 # ---------------------------------------------------------------- one scope
 
 
-async def run_scope(scope: str, redis: str, store: str, opts: Options) -> Record:
+async def run_scope(scope: str, redis: str, store: str, opts: FleetOptions) -> Record:
     """The three phases on fresh replicas of ``scope``."""
     admin_key = secrets.token_urlsafe(16)
     async with (
@@ -560,7 +560,7 @@ async def run_scope(scope: str, redis: str, store: str, opts: Options) -> Record
         return record
 
 
-def run(redis: str, store: str, opts: Options) -> list[Record]:
+def run(redis: str, store: str, opts: FleetOptions) -> list[Record]:
     """Both scopes, the per-replica one first."""
     return [asyncio.run(run_scope(scope, redis, store, opts)) for scope in ("replica", "fleet")]
 

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from cascade.bench.fleet import ObservedAnswer, Options, Record
+from cascade.bench.fleet import FleetOptions, ObservedAnswer, Record
 
 TOLERANCE = 0.02
 MIN_WINDOW = 20  # questions a window needs to be judged (the pacer's own minimum)
@@ -54,7 +54,7 @@ def _ms(values: Sequence[float]) -> dict[str, float | int | None]:
     }
 
 
-def summarize(records: Sequence[Record], opts: Options) -> dict[str, Any]:
+def summarize(records: Sequence[Record], opts: FleetOptions) -> dict[str, Any]:
     scopes = {}
     for record in records:
         phases = []

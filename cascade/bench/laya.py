@@ -131,7 +131,7 @@ def summary(latencies: list[float], rows: int, wall: float) -> dict[str, float]:
     }
 
 
-class Runner:
+class BenchRunner:
     """Both runtimes on one checkpoint, timing the same requests."""
 
     def __init__(self, ckpt: Path, cache: Path, threads: int, precisions: list[str]) -> None:
@@ -182,7 +182,7 @@ def runtime_name(precision: str) -> str:
     return "cascade" if precision == "fp32" else f"cascade-{precision}"
 
 
-async def _single(r: Runner, state: str, repeat: int) -> dict[str, Any]:
+async def _single(r: BenchRunner, state: str, repeat: int) -> dict[str, Any]:
     for name in r.runtimes:
         await r.run(name, state, TRIAGE)
     out: dict[str, Any] = {}
@@ -197,7 +197,7 @@ async def _single(r: Runner, state: str, repeat: int) -> dict[str, Any]:
 
 
 async def _concurrent(
-    r: Runner, requests: list[dict], clients: int
+    r: BenchRunner, requests: list[dict], clients: int
 ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """Figures per runtime, and each cascade runtime's answers in request order."""
     out: dict[str, Any] = {}
@@ -247,7 +247,7 @@ def _same_rows(
     from cascade.laya.int8 import cached_int8
 
     fp32, served = cached_export(ckpt, cache), cached_int8(ckpt, cache)
-    assert fp32 is not None and served is not None  # both made by Runner
+    assert fp32 is not None and served is not None  # both made by BenchRunner
     reference = per_tensor(fp32 / MODEL_FILE, cache / "per-tensor" / MODEL_FILE)
     return same_rows_flips(
         fp32 / MODEL_FILE,
@@ -262,7 +262,7 @@ def _same_rows(
 async def _bench(args: argparse.Namespace, ckpt: Path, cache: Path) -> dict[str, Any]:
     threads = args.threads or default_threads()
     peak = gemm_peak(threads)  # before any model is loaded
-    r = Runner(ckpt, cache, threads, args.precision)
+    r = BenchRunner(ckpt, cache, threads, args.precision)
     for engine in r.engines.values():
         await engine.start()
     first = next(iter(r.engines.values()))

@@ -37,7 +37,6 @@ from cascade.policy.serving import Serving
 
 CacheControl = Literal["use", "no-cache", "no-store"]
 Compute = Callable[[EngineCall], Awaitable[EngineAnswer]]
-TierCall = Callable[[str, EngineCall, dict[str, float]], Awaitable[EngineAnswer]]
 TierIds = Callable[[Policy], Mapping[str, str]]
 _JOINT = ""  # the one entry of a joint tier's call
 _VERSIONS = 4  # policy versions whose hashes are kept (a reload makes a new one)

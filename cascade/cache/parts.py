@@ -1,9 +1,9 @@
 """Cached values: a tier's whole answer (joint tiers), or one question's share of it.
 
 A tier that answers each question alone (``Engine.independent_questions``) has its answer split
-into one ``Part`` per question and joined back in the caller's question order exactly as the tier
-assembles it (Laya's ``cascade.laya.decode.usage``): tokens summed over the rows, the state's
-truncation per row, collapsed option spans. ``join(call, split(answer))`` equals ``answer``.
+into one ``CachedPart`` per question and joined back in the caller's question order exactly as
+the tier assembles it (Laya's ``cascade.laya.decode.usage``): tokens summed over the rows, the
+state's truncation per row, collapsed option spans. ``join(call, split(answer))`` equals ``answer``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cascade.calls import EngineAnswer, EngineCall, EngineUsage, QuestionResult,
 from cascade.schema import OptionSpans
 
 
-class Part(msgspec.Struct, array_like=True, kw_only=True):
+class CachedPart(msgspec.Struct, array_like=True, kw_only=True):
     """One question's share of an answer."""
 
     model: str
@@ -28,17 +28,17 @@ class Part(msgspec.Struct, array_like=True, kw_only=True):
 
 
 _part_encoder = msgspec.msgpack.Encoder()
-_part_decoder = msgspec.msgpack.Decoder(Part)
+_part_decoder = msgspec.msgpack.Decoder(CachedPart)
 _answer_decoder = msgspec.msgpack.Decoder(EngineAnswer)
 
 
-def split(answer: EngineAnswer) -> dict[str, Part] | None:
+def split(answer: EngineAnswer) -> dict[str, CachedPart] | None:
     """One part per question, or None when the usage does not say each row's tokens."""
     usage = answer.usage
     if set(usage.row_tokens) != set(answer.results):
         return None
     return {
-        qid: Part(
+        qid: CachedPart(
             model=answer.model,
             result=result,
             row_tokens=usage.row_tokens[qid],
@@ -50,7 +50,7 @@ def split(answer: EngineAnswer) -> dict[str, Part] | None:
     }
 
 
-def join(call: EngineCall, parts: Mapping[str, Part]) -> EngineAnswer | None:
+def join(call: EngineCall, parts: Mapping[str, CachedPart]) -> EngineAnswer | None:
     """The answer to ``call`` from one part per question; None if the parts disagree on what
     answered or on the state's length (then nothing is served from them)."""
     ordered = [(qid, parts[qid]) for qid in call.questions]
@@ -61,7 +61,7 @@ def join(call: EngineCall, parts: Mapping[str, Part]) -> EngineAnswer | None:
     return merge([_answer(qid, p) for qid, p in ordered])
 
 
-def _answer(qid: str, part: Part) -> EngineAnswer:
+def _answer(qid: str, part: CachedPart) -> EngineAnswer:
     """One part as the answer to its question alone."""
     dropped = {qid: part.dropped} if part.dropped > 0 else {}
     return EngineAnswer(
@@ -79,11 +79,11 @@ def _answer(qid: str, part: Part) -> EngineAnswer:
     )
 
 
-def encode(value: Part | EngineAnswer) -> bytes:
+def encode(value: CachedPart | EngineAnswer) -> bytes:
     return _part_encoder.encode(value)
 
 
-def decode_part(data: bytes) -> Part | None:
+def decode_part(data: bytes) -> CachedPart | None:
     """A part, or None for bytes that are not one (another version's, or damaged)."""
     try:
         return _part_decoder.decode(data)

@@ -185,7 +185,7 @@ class PromptEncoder:
 
     def _tokenize(
         self, text: str, questions: Mapping[str, Question]
-    ) -> tuple[list[int], list[int], list[_Spans]]:
+    ) -> tuple[list[int], list[int], list[_PromptSpans]]:
         pieces: list[str] = [text]
         layouts = []
         for i, (qid, question) in enumerate(questions.items()):
@@ -207,7 +207,7 @@ class PromptEncoder:
         schema, spans = self._schema(tokens, layouts)
         return state_ids, schema, spans
 
-    def _schema(self, tokens, layouts) -> tuple[list[int], list[_Spans]]:  # noqa: ANN001
+    def _schema(self, tokens, layouts) -> tuple[list[int], list[_PromptSpans]]:  # noqa: ANN001
         ids = list(self._fixed[SCHEMA_HEAD])
         spans = []
         for qid, qtype, options, caller in layouts:
@@ -227,7 +227,7 @@ class PromptEncoder:
                 ids += self._fixed["\n"]
             ids += self._fixed["END FIELD\n"]
             spans.append(
-                _Spans(
+                _PromptSpans(
                     qid,
                     QUESTION_TYPES[qtype],
                     question_span,
@@ -240,7 +240,7 @@ class PromptEncoder:
 
 
 @dataclass(frozen=True)
-class _Spans:
+class _PromptSpans:
     """Spans relative to the schema block, before the prefix and state are known."""
 
     qid: str

@@ -516,7 +516,7 @@ def bench_control(args: argparse.Namespace) -> int:
     if args.url:
         reachable(args.url)
     readable(args.requests, "--requests")
-    opts = control.Options(
+    opts = control.ControlOptions(
         phase_s=args.phase_duration,
         concurrency=args.concurrency,
         mix=(mix[0], mix[1]),
@@ -720,7 +720,7 @@ def bench_fleet(args: argparse.Namespace) -> int:
         raise UsageError(f"--replicas {args.replicas}: a fleet needs at least 2")
     if args.redis is None and shutil.which("redis-server") is None:
         raise UsageError("bench fleet needs --redis URL (no redis-server on PATH to start one)")
-    opts = fleet.Options(
+    opts = fleet.FleetOptions(
         replicas=args.replicas,
         budget=args.budget,
         target=args.target_accuracy,

@@ -94,7 +94,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
     from cascade.eval.evaluate import run_tiers
     from cascade.eval.fit import Target, fit, snapshot
     from cascade.eval.from_log import log_rows
-    from cascade.policy.calibration import CalibrationFile, Stamp, bands_of, write_calibration
+    from cascade.policy.calibration import (
+        CalibrationFile,
+        CalibrationStamp,
+        bands_of,
+        write_calibration,
+    )
     from cascade.policy.model import Calibration, Thresholds
 
     check_source(args)
@@ -139,7 +144,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         )
     source = ", ".join(map(str, args.from_log)) if args.from_log else str(args.data)
     cal = CalibrationFile(
-        stamp=Stamp(
+        stamp=CalibrationStamp(
             checkpoints=fingerprints(policy),
             items=n_items,
             questions=gated,

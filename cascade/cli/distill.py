@@ -153,7 +153,7 @@ def run_distill(args: argparse.Namespace) -> int:
     if not 0 < args.held_back < 1:
         print("cascade distill: --held-back must be between 0 and 1", file=sys.stderr)
         return CANNOT_START
-    options = distill.Options(
+    options = distill.DistillOptions(
         source=args.source,
         from_log=args.from_log or [],
         log_filters=filters(args),

@@ -44,7 +44,7 @@ import numpy as np
 
 from cascade.fleet.histograms import ConfidenceTally, Merged
 from cascade.policy.flow import Decision
-from cascade.policy.model import Drift, Histogram, Policy
+from cascade.policy.model import ConfidenceHistogram, Drift, Policy
 from cascade.policy.stats import Cell
 
 SLICES = 12
@@ -57,7 +57,7 @@ def cell_key(cell: Cell) -> str:
     return f"{cell[0]}:{cell[1]}"
 
 
-def histogram(values: Sequence[float], bins: int) -> Histogram:
+def histogram(values: Sequence[float], bins: int) -> ConfidenceHistogram:
     """``values`` counted on ``bins`` equal-count bins of their own (edges midway between
     neighbouring values; ties merge bins, so a sample with few distinct values has fewer).
     Linear time: only the order statistics at the edges are selected, nothing is sorted."""
@@ -72,11 +72,11 @@ def histogram(values: Sequence[float], bins: int) -> Histogram:
         edge = (low + high) / 2
         if low < high and (not edges or edge > edges[-1]):
             edges.append(edge)
-    return Histogram(edges=edges, counts=counted(edges, data))
+    return ConfidenceHistogram(edges=edges, counts=counted(edges, data))
 
 
 def counted(edges: Sequence[float], values: Sequence[float] | np.ndarray) -> list[int]:
-    """How many of ``values`` fall in each bin of ``edges`` (see ``Histogram``)."""
+    """How many of ``values`` fall in each bin of ``edges`` (see ``ConfidenceHistogram``)."""
     at = np.searchsorted(np.asarray(edges, dtype=np.float64), values, side="right")
     return [int(c) for c in np.bincount(at, minlength=len(edges) + 1)]
 
@@ -92,7 +92,7 @@ def psi(reference: Sequence[int], window: Sequence[int] | np.ndarray) -> float:
 class _Cell:
     """One cell's reference (a histogram, or a boot sample still filling) and its window."""
 
-    def __init__(self, reference: Histogram | None) -> None:
+    def __init__(self, reference: ConfidenceHistogram | None) -> None:
         self.reference = reference
         self.sample: list[float] = []
         self.seen = 0  # confidences offered to the sample

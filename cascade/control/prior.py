@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from cascade.control.pacer import GUARD, water_fill
-from cascade.policy.model import Histogram
+from cascade.policy.model import ConfidenceHistogram
 from cascade.policy.stats import Cell
 
 PER_CELL = 1000  # points a histogram is spread into
 
 
 def snapshot_cuts(
-    snapshot: Mapping[str, Histogram], thresholds: Mapping[Cell, float], budget: float
+    snapshot: Mapping[str, ConfidenceHistogram], thresholds: Mapping[Cell, float], budget: float
 ) -> dict[Cell, float]:
     """Cuts that hold ``budget`` on the confidences of ``snapshot`` (cells ``type:band``)."""
     confs: dict[Cell, list[float]] = {}
@@ -35,7 +35,7 @@ def snapshot_cuts(
     return {**{c: 0.0 for c in thresholds if c not in confs}, **cuts}
 
 
-def spread(histogram: Histogram) -> list[float]:
+def spread(histogram: ConfidenceHistogram) -> list[float]:
     """About ``PER_CELL`` values spread evenly over each bin in proportion to its count (the
     open first and last bins end at 0 and 1)."""
     bounds = [0.0, *histogram.edges, 1.0]

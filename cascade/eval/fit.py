@@ -39,7 +39,7 @@ from cascade.control.drift import histogram
 from cascade.eval.decide import ItemRow, TierOut, reaches_gate
 from cascade.laya.config import TEMP_MAX, TEMP_MIN, clamp_temperature
 from cascade.policy.calibration import CellFit, temper
-from cascade.policy.model import Histogram
+from cascade.policy.model import ConfidenceHistogram
 from cascade.policy.stats import (
     ALL_CELLS,
     MIN_CELL,
@@ -148,7 +148,7 @@ def fit(
 
 def snapshot(
     rows: Sequence[ItemRow], temperatures: dict[Cell, float], bins: int
-) -> dict[str, Histogram]:
+) -> dict[str, ConfidenceHistogram]:
     """``"type:band"`` -> the gate confidences of the rows that reached the gate, tempered
     with the cell's fitted temperature, on ``bins`` equal-count bins."""
     cells: dict[Cell, list[float]] = defaultdict(list)

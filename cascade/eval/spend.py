@@ -29,7 +29,7 @@ class Spend(msgspec.Struct, kw_only=True):
     cost: float = 0.0
 
 
-class Usage(msgspec.Struct, kw_only=True):
+class SpendUsage(msgspec.Struct, kw_only=True):
     """``by``: (tenant, tier) -> spend, totals under tenant ``ALL``; ``prices``: per 1000
     input tokens by tier name."""
 
@@ -43,11 +43,11 @@ def usage(
     rows: Iterable[tuple[str, LogRow]],
     price: Mapping[str, float],
     overrides: Mapping[str, float] | None = None,
-) -> Usage:
+) -> SpendUsage:
     """Spend of ``rows`` (each with the name of its file, so request ids of different files
     stay apart). ``price``: by slot (``cheap``, ``strong``); ``overrides``: by tier name."""
     overrides = overrides or {}
-    out = Usage(by={}, prices={})
+    out = SpendUsage(by={}, prices={})
     seen: set[tuple[str, str, str, str, float]] = set()
     for source, row in rows:
         out.rows += 1
@@ -73,7 +73,7 @@ def usage(
     return out
 
 
-def as_json(found: Usage) -> dict[str, Any]:
+def as_json(found: SpendUsage) -> dict[str, Any]:
     """``{"rows": [...per tenant and tier], "total": [...per tier], "prices", ...}``."""
 
     def line(tenant: str, tier: str, spend: Spend) -> dict[str, Any]:

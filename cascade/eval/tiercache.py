@@ -26,7 +26,7 @@ class TierRun(msgspec.Struct, kw_only=True):
     refused: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-class _Line(msgspec.Struct):
+class _CacheLine(msgspec.Struct):
     key: str
     id: str
     run: TierRun
@@ -49,7 +49,7 @@ class TierCache:
             torn = bool(text) and not text.endswith(b"\n")
             for raw in text.splitlines():
                 try:
-                    line = msgspec.json.decode(raw, type=_Line)
+                    line = msgspec.json.decode(raw, type=_CacheLine)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     continue
                 self.runs[line.key] = line.run
@@ -60,7 +60,7 @@ class TierCache:
 
     def put(self, key: str, item_id: str, run: TierRun) -> None:
         self.runs[key] = run
-        self._handle.write(msgspec.json.encode(_Line(key=key, id=item_id, run=run)) + b"\n")
+        self._handle.write(msgspec.json.encode(_CacheLine(key=key, id=item_id, run=run)) + b"\n")
         self._handle.flush()
 
     def close(self) -> None:

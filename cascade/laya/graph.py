@@ -16,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from cascade.laya.config import LayaConfig
-from cascade.laya.graph_band import Band, banded_attention, make_band
+from cascade.laya.graph_band import BandTensors, banded_attention, make_band
 from cascade.laya.graph_head import head, scorer_and_act
 from cascade.laya.graph_ops import (
     MASKED,
@@ -32,7 +32,12 @@ OPSET = 20  # Gelu needs 20
 
 
 def _encoder(
-    g: Builder, cfg: LayaConfig, w: dict[str, np.ndarray], key_add: str, band: Band, pos_f: str
+    g: Builder,
+    cfg: LayaConfig,
+    w: dict[str, np.ndarray],
+    key_add: str,
+    band: BandTensors,
+    pos_f: str,
 ) -> str:
     e = cfg.encoder
     x = g.op("Gather", g.const(w["encoder.embeddings.tok_embeddings.weight"]), "input_ids")

@@ -19,7 +19,7 @@ from onnx import TensorProto
 from cascade.laya.graph_ops import MASKED, Builder
 
 
-class Band(NamedTuple):
+class BandTensors(NamedTuple):
     """Tensors shared by every local layer of one graph (names in the graph)."""
 
     chunk: int
@@ -34,7 +34,7 @@ def _i64(g: Builder, *values: int) -> str:
     return g.const(np.array(values, np.int64))
 
 
-def _three_chunks(g: Builder, x: str, axis: int, band: Band) -> str:
+def _three_chunks(g: Builder, x: str, axis: int, band: BandTensors) -> str:
     """Chunk c of the result holds padded chunks c, c+1, c+2 (= original c-1, c, c+1)."""
     parts = [
         g.op("Slice", x, _i64(g, start), end, _i64(g, axis))
@@ -43,7 +43,7 @@ def _three_chunks(g: Builder, x: str, axis: int, band: Band) -> str:
     return g.op("Concat", *parts, axis=axis + 1)
 
 
-def make_band(g: Builder, length: str, window: int) -> Band:
+def make_band(g: Builder, length: str, window: int) -> BandTensors:
     """Chunking tensors for a graph whose rows are ``length`` (a scalar int64) long."""
     c = max(1, window // 2)
     n = g.op(
@@ -56,7 +56,7 @@ def make_band(g: Builder, length: str, window: int) -> Band:
     )
     n1 = g.op("Unsqueeze", n, _i64(g, 0))
     ends = (n1, g.op("Add", n1, _i64(g, 1)), g.op("Add", n1, _i64(g, 2)))
-    band = Band(
+    band = BandTensors(
         chunk=c,
         q_pads=g.op("Concat", _i64(g, 0), pad_end, axis=0),
         kv_pads=g.op("Concat", _i64(g, c), g.op("Add", pad_end, _i64(g, c)), axis=0),
@@ -76,7 +76,7 @@ def make_band(g: Builder, length: str, window: int) -> Band:
     return band._replace(mask_add=mask)
 
 
-def banded_attention(g: Builder, band: Band, dim: int) -> Callable[[str, str, str], str]:
+def banded_attention(g: Builder, band: BandTensors, dim: int) -> Callable[[str, str, str], str]:
     """``attend(q, k, v)`` for [B, H, L, dim] inputs (q already scaled) under the band."""
 
     def attend(q: str, k: str, v: str) -> str:

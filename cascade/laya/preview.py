@@ -62,7 +62,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     state_tokens: int
 
 
-class Checkpoint:
+class PreviewCheckpoint:
     """A configured checkpoint's name, directory, config and tokenizer."""
 
     def __init__(self, name: str, path: Path) -> None:
@@ -78,7 +78,9 @@ class Previewer:
     def __init__(self, checkpoints: Mapping[str, Path], default: str | None = None) -> None:
         if not checkpoints:
             raise ValueError("at least one Laya checkpoint must be configured")
-        self.checkpoints = {name: Checkpoint(name, path) for name, path in checkpoints.items()}
+        self.checkpoints = {
+            name: PreviewCheckpoint(name, path) for name, path in checkpoints.items()
+        }
         if default is not None and default not in self.checkpoints:
             raise ValueError(f"default checkpoint {default!r} is not configured")
         self.default = default or (

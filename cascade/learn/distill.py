@@ -49,7 +49,7 @@ class DistillError(RuntimeError):
     """A run that cannot start or must not write NEWDIR; the message says why."""
 
 
-class Options(msgspec.Struct, kw_only=True):
+class DistillOptions(msgspec.Struct, kw_only=True):
     source: Path | None = None  # a request file
     from_log: list[str | Path] = []  # decision logs (rows the strong tier answered): files, URLs
     log_filters: dict[str, Any] = {}  # read_rows' since and tenant
@@ -121,7 +121,7 @@ def cascade_model(policy: Policy) -> str:
     return policy.models.cascade[0] if policy.models.cascade else "cascade"
 
 
-def _teach(options: Options, policy: Policy, items: list[Item], run_dir: Path) -> list[Item]:
+def _teach(options: DistillOptions, policy: Policy, items: list[Item], run_dir: Path) -> list[Item]:
     name = policy.route.strong
     assert name is not None
     tier = policy.tiers[name]
@@ -143,7 +143,9 @@ def _teach(options: Options, policy: Policy, items: list[Item], run_dir: Path) -
     return teacher.attach(items, cache, identity=known)
 
 
-def _read(options: Options, policy: Policy) -> tuple[list[Item], dict[str, Any], dict[str, Any]]:
+def _read(
+    options: DistillOptions, policy: Policy
+) -> tuple[list[Item], dict[str, Any], dict[str, Any]]:
     """The items, what was left out of them, and the teacher's identity."""
     if options.from_log:
         from cascade.learn.logs import read_log
@@ -166,7 +168,7 @@ def routing_view(policy: Policy, name: str, student: Path) -> Policy:
     return msgspec.structs.replace(policy, tiers={**policy.tiers, policy.route.cheap: tier})
 
 
-def random_roles(options: Options, policy: Policy, student: Path) -> list[str]:
+def random_roles(options: DistillOptions, policy: Policy, student: Path) -> list[str]:
     """Which of the student and the teacher (a tier run here, not a log) are random weights."""
     strong = policy.route.strong
     teacher_random = not options.from_log and strong is not None and is_random(policy.tiers[strong])
@@ -177,7 +179,7 @@ def random_roles(options: Options, policy: Policy, student: Path) -> list[str]:
     ]
 
 
-def run(options: Options) -> Report:
+def run(options: DistillOptions) -> Report:
     """Distil; the report says whether NEWDIR was written (``DistillError`` when it cannot
     start)."""
     refuse_existing(options.out)

@@ -33,7 +33,7 @@ import msgspec
 from cascade.calls import QuestionResult
 from cascade.policy.model import (
     Calibration,
-    Histogram,
+    ConfidenceHistogram,
     Policy,
     Reference,
     Thresholds,
@@ -53,7 +53,7 @@ class CalibrationMismatch(SystemExit):
     """The calibration was fitted for other weights than the ones configured."""
 
 
-class Stamp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class CalibrationStamp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     checkpoints: dict[str, str]  # {tier name: content hash of its weights}
     items: int  # data items (requests) fitted on
     questions: int  # questions fitted on (those that reached the confidence gate)
@@ -78,12 +78,12 @@ class CellFit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 class CalibrationFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     version: int = 1
-    stamp: Stamp
+    stamp: CalibrationStamp
     thresholds: TypeBands  # confidence thresholds (escalate when max p is below)
     temperatures: TypeBands
     fit: dict[str, CellFit] = msgspec.field(default_factory=dict)  # "choice:3-5" -> diagnostics
     # "choice:3-5" -> the fitted data's gate confidences (cascade.control.drift's reference)
-    snapshot: dict[str, Histogram] = msgspec.field(default_factory=dict)
+    snapshot: dict[str, ConfidenceHistogram] = msgspec.field(default_factory=dict)
     # the novelty gate's reference set (its file relative to this one), when it was fitted
     novelty: Reference | None = None
 
@@ -123,7 +123,7 @@ def parse_calibration(text: str, path: str) -> CalibrationFile:
     return cal
 
 
-def histogram_problem(hist: Histogram) -> str | None:
+def histogram_problem(hist: ConfidenceHistogram) -> str | None:
     """What is wrong with a snapshot's histogram, or None."""
     edges = hist.edges
     if not all(map(math.isfinite, edges)) or any(a >= b for a, b in itertools.pairwise(edges)):

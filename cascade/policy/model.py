@@ -245,7 +245,7 @@ class Degrade(_Strict, frozen=True):
     retry_after_s: Positive = 5.0
 
 
-class Histogram(_Strict, frozen=True):
+class ConfidenceHistogram(_Strict, frozen=True):
     """Counts of values in fixed bins: ``edges`` are the interior boundaries, ascending; bin
     ``i`` holds ``edges[i-1] <= x < edges[i]`` (the first and last bins are open), so
     ``counts`` has one entry more than ``edges``."""
@@ -277,7 +277,7 @@ class Calibration(_Strict, frozen=True):
     temperatures: TypeBands = field(default_factory=TypeBands)  # from the file
     checkpoints: dict[str, str] = field(default_factory=dict)  # {tier: content hash} it fits
     # From the file: "choice:3-5" -> the fitted data's gate confidences (the drift reference).
-    snapshot: dict[str, Histogram] = field(default_factory=dict)
+    snapshot: dict[str, ConfidenceHistogram] = field(default_factory=dict)
     reference: Reference | None = None  # from the file: the novelty gate's reference set
 
 

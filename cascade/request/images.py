@@ -44,14 +44,14 @@ from cascade.schema import LIMITS, Limits, RequestEnvelope, SystemOneRequest
 _MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 _FORMATS = tuple(_MIME)
 
-Loc = Sequence[str | int]
+BodyLoc = Sequence[str | int]
 
 
-def _invalid(loc: Loc, msg: str, kind: str = "value_error") -> ValidationFailed:
+def _invalid(loc: BodyLoc, msg: str, kind: str = "value_error") -> ValidationFailed:
     return ValidationFailed.at(list(loc), msg, kind)
 
 
-def read_header(data: bytes, *, limits: Limits = LIMITS, loc: Loc = ()) -> Image:
+def read_header(data: bytes, *, limits: Limits = LIMITS, loc: BodyLoc = ()) -> Image:
     """``data``'s format and size from its header, checked; no pixel is decoded.
 
     Raises ``PayloadTooLarge`` over ``limits.max_image_bytes`` or ``max_image_pixels`` and
@@ -84,7 +84,9 @@ def read_header(data: bytes, *, limits: Limits = LIMITS, loc: Loc = ()) -> Image
     return Image(data=data, mime=_MIME[fmt], width=width, height=height)
 
 
-def check_scans(image: Image, *, max_scans: int = LIMITS.max_jpeg_scans, loc: Loc = ()) -> Image:
+def check_scans(
+    image: Image, *, max_scans: int = LIMITS.max_jpeg_scans, loc: BodyLoc = ()
+) -> Image:
     """``image`` if it is not a JPEG, or a well-formed one of at most ``max_scans`` scans.
 
     Raises ``ValidationFailed`` at ``loc`` otherwise (``too_many_scans``, or corrupt data).
@@ -102,19 +104,19 @@ def check_scans(image: Image, *, max_scans: int = LIMITS.max_jpeg_scans, loc: Lo
     return image
 
 
-def load_image(data: bytes, *, limits: Limits = LIMITS, loc: Loc = ()) -> Image:
+def load_image(data: bytes, *, limits: Limits = LIMITS, loc: BodyLoc = ()) -> Image:
     """``data`` as a checked ``Image``: ``read_header`` then ``check_scans``; nothing decoded."""
     return check_scans(
         read_header(data, limits=limits, loc=loc), max_scans=limits.max_jpeg_scans, loc=loc
     )
 
 
-def _where(loc: Loc) -> str:
+def _where(loc: BodyLoc) -> str:
     return f" ({'.'.join(map(str, loc))})" if loc else ""
 
 
 @contextmanager
-def _pillow_errors(loc: Loc, max_pixels: int) -> Iterator[None]:
+def _pillow_errors(loc: BodyLoc, max_pixels: int) -> Iterator[None]:
     """Pillow's errors as ours. Our pixel limit is the one that applies; Pillow's own bomb
     check (a warning under 2x its limit, an error over) must neither warn nor refuse first."""
     try:
@@ -129,14 +131,14 @@ def _pillow_errors(loc: Loc, max_pixels: int) -> Iterator[None]:
         raise _invalid(loc, f"the image data is corrupt: {exc}") from exc
 
 
-def _b64(text: str, loc: Loc) -> bytes:
+def _b64(text: str, loc: BodyLoc) -> bytes:
     try:
         return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError) as exc:
         raise _invalid(loc, "the image is not valid base64") from exc
 
 
-def image_bytes(ref: str | Mapping[str, str], *, loc: Loc = ()) -> bytes:
+def image_bytes(ref: str | Mapping[str, str], *, loc: BodyLoc = ()) -> bytes:
     """The raw bytes of one ``images`` entry (see the module docstring for the accepted forms).
 
     Raises ``ValidationFailed`` at ``loc`` for remote URLs, non-image data URLs, non-base64
@@ -179,7 +181,7 @@ def collect_images(
             f"at most {limits.max_images} images per request, got {len(images) + len(assets)}",
             "too_long",
         )
-    found: list[tuple[bytes, Loc]] = [
+    found: list[tuple[bytes, BodyLoc]] = [
         (image_bytes(ref, loc=["images", i]), ["images", i]) for i, ref in enumerate(images)
     ]
     claimed: set[str] = set()

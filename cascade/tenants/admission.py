@@ -34,7 +34,7 @@ from cascade.tenants.limits import (
     BackendFailed,
     BackendResting,
     Check,
-    Level,
+    LimitLevel,
     LimitStore,
     Verdict,
 )
@@ -59,7 +59,7 @@ def reset_text(seconds: float) -> str:
     return f"{minutes}m{rest}s"
 
 
-def headers(name: str, found: Level) -> dict[str, str]:
+def headers(name: str, found: LimitLevel) -> dict[str, str]:
     suffix = HEADER[name]
     return {
         f"x-ratelimit-limit-{suffix}": str(found.limit),
@@ -68,7 +68,7 @@ def headers(name: str, found: Level) -> dict[str, str]:
     }
 
 
-def _refuses(check: Check, found: Level) -> bool:
+def _refuses(check: Check, found: LimitLevel) -> bool:
     """Whether ``check`` is one that refused, from its level before the charge."""
     need = min(check.cost, check.per_min) if check.mode == "take" else 1
     return check.mode != "look" and found.remaining < need
@@ -125,7 +125,7 @@ class TenantAdmission:
             found = verdict.levels[list(checks).index("strong_questions_per_min")]
             self._reserve(tenant, found, questions, grant)
 
-    def _reserve(self, tenant: Tenant, found: Level, questions: int, grant: Grant) -> None:
+    def _reserve(self, tenant: Tenant, found: LimitLevel, questions: int, grant: Grant) -> None:
         """The request's strong answers: its questions, at most what the tenant has left less
         what its other requests in flight here reserved."""
         per_min, others = found.limit, self.strong_reserved[tenant.name]

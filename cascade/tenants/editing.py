@@ -8,7 +8,7 @@ import json
 import msgspec
 
 from cascade.tenants.files import TENANT_HEADER, KeysFileError, is_old_format, parse, tenant_lines
-from cascade.tenants.model import Name
+from cascade.tenants.model import TenantName
 
 NEW_FILE = "# cascade API keys (CASCADE_API_KEYS_FILE): hashes only, see `cascade keys --help`\n"
 
@@ -16,7 +16,7 @@ NEW_FILE = "# cascade API keys (CASCADE_API_KEYS_FILE): hashes only, see `cascad
 def with_key(text: str, filename: str, name: str, hashed: str) -> str:
     """``text`` with ``hashed`` added to tenant ``name`` (``KeysFileError`` if it cannot be)."""
     try:
-        msgspec.convert(name, Name)
+        msgspec.convert(name, TenantName)
     except msgspec.ValidationError:
         raise KeysFileError(
             [

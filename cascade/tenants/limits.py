@@ -37,7 +37,7 @@ class Check(msgspec.Struct, frozen=True):
     mode: Literal["take", "peek", "look"] = "take"
 
 
-class Level(msgspec.Struct, frozen=True):
+class LimitLevel(msgspec.Struct, frozen=True):
     """A limit after a check: what the ``x-ratelimit-*`` headers say."""
 
     limit: int
@@ -47,14 +47,14 @@ class Level(msgspec.Struct, frozen=True):
 
 class Verdict(msgspec.Struct, frozen=True):
     allowed: bool
-    levels: list[Level]  # one per check, in order
+    levels: list[LimitLevel]  # one per check, in order
     retry_after_s: float = 0.0  # when refused: until every refused check would pass
 
 
-def level(per_min: int, ahead_s: float) -> Level:
+def level(per_min: int, ahead_s: float) -> LimitLevel:
     """A limit whose TAT is ``ahead_s`` from now."""
     used = max(0.0, ahead_s) * per_min / WINDOW_S
-    return Level(
+    return LimitLevel(
         limit=per_min,
         remaining=max(0, math.floor(per_min - used + _EPSILON)),
         reset_s=max(0.0, ahead_s),
@@ -83,7 +83,7 @@ class Gcra:
         levels = [level(c.per_min, t - now) for c, t in zip(checks, start, strict=True)]
         return Verdict(wait == 0, levels, retry_after_s=wait)
 
-    def charge(self, key: str, per_min: int, cost: int, now: float) -> Level:
+    def charge(self, key: str, per_min: int, cost: int, now: float) -> LimitLevel:
         """Add ``cost`` units, never refused; the limit's level after them."""
         self.tat[key] = max(self.tat.get(key, now), now) + cost * WINDOW_S / per_min
         return level(per_min, self.tat[key] - now)
@@ -103,7 +103,7 @@ class LimitStore(Protocol):
 
     async def admit(self, checks: Sequence[Check]) -> Verdict: ...
 
-    async def charge(self, checks: Sequence[Check]) -> list[Level]:
+    async def charge(self, checks: Sequence[Check]) -> list[LimitLevel]:
         """Add each check's ``cost``, never refused; each limit's level after it."""
         ...
 
@@ -120,7 +120,7 @@ class LocalStore:
     async def admit(self, checks: Sequence[Check]) -> Verdict:
         return self.gcra.admit(checks, self.clock())
 
-    async def charge(self, checks: Sequence[Check]) -> list[Level]:
+    async def charge(self, checks: Sequence[Check]) -> list[LimitLevel]:
         now = self.clock()
         return [self.gcra.charge(c.key, c.per_min, c.cost, now) for c in checks]
 

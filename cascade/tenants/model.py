@@ -15,14 +15,14 @@ from cascade.policy.model import Policy
 
 PerMinute = Annotated[int, msgspec.Meta(ge=1)]
 # Bounded Prometheus label values: a name is short and plain.
-Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+TenantName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
-class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class _TenantStruct(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Immutable, keyword-only, unknown keys rejected."""
 
 
-class TenantLimits(_Strict, frozen=True, kw_only=True):
+class TenantLimits(_TenantStruct, frozen=True, kw_only=True):
     """A tenant's limits; None is no limit. Per minute, as OpenAI's RPM/TPM are."""
 
     requests_per_min: PerMinute | None = None
@@ -42,7 +42,7 @@ LIMIT_FIELDS = tuple(f.name for f in msgspec.structs.fields(TenantLimits))
 class TenantEntry(TenantLimits, frozen=True, kw_only=True):
     """One ``[[tenant]]`` table."""
 
-    name: Name
+    name: TenantName
     keys: list[str] = msgspec.field(default_factory=list)  # "sha256:<hex>" hashes
     policy: str | None = None  # a policy file or an overlay, relative to the keys file
     expires: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
@@ -51,7 +51,7 @@ class TenantEntry(TenantLimits, frozen=True, kw_only=True):
         return TenantLimits(**{name: getattr(self, name) for name in LIMIT_FIELDS})
 
 
-class LimitsBackend(_Strict, frozen=True):
+class LimitsBackend(_TenantStruct, frozen=True):
     """``[limits]``: where the counters live. ``local``: per replica; ``redis``: shared by every
     replica using ``url``. ``on_error``: when Redis fails or is slower than ``timeout_s``, and
     for ``retry_s`` after that, admit (``open``) or refuse with 503 + Retry-After (``closed``)."""
@@ -64,7 +64,7 @@ class LimitsBackend(_Strict, frozen=True):
     prefix: str = "cascade:limits:"  # Redis key prefix
 
 
-class KeysFile(_Strict, frozen=True):
+class KeysFile(_TenantStruct, frozen=True):
     tenant: list[TenantEntry] = msgspec.field(default_factory=list)
     limits: LimitsBackend = msgspec.field(default_factory=LimitsBackend)
 

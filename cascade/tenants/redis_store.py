@@ -27,7 +27,7 @@ from cascade.tenants.limits import (
     BackendFailed,
     BackendResting,
     Check,
-    Level,
+    LimitLevel,
     Verdict,
     level,
 )
@@ -121,7 +121,7 @@ class RedisLimitStore:
         levels = [level(c.per_min, ms / 1000) for c, ms in zip(checks, tats, strict=True)]
         return Verdict(wait_ms == 0, levels, retry_after_s=wait_ms / 1000)
 
-    async def charge(self, checks: Sequence[Check]) -> list[Level]:
+    async def charge(self, checks: Sequence[Check]) -> list[LimitLevel]:
         args: list[object] = [WINDOW_S * 1000]
         for c in checks:
             args += [c.per_min, c.cost]

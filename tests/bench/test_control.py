@@ -12,8 +12,8 @@ import pytest
 
 from cascade.bench.control import (
     Answered,
+    BenchItem,
     Cheap,
-    Item,
     Run,
     _asked,
     by_confidence,
@@ -185,7 +185,7 @@ def test_synthetic_labels_make_the_cheap_answer_right_with_probability_c() -> No
     asked = _asked(ChoiceQuestion(criteria=["a", "b", "c", "d"]))
     for c in (0.3, 0.7, 0.95):
         items = [
-            Item(id=f"i{k}", body={}, questions={"q": asked}, gold={}, hard=False)
+            BenchItem(id=f"i{k}", body={}, questions={"q": asked}, gold={}, hard=False)
             for k in range(4000)
         ]
         labels = [synthetic_label(7, item, "q", Cheap("b", c)) for item in items]

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from litestar.testing import TestClient
+from redis.asyncio import Redis
 
 from cascade import metrics
 from cascade.cache.decision import build_cache
-from cascade.cache.redis_store import RedisCacheStore
+from cascade.cache.redis_store import PREFIX, RedisCacheStore
 from cascade.http.app import create_app
 from cascade.settings import Settings
 from tests.cache.helpers import Counting, call, cheap_policy, gateway, per_question
@@ -86,16 +87,65 @@ def test_two_gateways_share_answers_through_redis(redis_url: str) -> None:
     asyncio.run(run())
 
 
-def test_entries_expire_in_redis(redis_url: str) -> None:
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_entries_are_written_with_the_ttl(redis_url: str) -> None:
+    """Each entry carries ``ttl_s`` as Redis's own expiry (``PX``): Redis's clock ends it."""
+
     async def run() -> None:
-        store = RedisCacheStore(redis_url, ttl_s=0.2, timeout_s=2.0, retry_s=1.0)
+        admin = Redis.from_url(redis_url)
+        store = RedisCacheStore(redis_url, ttl_s=60.0, timeout_s=2.0, retry_s=1.0)
         try:
             await store.put_many({"k": b"v"})
             assert await store.get_many(["k", "absent"]) == [b"v", None]
-            await asyncio.sleep(0.4)
-            assert await store.get_many(["k"]) == [None]
+            assert 59_000 < await admin.pttl(PREFIX + "k") <= 60_000
         finally:
             await store.aclose()
+            await admin.aclose()
+
+    asyncio.run(run())
+
+
+def test_after_a_failure_redis_is_left_alone_for_retry_s_of_the_clock(redis_url: str) -> None:
+    """A write refused by Redis (out of memory): for ``retry_s`` on the store's clock every
+    lookup misses and every write is dropped without a word to Redis; then it is asked again."""
+
+    async def run() -> None:
+        admin = Redis.from_url(redis_url)
+        clock = Clock()
+        store = RedisCacheStore(redis_url, ttl_s=60.0, timeout_s=2.0, retry_s=5.0, clock=clock)
+        try:
+            await admin.set(PREFIX + "k", b"v")
+            await admin.config_set("maxmemory-policy", "noeviction")
+            await admin.config_set("maxmemory", "1")  # every write refused: OOM
+            put = errors("put")
+            await store.put_many({"j": b"w"})
+            assert errors("put") == put + 1
+            await admin.config_set("maxmemory", "0")
+            failed = clock.now
+
+            clock.now = failed + 4.99
+            assert await store.get_many(["k"]) == [None]  # there, but not asked for
+            await store.put_many({"j": b"w"})
+            stats = await admin.info("commandstats")
+            assert "cmdstat_mget" not in stats  # and the only writes: ours, and the refused one
+            assert (stats["cmdstat_set"]["calls"], stats["cmdstat_set"]["rejected_calls"]) == (1, 1)
+            assert not await admin.exists(PREFIX + "j")
+
+            clock.now = failed + 5.0
+            assert await store.get_many(["k"]) == [b"v"]
+            await store.put_many({"j": b"w"})
+            assert await admin.get(PREFIX + "j") == b"w"
+            assert errors("put") == put + 1
+        finally:
+            await store.aclose()
+            await admin.aclose()
 
     asyncio.run(run())
 

@@ -25,7 +25,7 @@ from cascade.gateway import Gateway
 from cascade.http.gauges import registry_of
 from cascade.policy.files import PolicyError, load_policy
 from cascade.policy.flow import Ask, Preview, Reply, decide, run
-from cascade.policy.model import Calibration, Drift, Histogram, Policy, TypeBands
+from cascade.policy.model import Calibration, ConfidenceHistogram, Drift, Policy, TypeBands
 from cascade.schema import ChoiceQuestion
 from tests.policy.test_flow import WIDE, answered
 from tests.policy.test_routing import POLICY, call, preview, row
@@ -51,7 +51,7 @@ def test_histogram_has_equal_count_bins_and_merges_ties() -> None:
     tied = histogram([0.9] * 70 + [0.5, 0.6, 0.7] * 10, 10)
     assert sum(tied.counts) == 100 and tied.counts[-1] == 70  # the ties share one bin
     assert len(tied.edges) < 9
-    assert histogram([0.7] * 5, 10) == Histogram(edges=[], counts=[5])
+    assert histogram([0.7] * 5, 10) == ConfidenceHistogram(edges=[], counts=[5])
 
 
 def test_histogram_selects_the_edges_a_full_sort_gives() -> None:
@@ -92,7 +92,7 @@ def test_psi_stays_low_on_an_unshifted_sample_and_crosses_025_on_a_shifted_one()
     assert 1 < psi([100, 100, 0], [0, 100, 100]) < float("inf")
 
 
-def _calibrated(snapshot: dict[str, Histogram], **drift: object) -> Policy:
+def _calibrated(snapshot: dict[str, ConfidenceHistogram], **drift: object) -> Policy:
     return msgspec.structs.replace(
         POLICY,
         calibration=Calibration(snapshot=snapshot),

@@ -99,7 +99,7 @@ def test_shadow_answers_teach_the_refit_with_a_strong_teacher() -> None:
         await gateway.start()
         for _ in range(10):
             await ask(gateway, 0.95)
-        await asyncio.sleep(0.05)  # the shadow calls run in the background
+        await gateway.shadows.settled()  # the shadow calls run in the background
         await gateway.aclose()
 
     asyncio.run(run())

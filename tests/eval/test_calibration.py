@@ -17,8 +17,8 @@ from cascade.policy.calibration import (
     CalibrationError,
     CalibrationFile,
     CalibrationMismatch,
+    CalibrationStamp,
     CellFit,
-    Stamp,
     apply_calibration,
     bands_of,
     read_calibration,
@@ -32,7 +32,7 @@ from cascade.schema import NoulQuestion
 from cascade.settings import Settings
 
 CAL = CalibrationFile(
-    stamp=Stamp(
+    stamp=CalibrationStamp(
         checkpoints={"laya": "a" * 64, "clef": "b" * 64},
         items=10,
         questions=9,

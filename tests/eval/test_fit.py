@@ -16,7 +16,12 @@ from cascade.eval.fit import fit, fit_temperature
 from cascade.eval.runner import Outputs, TierRun
 from cascade.eval.scores import Scored, ece
 from cascade.eval.summary import summarize
-from cascade.policy.calibration import CalibrationFile, Stamp, apply_calibration, bands_of
+from cascade.policy.calibration import (
+    CalibrationFile,
+    CalibrationStamp,
+    apply_calibration,
+    bands_of,
+)
 from cascade.policy.model import Policy, Route
 from cascade.policy.stats import accuracy_threshold, betainc, lower_bound, quantile_threshold
 from cascade.schema import Question
@@ -168,7 +173,9 @@ def test_escalation_target_holds_on_held_back_items(rate):
     fit_half, held_back = _synthetic(rng, 900), _synthetic(rng, 900)
     thresholds, temperatures, _ = fit(_rows(POLICY, fit_half), "escalation", rate)
     cal = CalibrationFile(
-        stamp=Stamp(checkpoints={}, items=900, questions=900, target="escalation", value=rate),
+        stamp=CalibrationStamp(
+            checkpoints={}, items=900, questions=900, target="escalation", value=rate
+        ),
         thresholds=bands_of(thresholds),
         temperatures=bands_of(temperatures),
     )

@@ -21,7 +21,7 @@ from cascade.policy.calibration import (
     temper,
     write_calibration,
 )
-from cascade.policy.model import Histogram
+from cascade.policy.model import ConfidenceHistogram
 from tests.eval.test_calibration import CAL, POLICY
 from tests.eval.test_fit import POLICY as FIT_POLICY
 from tests.eval.test_fit import _rows, _synthetic
@@ -66,8 +66,8 @@ def test_a_snapshot_round_trips_and_reaches_the_policy(tmp_path: Path) -> None:
     cal = msgspec.structs.replace(
         CAL,
         snapshot={
-            "noul:2": Histogram(edges=[0.6, 0.75, 0.9], counts=[3, 2, 2, 2]),
-            "choice:3-5": Histogram(edges=[], counts=[5]),
+            "noul:2": ConfidenceHistogram(edges=[0.6, 0.75, 0.9], counts=[3, 2, 2, 2]),
+            "choice:3-5": ConfidenceHistogram(edges=[], counts=[5]),
         },
     )
     write_calibration(tmp_path / "cal.toml", cal)

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cascade.control.drift import histogram, psi
 from cascade.fleet.histograms import PREFIX
-from cascade.policy.calibration import CalibrationFile, Stamp, write_calibration
+from cascade.policy.calibration import CalibrationFile, CalibrationStamp, write_calibration
 from cascade.policy.model import Bands, TypeBands
 from tests.fleet.replicas import policy_file, replicas
 from tests.servers import run_redis
@@ -91,7 +91,7 @@ def test_the_fleet_psi_is_the_merged_counts_and_the_same_on_every_replica(tmp_pa
             write_calibration(
                 tmp_path / "cal.toml",
                 CalibrationFile(
-                    stamp=Stamp(
+                    stamp=CalibrationStamp(
                         checkpoints={},
                         items=len(probed),
                         questions=len(probed),

@@ -27,7 +27,7 @@ from cascade.gateway import Gateway
 from cascade.http.app import create_app
 from cascade.http.services import services_of
 from cascade.laya.tiny import make_tiny
-from cascade.policy.calibration import CalibrationFile, Stamp, write_calibration
+from cascade.policy.calibration import CalibrationFile, CalibrationStamp, write_calibration
 from cascade.policy.files import load_policy
 from cascade.policy.fingerprint import policy_hash
 from cascade.policy.model import Policy, TypeBands, UpstreamTier
@@ -276,7 +276,7 @@ def test_a_calibration_made_for_other_weights_is_refused(tmp_path: Path) -> None
     calibration = tmp_path / "calibration.toml"
 
     def calibrate(weights: str, threshold: float) -> None:
-        stamp = Stamp(
+        stamp = CalibrationStamp(
             checkpoints={"laya": weights}, items=10, questions=10, target="escalation", value=0.1
         )
         write_calibration(

@@ -60,7 +60,7 @@ def test_a_clef_release_retrained_in_place_is_asked_again_by_eval_and_distill(
     states = ["refund my invoice now", "the app crashes at login", "what does it cost?"]
     items, _ = read_items(_requests(tmp_path / "r.jsonl", states), model="jev-latest")
     out, run_dir = tmp_path / "eval", tmp_path / "distill-run"
-    options = distill.Options(settings=settings, out=tmp_path / "new", progress=False)
+    options = distill.DistillOptions(settings=settings, out=tmp_path / "new", progress=False)
     cheap, strong, taught = (
         out / "cache/cheap.jsonl",
         out / "cache/strong.jsonl",

@@ -9,7 +9,7 @@ import pytest
 from cascade import metrics
 from cascade.errors import Overloaded, TenantLimited
 from cascade.tenants.admission import Grant, TenantAdmission, reset_text
-from cascade.tenants.limits import BackendFailed, Check, Gcra, Level, LocalStore, Verdict
+from cascade.tenants.limits import BackendFailed, Check, Gcra, LimitLevel, LocalStore, Verdict
 from cascade.tenants.model import Tenant, TenantLimits
 
 
@@ -211,7 +211,7 @@ class Failing:
     async def admit(self, checks: list[Check]) -> Verdict:
         raise BackendFailed("down")
 
-    async def charge(self, checks: list[Check]) -> list[Level]:
+    async def charge(self, checks: list[Check]) -> list[LimitLevel]:
         raise BackendFailed("down")
 
     async def aclose(self) -> None:
