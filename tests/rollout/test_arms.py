@@ -13,7 +13,7 @@ from cascade.rollout.arms import arm_counts
 from cascade.rollout.verdict import ArmCounts
 from cascade.store.postgres import PostgresStore
 from cascade.store.sqlite import SqliteStore
-from tests.rollout.helpers import CANDIDATE, CURRENT, OLD_TS, SINCE, UNSEEN, write
+from tests.rollout.rows import CANDIDATE, CURRENT, OLD_TS, SINCE, UNSEEN, write
 from tests.servers import Postgres
 
 EXPECTED = {
