@@ -204,9 +204,6 @@ KNOWN_TWICE = {
     "ScoreAnswer",  # the same: OpenAI's wire name mirroring cascade.schema's
     "Decision",  # OpenAI's wire name; policy/flow.py's is the flow's verdict, used by the gateway
     "Part",  # OpenAI's wire name; request/parts.py's is used by http/bodies.py
-    # the guards' (rollout/verdict.py, the rollout driver's name for it) and the tenant limits'
-    # admission (tenants/limits.py: to be renamed LimitVerdict)
-    "Verdict",
 }
 
 
