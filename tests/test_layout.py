@@ -204,7 +204,6 @@ KNOWN_TWICE = {
     "ScoreAnswer",  # the same: OpenAI's wire name mirroring cascade.schema's
     "Decision",  # OpenAI's wire name; policy/flow.py's is the flow's verdict, used by the gateway
     "Part",  # OpenAI's wire name; request/parts.py's is used by http/bodies.py
-    "Verdict",  # cascade.tenants.limits (admission) and cascade.rollout.verdict (the guards)
 }
 
 

@@ -1,1 +1,1 @@
-"""Canary rollouts of a candidate policy: the split, the guards' verdict, the state a fleet shares."""
+"""Canary rollouts of a candidate policy: the split, the verdict, the state a fleet shares."""

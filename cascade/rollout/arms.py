@@ -1,9 +1,12 @@
 """Each arm's counts for the guards, from the decision store a rollout's gateway writes.
 
-An arm is a policy hash: its rows at or after ``since``, shadow rows and rows a tenant's own
-policy decided (``tenant_policy_hash``) left out. Counted in one aggregate query: questions,
-strong (the final tier is not the cheap tier that answered: as ``cascade.replay`` reads a
-served answer), degraded and labelled. Correct needs the served answer (the argmax of the final
+An arm is a policy hash: its rows at or after ``since``, rows a tenant's own policy decided
+(``tenant_policy_hash``) left out. Counted in one aggregate query: questions, strong (the final
+tier is not the cheap tier that answered: as ``cascade.replay`` reads a served answer),
+degraded and labelled. A shadowed row counts as what it served: the client got its cheap answer
+(``shadow = 1`` only adds the strong tier's answer to the same row), so leaving shadow rows out
+would leave out a sample of cheap answers only and raise the arm's strong share with its
+``[shadow]`` rate. Correct needs the served answer (the argmax of the final
 tier's probabilities, ``cascade.questions.answer_label``), so it is judged in Python over the
 labelled rows only. Blocking: the caller runs it in a thread.
 """
@@ -26,7 +29,7 @@ from cascade.store.rows import CheapEntry, StrongEntry
 # {marks}: one placeholder per hash; {p}: the backend's placeholder.
 WHERE = (
     "FROM decisions d {join} labels l ON l.decision = d.id WHERE d.policy_hash IN ({marks}) "
-    "AND d.ts >= {p} AND coalesce(d.shadow, 0) = 0 AND d.tenant_policy_hash IS NULL"
+    "AND d.ts >= {p} AND d.tenant_policy_hash IS NULL"
 )
 COUNTS = (
     "SELECT d.policy_hash, count(*), "

@@ -33,7 +33,7 @@ from cascade.policy.stats import lower_bound, upper_bound
 
 
 class ArmCounts(msgspec.Struct, frozen=True):
-    """One arm's questions in the window (rows of its ``policy_hash``, shadow rows excluded)."""
+    """One arm's questions in the window: rows of its ``policy_hash`` (``cascade.rollout.arms``)."""
 
     questions: int = 0
     strong: int = 0  # answered by the strong tier (the final tier is not the cheap one)

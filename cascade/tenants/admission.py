@@ -36,7 +36,7 @@ from cascade.tenants.limits import (
     Check,
     LimitLevel,
     LimitStore,
-    Verdict,
+    LimitVerdict,
 )
 from cascade.tenants.model import Tenant
 
@@ -145,7 +145,7 @@ class TenantAdmission:
 
     async def _admit(
         self, tenant: Tenant, checks: dict[str, Check], grant: Grant
-    ) -> Verdict | None:
+    ) -> LimitVerdict | None:
         if not checks:
             return None
         try:

@@ -45,7 +45,7 @@ class LimitLevel(msgspec.Struct, frozen=True):
     reset_s: float
 
 
-class Verdict(msgspec.Struct, frozen=True):
+class LimitVerdict(msgspec.Struct, frozen=True):
     allowed: bool
     levels: list[LimitLevel]  # one per check, in order
     retry_after_s: float = 0.0  # when refused: until every refused check would pass
@@ -67,7 +67,7 @@ class Gcra:
     def __init__(self) -> None:
         self.tat: dict[str, float] = {}
 
-    def admit(self, checks: Sequence[Check], now: float) -> Verdict:
+    def admit(self, checks: Sequence[Check], now: float) -> LimitVerdict:
         start = [max(self.tat.get(c.key, now), now) for c in checks]
         wait = 0.0
         for check, tat in zip(checks, start, strict=True):
@@ -81,7 +81,7 @@ class Gcra:
                     start[i] += check.cost * WINDOW_S / check.per_min
                     self.tat[check.key] = start[i]
         levels = [level(c.per_min, t - now) for c, t in zip(checks, start, strict=True)]
-        return Verdict(wait == 0, levels, retry_after_s=wait)
+        return LimitVerdict(wait == 0, levels, retry_after_s=wait)
 
     def charge(self, key: str, per_min: int, cost: int, now: float) -> LimitLevel:
         """Add ``cost`` units, never refused; the limit's level after them."""
@@ -101,7 +101,7 @@ class LimitStore(Protocol):
     """Where the TATs live: this process or Redis (which raises ``BackendFailed``). Each method
     is one call to the store."""
 
-    async def admit(self, checks: Sequence[Check]) -> Verdict: ...
+    async def admit(self, checks: Sequence[Check]) -> LimitVerdict: ...
 
     async def charge(self, checks: Sequence[Check]) -> list[LimitLevel]:
         """Add each check's ``cost``, never refused; each limit's level after it."""
@@ -117,7 +117,7 @@ class LocalStore:
         self.gcra = Gcra()
         self.clock = clock
 
-    async def admit(self, checks: Sequence[Check]) -> Verdict:
+    async def admit(self, checks: Sequence[Check]) -> LimitVerdict:
         return self.gcra.admit(checks, self.clock())
 
     async def charge(self, checks: Sequence[Check]) -> list[LimitLevel]:

@@ -28,7 +28,7 @@ from cascade.tenants.limits import (
     BackendResting,
     Check,
     LimitLevel,
-    Verdict,
+    LimitVerdict,
     level,
 )
 
@@ -112,14 +112,14 @@ class RedisLimitStore:
             self._resting_until = self.clock() + self.retry_s
             raise BackendFailed(f"redis: {type(exc).__name__}: {exc}") from exc
 
-    async def admit(self, checks: Sequence[Check]) -> Verdict:
+    async def admit(self, checks: Sequence[Check]) -> LimitVerdict:
         args: list[object] = [WINDOW_S * 1000]
         for c in checks:
             args += [c.per_min, c.cost, c.mode]
         out = await self._run(self._admit, [self.prefix + c.key for c in checks], args)
         wait_ms, *tats = (float(x) for x in out)
         levels = [level(c.per_min, ms / 1000) for c, ms in zip(checks, tats, strict=True)]
-        return Verdict(wait_ms == 0, levels, retry_after_s=wait_ms / 1000)
+        return LimitVerdict(wait_ms == 0, levels, retry_after_s=wait_ms / 1000)
 
     async def charge(self, checks: Sequence[Check]) -> list[LimitLevel]:
         args: list[object] = [WINDOW_S * 1000]

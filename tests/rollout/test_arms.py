@@ -13,11 +13,11 @@ from cascade.rollout.arms import arm_counts
 from cascade.rollout.verdict import ArmCounts
 from cascade.store.postgres import PostgresStore
 from cascade.store.sqlite import SqliteStore
-from tests.rollout.helpers import CANDIDATE, CURRENT, OLD_TS, SINCE, UNSEEN, write
+from tests.rollout.rows import CANDIDATE, CURRENT, OLD_TS, SINCE, UNSEEN, write
 from tests.servers import Postgres
 
 EXPECTED = {
-    CURRENT: ArmCounts(questions=3, strong=1, degraded=1, labelled=2, correct=1),
+    CURRENT: ArmCounts(questions=4, strong=1, degraded=1, labelled=3, correct=2),
     CANDIDATE: ArmCounts(questions=3, strong=2, degraded=0, labelled=3, correct=2),
     UNSEEN: ArmCounts(),
 }
@@ -32,7 +32,7 @@ def test_arm_counts_in_a_sqlite_file(tmp_path: Path):
         conn.execute("UPDATE decisions SET ts = ? WHERE request_id = 'old'", (OLD_TS,))
     assert arm_counts(str(path), [CURRENT, CANDIDATE, UNSEEN], SINCE) == EXPECTED
     assert arm_counts(str(path), [CURRENT], SINCE) == {CURRENT: EXPECTED[CURRENT]}
-    assert arm_counts(str(path), [CURRENT], OLD_TS)[CURRENT].questions == 4  # the old row in
+    assert arm_counts(str(path), [CURRENT], OLD_TS)[CURRENT].questions == 5  # the old row in
     assert arm_counts(str(path), [], SINCE) == {}
 
 
@@ -44,7 +44,7 @@ def test_arm_counts_in_postgres(postgres: Postgres, tmp_path: Path):
     with psycopg.connect(url) as conn:
         conn.execute("UPDATE decisions SET ts = %s WHERE request_id = 'old'", (OLD_TS,))
     assert arm_counts(url, [CURRENT, CANDIDATE, UNSEEN], SINCE) == EXPECTED
-    assert arm_counts(url, [CURRENT], OLD_TS)[CURRENT].questions == 4
+    assert arm_counts(url, [CURRENT], OLD_TS)[CURRENT].questions == 5
 
 
 def test_a_missing_file_is_an_error(tmp_path: Path):

@@ -9,7 +9,7 @@ import pytest
 from cascade import metrics
 from cascade.errors import Overloaded, TenantLimited
 from cascade.tenants.admission import Grant, TenantAdmission, reset_text
-from cascade.tenants.limits import BackendFailed, Check, Gcra, LimitLevel, LocalStore, Verdict
+from cascade.tenants.limits import BackendFailed, Check, Gcra, LimitLevel, LimitVerdict, LocalStore
 from cascade.tenants.model import Tenant, TenantLimits
 
 
@@ -208,7 +208,7 @@ def test_reset_is_written_as_openai_does() -> None:
 
 
 class Failing:
-    async def admit(self, checks: list[Check]) -> Verdict:
+    async def admit(self, checks: list[Check]) -> LimitVerdict:
         raise BackendFailed("down")
 
     async def charge(self, checks: list[Check]) -> list[LimitLevel]:

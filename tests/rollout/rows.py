@@ -35,7 +35,7 @@ ROWS: Sequence[tuple[str, str, str, float | None, float | None, bool, Any, str]]
     ("r1", CURRENT, "laya", 0.8, None, False, True, ""),  # cheap, right
     ("r2", CURRENT, "clef", 0.1, 0.9, False, False, ""),  # strong, served True: wrong
     ("r3", CURRENT, "laya", 0.7, None, True, None, ""),  # degraded: cheap stands in
-    ("r4", CURRENT, "laya", 0.9, None, False, True, "shadow"),  # left out: a shadow row
+    ("r4", CURRENT, "laya", 0.9, None, False, True, "shadow"),  # served cheap, shadowed: right
     ("r5", CURRENT, "laya", 0.9, None, False, True, "tenant"),  # left out: a tenant's policy
     ("old", CURRENT, "laya", 0.9, None, False, True, "old"),  # left out: before since
     ("r6", CANDIDATE, "laya", 0.3, None, False, True, ""),  # cheap, served False: wrong
@@ -68,7 +68,7 @@ def write(store: Any) -> None:
             )
             await store.record(_call(rid), decision, 0.01)
             if extra == "shadow":
-                store.shadowed(_call(rid), _answer("clef", 0.9), stamp)
+                store.shadowed(_call(rid), _answer("clef", 0.1), stamp)  # not what it served
 
     asyncio.run(main())
     for rid, *_, label, _ in ROWS:
