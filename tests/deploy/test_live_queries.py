@@ -44,8 +44,12 @@ MAY_BE_EMPTY = (
     "cascade_fleet_confidence_psi",
     "cascade_cache_",
     "cascade_tenant_rate_limited_total",
-    "cascade_novelty_flags_total",
-)  # the demo's calibration has no reference set
+    "cascade_novelty_flags_total",  # the demo's calibration has no reference set
+    # per arm only while a canary runs (the demo has no [rollout]): share and decisions are there
+    "cascade_rollout_requests_total",
+    "cascade_rollout_questions_total",
+    "cascade_rollout_request_seconds",
+)
 
 QUESTIONS = {
     "team": {
